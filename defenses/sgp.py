@@ -1,0 +1,102 @@
+"""Stochastic Gradient Push (non-private baseline).
+
+Assran, Loizou, Ballas, Rabbat, "Stochastic Gradient Push for Distributed Deep Learning",
+ICML 2019, Algorithm 1: push-sum SGD on directed, time-varying graphs. Node i keeps a numerator
+x_i and a weight w_i; each round
+
+    z_i = x_i / w_i                         (de-biased model)
+    x_i^{k+1/2} = x_i - lr * grad f_i(z_i)  (local step at the de-biased model)
+    x_j^{k+1} = sum_i P_ji x_i^{k+1/2},  w_j^{k+1} = sum_i P_ji w_i   (push-sum, P column-stochastic)
+
+Messages (as every push-sum defense card names them): `model` (P_ji x_i^{k+1/2}) and `weight`
+(P_ji w_i). Neither is protected: this is the attackable baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from privbench.engine import Context, Trainer, batch_grads
+from privbench.messages import MessageKind
+from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+
+
+@dataclass(frozen=True)
+class SGPConfig:
+    """SGP hyper-parameters beyond the run's lr and batch size.
+
+    Attributes:
+        momentum: heavy-ball momentum on the local gradient (0 = plain SGD, as in Algorithm 1).
+        weight_decay: L2 regularisation added to the gradient.
+    """
+
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@DEFENSES.register("sgp")
+class SGP(Trainer):
+    """Non-private push-sum SGD."""
+
+    Config = SGPConfig
+    kinds = (
+        MessageKind("model", covered=False, description="P_ji * x_i^{k+1/2}, push-sum numerator"),
+        MessageKind("weight", covered=False, data_dependent=False,
+                    description="P_ji * w_i, push-sum weight"),
+    )
+    mixing = "column"
+
+    def __init__(self, cfg: SGPConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
+        self.x = self.init_params()  # (n, d) numerators
+        self.w = torch.ones(ctx.n, device=ctx.device)  # (n,) weights
+        self.buf = torch.zeros_like(self.x)  # (n, d) momentum buffers
+
+    def models(self) -> Tensor:
+        """(n, d) de-biased models z = x / w."""
+        return self.x / self.w[:, None]
+
+    def round(self, t: int) -> None:
+        """Local step at z, then push-sum."""
+        z = self.models()
+        x, y, mask = self.sample_batch(t)
+        g = batch_grads(self.ctx.fm, z, x, y, mask) + self.cfg.weight_decay * z  # (n, d)
+        self.buf = self.cfg.momentum * self.buf + g
+        x_half = self.x - self.ctx.run.lr * self.buf
+        self.x, self.w = push_sum(self.ctx.bus, self.mixer, t, x_half, self.w)
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
+        """The victim's round-t batch gradient g = (x_i^t - x_i^{t+1/2}) / lr at z_i^t = x_i^t / w_i^t.
+
+        With momentum m the released step is the buffer b_t = m b_{t-1} + g_t, so the gradient is
+        de-momentumized: g_t = b_t - m b_{t-1} (needs round t-1 as well).
+
+        Raises:
+            NotApplicable: when the victim's pre-step model cannot be reconstructed.
+        """
+        lr, m = obs.run.lr, obs.defense_cfg.momentum
+
+        def buffer(t: int) -> tuple[Tensor, Tensor]:
+            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
+            rec = obs.log.get(t, "model")
+            x_half = rec.sent_by(victim) if rec is not None else None
+            if x_half is None:
+                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed")
+            return (x_pre - x_half) / lr, x_pre / w_pre
+
+        views = []
+        for t in rounds:
+            buf, z = buffer(t)
+            if m:
+                buf = buf - m * buffer(t - 1)[0] if t > 0 else buf
+            views.append(GradientView(victim, t, z, buf, "gradient", None, obs.run.batch_size,
+                                      "(x_i^t - x_i^{t+1/2}) / lr, de-momentumized" if m else
+                                      "(x_i^t - x_i^{t+1/2}) / lr"))
+        return views

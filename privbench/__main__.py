@@ -1,0 +1,7 @@
+"""`python -m privbench` runs the command-line interface."""
+
+import sys
+
+from privbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""Compose one node's ledger into an `EpsilonReport`.
+
+Gaussian events go to the chosen Gaussian accountant (PLD, RDP or the GDP CLT); pure-epsilon
+events (Laplace, randomized response) to basic or advanced composition. A ledger holding both is
+the basic composition of the two parts: epsilon = eps_gauss + eps_pure at delta = delta_gauss +
+delta_pure, with delta split in half when advanced composition needs a delta' of its own.
+"""
+
+from __future__ import annotations
+
+from privbench.accounting.events import PrivacyLedger
+from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions, gaussian_epsilon
+from privbench.accounting.pure import compose_pure
+from privbench.accounting.report import EpsilonReport
+from privbench.accounting.validation import (
+    GAUSSIAN_ACCOUNTANTS,
+    MODES,
+    PURE_COMPOSITIONS,
+    check_choice,
+    check_delta,
+)
+
+
+def account(
+    ledger: PrivacyLedger,
+    delta: float,
+    accountant: str = "pld",
+    *,
+    mode: str = "calibrated",
+    pure_composition: str = "basic",
+    options: AccountantOptions = DEFAULT_OPTIONS,
+    note: str = "",
+) -> EpsilonReport:
+    """The epsilon of everything recorded in `ledger`, at `delta`.
+
+    Args:
+        ledger: one node's ledger (its unit and uncovered message kinds go into the report).
+        delta: target delta in (0, 1) (pure-only ledgers under basic composition report 0).
+        accountant: Gaussian accountant: "pld" (default), "rdp" or "gdp_clt" (approximate).
+        mode: "calibrated" or "paper" (recorded in the report).
+        pure_composition: "basic" (default) or "advanced" for Laplace / randomized response.
+        options: numerical accountant settings.
+        note: free text carried into the report.
+
+    Returns:
+        The report; `approximate` is True iff the GDP CLT was used on a non-empty Gaussian part.
+    """
+    delta = check_delta(delta)
+    accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
+    pure_composition = check_choice(pure_composition, "pure composition", PURE_COMPOSITIONS)
+    check_choice(mode, "mode", MODES)
+    gauss, pure = ledger.gaussian_events, ledger.pure_events
+    atoms = [e.atoms for e in pure]
+    if gauss and pure:
+        pure_delta = delta / 2 if pure_composition == "advanced" else 0.0
+        eps = gaussian_epsilon(gauss, delta - pure_delta, accountant, options)
+        eps += compose_pure(atoms, pure_composition, pure_delta or delta)
+        name, used_delta = f"{accountant}+{pure_composition}", delta
+    elif pure:
+        eps = compose_pure(atoms, pure_composition, delta)
+        name = pure_composition
+        used_delta = delta if pure_composition == "advanced" else 0.0
+    else:
+        eps = gaussian_epsilon(gauss, delta, accountant, options)
+        name, used_delta = accountant, delta
+    approximate = bool(gauss) and accountant == "gdp_clt"
+    return EpsilonReport(
+        epsilon=eps,
+        delta=used_delta,
+        accountant=name,
+        mode=mode,
+        unit=ledger.unit,
+        uncovered=ledger.uncovered,
+        approximate=approximate,
+        note=note,
+    )

@@ -1,0 +1,418 @@
+"""Privacy plans: the accounting half of each defense, registered in `PRIVACY_PLANS`.
+
+A plan function maps (epsilon, delta, rounds, sample_rate, accountant) -> `PrivacyPlan`: the noise
+parameters the defense must use, and the epsilon that BOTH modes assign to that noise (paper
+formula first, calibrated accountant second, readings beyond those after). By default the noise is
+calibrated with the rigorous accountant (`calibrate_with="calibrated"`); `calibrate_with="paper"`
+reproduces the paper's own noise. Defense-specific settings are keyword-only with the cards'
+defaults. One plan describes one node (every node has its own ledger; budgets are never summed).
+
+| name | card | noise | paper formula | calibrated |
+|---|---|---|---|---|
+| dp_sgp | card-adp-vrsgp.md §3.4 (z_const) | sigma | RDP (moments accountant) | PLD/RDP |
+| adp_vrsgp | card-adp-vrsgp.md §2.1, §3 | sigma_hat | Thm 1, c2 fitted | PLD/RDP, schedule |
+| dyn_d2p | card-dyn-d2p.md §1.2, §3 | mu_0 | GDP CLT eqs. 4, 6, 8 | PLD/RDP, schedule |
+| defl_vp | card-defl-vp.md §2, §3 | keep_prob | Alg. 3 label | basic/advanced, d*T |
+| dpps, partpsp | card-dpps-partpsp.md §3 | b | Thm 1, per round | basic/advanced, T |
+| dpdl | card-dpdl.md §5 | sigma | `paper` reading, RDP | `strict` reading |
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from privbench.accounting.calibrate import calibrate_noise_scale
+from privbench.accounting.compose import account
+from privbench.accounting.events import (
+    GaussianEvent,
+    LaplaceEvent,
+    PrivacyLedger,
+    RandomizedResponseEvent,
+    gaussian_schedule,
+)
+from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions
+from privbench.accounting.gdp import dyn_d2p_growth, dyn_d2p_mu0, gdp_mu
+from privbench.accounting.papers import (
+    adp_vrsgp_noise_factors,
+    adp_vrsgp_paper_epsilon,
+    adp_vrsgp_paper_sigma_hat,
+    defl_vp_readings,
+    dpdl_joint_ratio,
+    dpdl_noise_ratios,
+    dpps_b,
+    dpps_round_epsilon,
+)
+from privbench.accounting.pure import per_release_epsilon
+from privbench.accounting.report import EpsilonReport
+from privbench.accounting.validation import (
+    MODES,
+    check_choice,
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_sampling_rate,
+)
+from privbench.errors import ConfigError
+from privbench.registry import Registry
+
+GAUSSIAN_PLAN_ACCOUNTANTS = ("pld", "rdp")
+PURE_PLAN_ACCOUNTANTS = ("pld", "rdp", "basic", "advanced")
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """The noise a defense uses for a target budget, with the epsilon both modes assign to it.
+
+    Attributes:
+        defense: registry name of the defense.
+        noise: noise parameters, name -> value (e.g. {"sigma": 1.1}, {"b": 0.002}).
+        reports: paper report first, calibrated report second, further readings after.
+        calibrated_with: "calibrated" or "paper": which formula produced `noise`.
+        epsilon, delta, rounds, sample_rate, accountant: the request.
+        notes: one-line caveats for the table / report.
+    """
+
+    defense: str
+    noise: Mapping[str, float]
+    reports: tuple[EpsilonReport, ...]
+    calibrated_with: str
+    epsilon: float
+    delta: float
+    rounds: int
+    sample_rate: float
+    accountant: str
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "noise", MappingProxyType(dict(self.noise)))
+
+    def report(self, mode: str) -> EpsilonReport:
+        """The first report of `mode` ("paper" or "calibrated")."""
+        check_choice(mode, "mode", MODES)
+        return next(r for r in self.reports if r.mode == mode)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "defense": self.defense,
+            "noise": dict(self.noise),
+            "reports": [r.to_dict() for r in self.reports],
+            "calibrated_with": self.calibrated_with,
+            "target": {"epsilon": self.epsilon, "delta": self.delta},
+            "rounds": self.rounds,
+            "sample_rate": self.sample_rate,
+            "accountant": self.accountant,
+            "notes": list(self.notes),
+        }
+
+
+PlanFunction = Callable[..., PrivacyPlan]
+PRIVACY_PLANS: Registry[PlanFunction] = Registry("privacy plan")
+
+
+def _request(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str,
+    accountants: tuple[str, ...], calibrate_with: str,
+) -> tuple[float, float, int, float, str]:
+    check_choice(calibrate_with, "calibrate_with", MODES)
+    return (
+        check_epsilon(epsilon),
+        check_delta(delta),
+        check_count(rounds, "rounds"),
+        check_sampling_rate(sample_rate, "sample rate"),
+        check_choice(accountant, "accountant", accountants),
+    )
+
+
+def _plan(defense: str, noise: dict[str, float], reports: list[EpsilonReport],
+          calibrate_with: str, request: tuple, notes: tuple[str, ...] = ()) -> PrivacyPlan:
+    eps, delta, rounds, q, accountant = request
+    return PrivacyPlan(defense, noise, tuple(reports), calibrate_with, eps, delta, rounds, q,
+                       accountant, notes)
+
+
+# ---------------------------------------------------------------- Gaussian plans
+
+
+@PRIVACY_PLANS.register("dp_sgp")
+def plan_dp_sgp(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """Constant-noise DP-SGD inside push-sum (the DP-SGP baseline; card-adp-vrsgp.md §1.6, §3.4).
+
+    Every round is one Poisson(q)-subsampled Gaussian step with noise multiplier sigma. Paper
+    mode: the RDP (moments) accountant, as in the card's z_const column; calibrated: `accountant`.
+    """
+    req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
+                   calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    paper_acc = "rdp"
+    use = accountant if calibrate_with == "calibrated" else paper_acc
+    sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, use, options)
+    ledger = PrivacyLedger().record(GaussianEvent(sigma, q, rounds))
+    reports = [
+        account(ledger, delta, paper_acc, mode="paper", options=options,
+                note="moments-accountant (RDP) reading of constant-noise DP-SGD"),
+        account(ledger, delta, accountant, mode="calibrated", options=options),
+    ]
+    return _plan("dp_sgp", {"sigma": sigma}, reports, calibrate_with, req,
+                 ("sigma = noise std / clip bound, on the SUM of clipped per-sample gradients",))
+
+
+@PRIVACY_PLANS.register("adp_vrsgp")
+def plan_adp_vrsgp(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    tau: int = 5, s: float = 0.2,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """ADP-VRSGP: step t uses noise multiplier alpha(T - t) * sigma_hat (card §2.1, §3).
+
+    Paper mode: Theorem 1 with c2 fitted to RDP at alpha == 1 (under-noises, card §3.4);
+    calibrated: `accountant` over the heterogeneous schedule (card §3.4 items 1-4).
+    """
+    req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
+                   calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    factors = adp_vrsgp_noise_factors(rounds, tau, s)
+    if calibrate_with == "calibrated":
+        sigma_hat = calibrate_noise_scale(eps, delta, factors, q, accountant, options)
+    else:
+        sigma_hat = adp_vrsgp_paper_sigma_hat(eps, delta, q, factors, options)
+    ledger = PrivacyLedger().extend(gaussian_schedule(sigma_hat * factors, q))
+    paper = EpsilonReport(
+        adp_vrsgp_paper_epsilon(sigma_hat, delta, q, factors, options), delta,
+        "closed-form (Theorem 1, c2 fitted to rdp)", "paper", "sample-level",
+        note="Theorem 1 depends on the schedule only through sum_t 1/z_t^2",
+    )
+    noise = {"sigma_hat": sigma_hat, "z_first": sigma_hat * factors[0],
+             "z_last": sigma_hat * factors[-1]}
+    reports = [paper, account(ledger, delta, accountant, mode="calibrated", options=options)]
+    return _plan("adp_vrsgp", noise, reports, calibrate_with, req, (
+        "step t noise multiplier = alpha(T - t) * sigma_hat, alpha(k) = (floor(k/tau) + 10)^s",
+        "sigma_hat is per unit of the CURRENT clip bound G_t (card §2.4)",
+    ))
+
+
+@PRIVACY_PLANS.register("dyn_d2p")
+def plan_dyn_d2p(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    rho_mu: float = 2.0,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """Dyn-D2P: step k is mu_k-GDP, mu_k = mu_0 rho_mu^(k/K), noise multiplier 1/mu_k (card §1.2).
+
+    Paper mode: eq. (4) -> mu_tot, eq. (8) -> mu_0 (CLT; approximate, warns). Calibrated: mu_0
+    such that `accountant` over the schedule meets the target (card §3.8 "calibrate with PLD").
+    rho_mu = 1 is Const-D2P / Dyn[C]-D2P (eq. 9).
+    """
+    req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
+                   calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    growth = dyn_d2p_growth(rounds, rho_mu)
+    if calibrate_with == "calibrated":
+        mu0 = 1.0 / calibrate_noise_scale(eps, delta, 1.0 / growth, q, accountant, options)
+    else:
+        mu0 = dyn_d2p_mu0(gdp_mu(eps, delta), q, rounds, rho_mu)
+    ledger = PrivacyLedger().extend(gaussian_schedule(1.0 / (mu0 * growth), q))
+    reports = [
+        account(ledger, delta, "gdp_clt", mode="paper",
+                note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper bound"),
+        account(ledger, delta, accountant, mode="calibrated", options=options),
+    ]
+    noise = {"mu_0": mu0, "mu_last": mu0 * growth[-1], "z_first": 1 / mu0,
+             "z_last": 1 / (mu0 * growth[-1])}
+    return _plan("dyn_d2p", noise, reports, calibrate_with, req, (
+        "sigma_k = C_k / mu_k on the SUM of clipped per-sample gradients (card §1.6)",
+    ))
+
+
+@PRIVACY_PLANS.register("dpdl")
+def plan_dpdl(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    n_agents: int = 10, degree: int | None = None, alpha: float = 1.0, kappa: float = 1.0,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """DPDL: noise N(0, sigma^2 C^2) on every cross-gradient and self-gradient (card §3, §5).
+
+    `degree` is |N_i| including the agent itself (default n_agents: fully connected), with
+    uniform weights 1/degree. Readings (card §5.3): paper = broadcast only, paper noise, RDP;
+    calibrated = `strict` (cross-gradients + broadcast, own noise only) with `accountant`;
+    a third report gives the `full` reading (cross-gradients + broadcast, paper noise).
+    """
+    req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
+                   calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    ratios = dpdl_noise_ratios(n_agents, n_agents if degree is None else degree, alpha, kappa)
+    r = {k: dpdl_joint_ratio(ratios, k) for k in ("paper", "full", "strict")}
+    if calibrate_with == "calibrated":
+        z = calibrate_noise_scale(eps, delta, np.ones(rounds), q, accountant, options)
+        sigma = z / r["strict"]
+    else:
+        sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, "rdp", options) / r["paper"]
+
+    def ledger(reading: str, uncovered: tuple[str, ...] = ()) -> PrivacyLedger:
+        return PrivacyLedger(uncovered=uncovered).record(
+            GaussianEvent(sigma * r[reading], q, rounds))
+
+    reports = [
+        account(ledger("paper", ("cross_gradient",)), delta, "rdp", mode="paper", options=options,
+                note="paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)"),
+        account(ledger("strict"), delta, accountant, mode="calibrated", options=options,
+                note="strict reading: cross-gradients + broadcast, only the node's own noise"),
+        account(ledger("full"), delta, accountant, mode="paper", options=options,
+                note="full reading: cross-gradients + broadcast, paper noise (card §5.3)"),
+    ]
+    noise = {"sigma": sigma, "z_cross_gradient": sigma * ratios["A"],
+             "z_broadcast_paper": sigma * ratios["B_paper"],
+             "z_broadcast_strict": sigma * ratios["B_strict"]}
+    return _plan("dpdl", noise, reports, calibrate_with, req, (
+        "one Poisson batch per round feeds all cross-gradients and the self-gradient",
+    ))
+
+
+# ---------------------------------------------------------------- pure-epsilon plans
+
+
+def _pure_rule(accountant: str) -> tuple[str, tuple[str, ...]]:
+    if accountant in ("basic", "advanced"):
+        return accountant, ()
+    return "basic", (f"pure-epsilon mechanism: accountant {accountant!r} applies to Gaussian "
+                     "events; composed with basic composition",)
+
+
+@PRIVACY_PLANS.register("defl_vp")
+def plan_defl_vp(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
+    dim: int = 1_663_370, order: str = "vr_rr",
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """DeFL-VP: randomized response on the d-dim sign vector, once per round (card §2, §3).
+
+    Calibrated: per-coordinate epsilon such that the d * T coordinate releases compose (basic or
+    advanced) to `epsilon` for the whole run (local DP of the node's messages: node-level).
+    Paper mode: keep probability e^eps / (e^eps + 1) with `epsilon` read per coordinate per round
+    (Alg. 3, what the experiments used); the per-vector reading (Theorem 1 + Corollary 2,
+    T * d * eps) is the third report. Control variates are sent in the clear under
+    order="vr_rr" (card §3.3); order="rr_vr" builds them from privatized signs.
+    """
+    req = _request(epsilon, delta, rounds, sample_rate, accountant, PURE_PLAN_ACCOUNTANTS,
+                   calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    order = check_choice(order, "DeFL-VP order", ("vr_rr", "rr_vr"))
+    rule, notes = _pure_rule(accountant)
+    uncovered = ("control_variate",) if order == "vr_rr" else ()
+    dim = check_count(dim, "dim")
+    if calibrate_with == "calibrated":
+        eps_coord = per_release_epsilon(eps, dim * rounds, rule, delta)
+    else:
+        eps_coord = eps
+    event = RandomizedResponseEvent(eps_coord, dim, rounds)
+    ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).record(event)
+    readings = defl_vp_readings(eps_coord, dim, rounds)
+    reports = [
+        EpsilonReport(readings["per_coordinate"], 0.0, "closed-form (Alg. 3 / Eq. 14 label)",
+                      "paper", "node-level", uncovered,
+                      note="per coordinate, per round: not composed over d coordinates, T rounds"),
+        account(ledger, delta, mode="calibrated", pure_composition=rule, options=options),
+        EpsilonReport(readings["total"], 0.0, "closed-form (Theorem 1 + Corollary 2)", "paper",
+                      "node-level", uncovered,
+                      note="per-vector reading: d*eps per round, T*d*eps over T rounds"),
+    ]
+    if q < 1:
+        notes += ("no subsampling amplification: RR applies to every round's message",)
+    noise = {"keep_prob": event.keep_prob, "coordinate_epsilon": eps_coord}
+    return _plan("defl_vp", noise, reports, calibrate_with, req, notes)
+
+
+def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_rate: float,
+               accountant: str, gamma_n: float, calibrate_with: str) -> PrivacyPlan:
+    req = _request(epsilon, delta, rounds, sample_rate, accountant, PURE_PLAN_ACCOUNTANTS,
+                   calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    rule, notes = _pure_rule(accountant)
+    if calibrate_with == "calibrated":
+        eps_round = per_release_epsilon(eps, rounds, rule, delta)
+    else:
+        eps_round = eps  # the paper's Theorem 1 budget is per round; it does not compose
+    b = dpps_b(eps_round, gamma_n)
+    uncovered = ("sensitivity",)
+    ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).record(
+        LaplaceEvent(eps_round, rounds))
+    reports = [
+        EpsilonReport(dpps_round_epsilon(b, gamma_n), 0.0, "closed-form (Theorem 1)", "paper",
+                      "node-level", uncovered,
+                      note="per round (t > 0), node-indistinguishability; not composed"),
+        account(ledger, delta, mode="calibrated", pure_composition=rule,
+                note="nodes are the records; holds only if S(t) >= the true L1 sensitivity"),
+    ]
+    noise = {"b": b, "gamma_n": gamma_n, "epsilon_round": eps_round,
+             "laplace_scale_per_sensitivity": 1.0 / eps_round}
+    notes += ("Laplace scale per coordinate = S(t) / epsilon_round = gamma_n S(t) / b; if gamma_n "
+              "decays, scale b with it",)
+    if q < 1:
+        notes += ("no subsampling amplification: node-level unit",)
+    return _plan(defense, noise, reports, calibrate_with, req, notes)
+
+
+@PRIVACY_PLANS.register("dpps")
+def plan_dpps(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
+    gamma_n: float = 1e-3,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """DPPS: Laplace noise Lap(0, gamma_n S(t) / b) on the pushed vector (card-dpps-partpsp §3).
+
+    Paper mode: b = epsilon * gamma_n (Theorem 1: each round (b/gamma_n)-DP, no composition).
+    Calibrated: per-round epsilon whose T-fold composition (basic or advanced) is `epsilon`.
+    The broadcast sensitivity scalar S_i(t) is data-dependent and not covered.
+    """
+    return _plan_dpps("dpps", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
+                      calibrate_with)
+
+
+@PRIVACY_PLANS.register("partpsp")
+def plan_partpsp(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
+    gamma_n: float = 1e-3,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+) -> PrivacyPlan:
+    """PartPSP: DPPS applied to the shared parameters only (card-dpps-partpsp.md §1.3, §3)."""
+    return _plan_dpps("partpsp", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
+                      calibrate_with)
+
+
+# ---------------------------------------------------------------- lookup helpers
+
+_COMMON = ("calibrate_with", "options")
+
+
+def plan_options(name: str) -> dict[str, Any]:
+    """The defense-specific keyword options of a plan and their defaults."""
+    fn = PRIVACY_PLANS.get(name)
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _COMMON
+    }
+
+
+def make_plan(
+    name: str, epsilon: float, delta: float, rounds: int, sample_rate: float,
+    accountant: str = "pld", **kwargs: Any,
+) -> PrivacyPlan:
+    """Look up `name` in PRIVACY_PLANS and call it, checking option names first."""
+    fn = PRIVACY_PLANS.get(name)
+    accepted = set(plan_options(name)) | set(_COMMON)
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        raise ConfigError(f"unknown option {unknown[0]!r} for privacy plan {name!r}; "
+                          f"accepted: {', '.join(sorted(accepted)) or '(none)'}")
+    return fn(epsilon, delta, rounds, sample_rate, accountant, **kwargs)
+

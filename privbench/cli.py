@@ -1,0 +1,185 @@
+"""The `privbench` command: train, account, bench, list.
+
+Every error caused by bad input (unknown names, out-of-range values, missing files) is printed as
+one line, `privbench: error: ...`, with exit code 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from privbench.errors import PrivbenchError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise PrivbenchError(f"{message} (see `{self.prog} --help`)")
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by commands that build a run (train; later attack)."""
+    g = p.add_argument_group("run")
+    g.add_argument("--defense", default="sgp", help="defense registry key (see `privbench list`)")
+    g.add_argument("--dataset", help="dataset registry key (default digits)")
+    g.add_argument("--data-root", dest="data_root", help="folder holding torchvision datasets")
+    g.add_argument("--download", action="store_true", default=None,
+                   help="allow torchvision to download the dataset into --data-root")
+    g.add_argument("--model", help="model registry key (default mlp)")
+    g.add_argument("--nodes", type=int, help="number of nodes (default 8)")
+    g.add_argument("--topology", help="topology registry key (default random_out)")
+    g.add_argument("--out-degree", dest="out_degree", type=int, help="k of random_out (default 2)")
+    g.add_argument("--partition", help="iid or dirichlet")
+    g.add_argument("--alpha", type=float, help="Dirichlet concentration")
+    g.add_argument("--rounds", type=int, help="training rounds (default 500)")
+    g.add_argument("--batch-size", dest="batch_size", type=int, help="batch size per node")
+    g.add_argument("--lr", type=float, help="step size")
+    g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
+    g.add_argument("--delta", type=float, help="target delta")
+    g.add_argument("--device", help="auto (default), cpu, cuda[:N]")
+    g.add_argument("--seed", type=int, help="seed (default 0)")
+    g.add_argument("--config", help="TOML run file (run keys top-level, [defense] table)")
+    g.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a run field (lr=0.1) or a defense field (defense.clip=1)")
+
+
+_RUN_FLAGS = ("dataset", "data_root", "download", "model", "nodes", "topology", "out_degree",
+              "partition", "alpha", "rounds", "batch_size", "lr", "epsilon", "delta", "device",
+              "seed")
+
+
+def run_config_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """RunConfig and defense overrides from defaults < --config file < flags < --set."""
+    from privbench.config import RunConfig, load_toml, parse_sets, replace_checked
+
+    run_over: dict[str, Any] = {}
+    def_over: dict[str, Any] = {}
+    if args.config:
+        run_over, def_over = load_toml(args.config)
+    run_over.update({k: getattr(args, k) for k in _RUN_FLAGS if getattr(args, k) is not None})
+    set_run, set_def = parse_sets(args.sets)
+    run_over.update(set_run)
+    def_over.update(set_def)
+    return replace_checked(RunConfig(), run_over, where="run"), def_over
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`privbench train`: train one defense, print accuracies, write results and messages."""
+    from tqdm import tqdm
+
+    from privbench.engine import train
+    from privbench.runner import build, save_run
+
+    run, overrides = run_config_from_args(args)
+    from privbench.messages import parse_record_spec
+
+    built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds))
+    out = Path(args.out)
+    _check_writable(out)
+    with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
+              disable=args.quiet, file=sys.stderr) as bar:
+        res = train(built.trainer, progress=bar.update)
+    result = save_run(built, res, out)
+    if res.diverged_round is not None:
+        print(f"diverged (NaN/Inf) at round {res.diverged_round}")
+    nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
+    print(f"per-node test accuracy: {nodes}")
+    print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
+          f"({res.seconds:.1f} s, device {result['environment']['device']})")
+    for rep in result["privacy"][:1]:
+        print(f"privacy: {rep}")
+    print(f"wrote {out / 'results.json'} and the message log ({built.ctx.bus.log.nbytes()} bytes)")
+    return 0
+
+
+def _check_writable(out: Path) -> None:
+    """Fail early (before training) when the output folder cannot be created or written."""
+    import os
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PrivbenchError(f"cannot create output folder {out}: {exc.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise PrivbenchError(f"output folder {out} is not writable")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """`privbench list`: every registry."""
+    from privbench import registry
+
+    registry.load_plugins()
+    for reg in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS, registry.MODELS,
+                registry.TOPOLOGIES):
+        print(f"{reg.plural}: {', '.join(reg.names()) or '(none)'}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`privbench bench SECTION`: speed measurements."""
+    from privbench.bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command-line parser."""
+    parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
+                     "differentially private decentralized learning.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+    p = sub.add_parser("train", help="train one defense and write results + message log")
+    _add_run_arguments(p)
+    p.add_argument("--out", default="reports/train", help="output folder (default reports/train)")
+    p.add_argument("--record", default="0:10,-5:",
+                   help="rounds whose messages are logged: all, none, or comma-separated "
+                        "start:stop ranges / single rounds, negatives count from the end "
+                        "(default 0:10,-5:)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    commands["train"] = cmd_train
+
+    p = sub.add_parser("list", help="print every registry")
+    commands["list"] = cmd_list
+
+    p = sub.add_parser("bench", help="benchmarks (engine)")
+    from privbench.bench import add_bench_arguments
+
+    add_bench_arguments(p)
+    commands["bench"] = cmd_bench
+
+    try:
+        from privbench.account_cli import add_account_arguments, run_account
+    except ImportError:  # accounting CLI not installed in this build
+        pass
+    else:
+        p = sub.add_parser("account", help="noise a defense uses for (eps, delta) and its epsilon")
+        add_account_arguments(p)
+        commands["account"] = run_account
+
+    parser.set_defaults(_commands=commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: run a command, turning bad input into a one-line error and exit code 2."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args._commands[args.command](args)
+    except PrivbenchError as exc:
+        print(f"privbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("privbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

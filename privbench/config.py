@@ -1,0 +1,196 @@
+"""Frozen dataclass configs, TOML run files and `--set key=value` overrides.
+
+A run has one `RunConfig` (data, model, graph, training, privacy target, device, seed) and one
+defense config (the defense's own frozen dataclass, every [CHOICE] of its card a field with the
+card's default). In a TOML file run fields are top-level keys and defense fields live under
+`[defense]`; on the command line `--set lr=0.05` sets a run field and `--set defense.clip=1.0` a
+defense field. Every key and value is checked against the field names and types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from privbench.errors import ConfigError
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything about a run that is not specific to one defense.
+
+    Attributes:
+        dataset: dataset registry key.
+        data_root: folder holding torchvision datasets (None for embedded ones).
+        download: allow torchvision to download into data_root.
+        partition: "iid" or "dirichlet".
+        alpha: Dirichlet concentration.
+        holdout: fraction of each node's data held out as MIA non-members.
+        max_per_node: cap on samples per node (tiny/overfit settings), or None.
+        nodes: number of simulated nodes.
+        model: model registry key.
+        topology: topology registry key.
+        out_degree: k of `random_out`.
+        time_varying: resample / cycle the graph over rounds (None: the topology's default).
+        rounds: training rounds (iterations).
+        batch_size: mini-batch size per node and round.
+        lr: step size.
+        epsilon: target privacy budget per node (DP defenses).
+        delta: target delta.
+        device: "auto", "cpu", "cuda[:N]".
+        seed: the run's seed.
+        eval_every: evaluate every this many rounds (and at the end).
+    """
+
+    dataset: str = "digits"
+    data_root: str | None = None
+    download: bool = False
+    partition: str = "iid"
+    alpha: float = 0.5
+    holdout: float = 0.25
+    max_per_node: int | None = None
+    nodes: int = 8
+    model: str = "mlp"
+    topology: str = "random_out"
+    out_degree: int = 2
+    time_varying: bool | None = None
+    rounds: int = 500
+    batch_size: int = 32
+    lr: float = 0.2
+    epsilon: float = 8.0
+    delta: float = 1e-5
+    device: str = "auto"
+    seed: int = 0
+    eval_every: int = 100
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.nodes >= 2, f"nodes must be >= 2, got {self.nodes}"),
+            (self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}"),
+            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+            (self.lr > 0, f"lr must be > 0, got {self.lr}"),
+            (self.epsilon > 0, f"epsilon must be > 0, got {self.epsilon}"),
+            (0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta}"),
+            (self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}"),
+            (self.out_degree >= 1, f"out_degree must be >= 1, got {self.out_degree}"),
+            (self.max_per_node is None or self.max_per_node >= 2,
+             f"max_per_node must be >= 2, got {self.max_per_node}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Convert a TOML / command-line value to the field's declared type, or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None or (isinstance(value, str) and value.lower() == "none"):
+            if type(None) in args:
+                return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, name)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{name}: bad value {value!r}")
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+        return value
+    if origin is tuple:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        inner = typing.get_args(tp)[0] if typing.get_args(tp) else str
+        return tuple(_coerce(v.strip() if isinstance(v, str) else v, inner, name) for v in items
+                     if not (isinstance(v, str) and not v.strip()))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        try:
+            out = tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be {tp.__name__}, got {value!r}") from None
+        if tp is int and isinstance(value, float) and value != out:
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return out
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def replace_checked(cfg: C, updates: dict[str, Any], where: str = "") -> C:
+    """`dataclasses.replace` with every key and value checked against the fields' names and types."""
+    hints = typing.get_type_hints(type(cfg))
+    names = [f.name for f in dataclasses.fields(cfg)]  # type: ignore[arg-type]
+    coerced = {}
+    for key, value in updates.items():
+        if key not in names:
+            raise ConfigError(f"unknown {where or type(cfg).__name__} key {key!r}; "
+                              f"accepted: {', '.join(names)}")
+        coerced[key] = _coerce(value, hints[key], f"{where + '.' if where else ''}{key}")
+    return dataclasses.replace(cfg, **coerced)  # type: ignore[type-var]
+
+
+def parse_sets(pairs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split `--set key=value` strings into (run overrides, defense overrides)."""
+    run: dict[str, str] = {}
+    defense: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value (e.g. lr=0.05 or defense.clip=1), got {pair!r}")
+        if key.startswith("defense."):
+            defense[key.removeprefix("defense.")] = value
+        else:
+            run[key.removeprefix("run.")] = value
+    return run, defense
+
+
+def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a run file: (top-level run keys, [defense] table)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    defense = data.pop("defense", {})
+    if not isinstance(defense, dict):
+        raise ConfigError(f"config file {path}: [defense] must be a table")
+    return data, defense
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """JSON-ready dict of a config dataclass (tuples become lists)."""
+    return json_ready(dataclasses.asdict(cfg))
+
+
+def json_ready(obj: Any) -> Any:
+    """Tuples -> lists, frozensets -> sorted lists, recursively."""
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted(json_ready(v) for v in obj)
+    return obj

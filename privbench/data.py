@@ -1,0 +1,279 @@
+"""Datasets and their partition across n nodes.
+
+* `digits` (scikit-learn's 1,797 real 8x8 handwritten digits) is embedded: no file, no network.
+* `mnist`, `fashion-mnist`, `cifar10` are read through torchvision from a local `--data-root`
+  (downloaded only when the caller passes `download=True`).
+
+All images are float32 in [0, 1], shape (C, H, W); models see them unnormalised, so attacks and
+the image metrics share one range ([0, 1]). Each node's share is split into *members* (the samples
+it trains on) and *held-out* samples of the same distribution (non-members for membership
+inference). Node data is stacked and padded to `(n, M, C, H, W)` with per-node counts, so batches
+for all nodes are sampled in one tensor operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from privbench.errors import ConfigError, DataError
+from privbench.registry import DATASETS
+
+PARTITIONS = ("iid", "dirichlet")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled image dataset with a fixed train/test split.
+
+    Attributes:
+        name: registry key.
+        x_train: (N, C, H, W) float32 in [0, 1].
+        y_train: (N,) int64 labels.
+        x_test: (N_test, C, H, W).
+        y_test: (N_test,).
+        num_classes: number of labels.
+    """
+
+    name: str
+    x_train: Tensor
+    y_train: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one image."""
+        return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
+
+
+@DATASETS.register("digits")
+def load_digits(root: str | Path | None = None, download: bool = False) -> Dataset:
+    """scikit-learn's digits: 1,797 8x8 grey images, a fixed stratified 80/20 train/test split."""
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sk_digits()
+    x = (bunch.images.astype(np.float32) / 16.0)[:, None]  # (1797, 1, 8, 8) in [0, 1]
+    y = bunch.target.astype(np.int64)
+    # The split is fixed (seed 0), independent of the run's seed, so test sets are comparable.
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+    return Dataset("digits", torch.from_numpy(xtr), torch.from_numpy(ytr),
+                   torch.from_numpy(xte), torch.from_numpy(yte), 10)
+
+
+# torchvision dataset class name, files expected under root, one-line description.
+_TV_SPECS: dict[str, tuple[str, str]] = {
+    "mnist": ("MNIST", "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
+    "fashion-mnist": ("FashionMNIST",
+                      "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
+    "cifar10": ("CIFAR10", "cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}"),
+}
+
+
+def _torchvision_loader(name: str) -> Callable[..., Dataset]:
+    cls_name, expected = _TV_SPECS[name]
+
+    def load(root: str | Path | None = None, download: bool = False) -> Dataset:
+        if root is None:
+            raise DataError(f"dataset {name!r} needs --data-root DIR holding {expected}")
+        import torchvision
+
+        cls = getattr(torchvision.datasets, cls_name)
+        try:
+            train = cls(str(root), train=True, download=download)
+            test = cls(str(root), train=False, download=download)
+        except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted"
+            raise DataError(f"dataset {name!r} not found under {root}: expected {expected}"
+                            f" (pass --download to fetch it) [{exc}]".replace("\n", " ")) from None
+        return Dataset(name, *_to_tensors(train), *_to_tensors(test), len(train.classes))
+
+    load.__doc__ = f"{cls_name} from a local root ({expected})."
+    return load
+
+
+def _to_tensors(ds: object) -> tuple[Tensor, Tensor]:
+    """torchvision dataset -> ((N, C, H, W) float in [0, 1], (N,) int64)."""
+    data = ds.data  # type: ignore[attr-defined]
+    x = torch.as_tensor(np.asarray(data)).float() / 255.0
+    x = x[:, None] if x.ndim == 3 else x.permute(0, 3, 1, 2)  # MNIST (N,H,W); CIFAR (N,H,W,C)
+    y = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)  # type: ignore[attr-defined]
+    return x.contiguous(), y
+
+
+for _name in _TV_SPECS:
+    DATASETS.add(_name, _torchvision_loader(_name))
+
+
+def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
+    """Load a registered dataset by name (one-line error for unknown names or missing files)."""
+    return DATASETS.get(name)(root=root, download=download)
+
+
+def partition(labels: np.ndarray, n: int, scheme: str, alpha: float,
+              rng: np.random.Generator, min_size: int = 4) -> list[np.ndarray]:
+    """Split sample indices across `n` nodes.
+
+    Args:
+        labels: (N,) labels.
+        n: number of nodes.
+        scheme: "iid" (a random equal split) or "dirichlet" (per-class proportions drawn from
+            Dir(alpha) over nodes: label skew, smaller alpha = more skew).
+        alpha: Dirichlet concentration (> 0); ignored for "iid".
+        rng: the data stream's generator.
+        min_size: each node gets at least this many samples (Dirichlet draws are repeated).
+
+    Returns:
+        n arrays of indices into `labels`.
+    """
+    if scheme not in PARTITIONS:
+        raise ConfigError(f"unknown partition {scheme!r}; accepted: {', '.join(PARTITIONS)}")
+    if len(labels) < n * min_size:
+        raise ConfigError(f"{len(labels)} samples cannot give {n} nodes {min_size} samples each")
+    if scheme == "iid":
+        return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), n)]
+    if not alpha > 0:
+        raise ConfigError(f"dirichlet alpha must be > 0, got {alpha}")
+    for _ in range(1000):
+        parts: list[list[int]] = [[] for _ in range(n)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            cuts = (np.cumsum(rng.dirichlet(np.full(n, alpha))) * len(idx)).astype(int)[:-1]
+            for node, chunk in enumerate(np.split(idx, cuts)):
+                parts[node].extend(chunk.tolist())
+        if min(len(p) for p in parts) >= min_size:
+            return [np.sort(np.array(p, dtype=np.int64)) for p in parts]
+    raise ConfigError(f"dirichlet alpha={alpha} left a node with < {min_size} samples; "
+                      "raise alpha or lower the number of nodes")
+
+
+def _stack_padded(x: Tensor, y: Tensor, parts: list[np.ndarray]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Stack per-node samples padded to the largest node: x (n, M, ...), y, idx (-1 pad), counts."""
+    m = max(len(p) for p in parts)
+    idx = torch.full((len(parts), m), -1, dtype=torch.int64)
+    for i, p in enumerate(parts):
+        idx[i, : len(p)] = torch.as_tensor(p)
+    safe = idx.clamp(min=0)
+    counts = torch.tensor([len(p) for p in parts])
+    return x[safe], y[safe], idx, counts
+
+
+@dataclass(frozen=True)
+class NodeData:
+    """All nodes' data, stacked and padded.
+
+    Attributes:
+        x, y: members (training samples), (n, M, C, H, W) and (n, M); rows past `counts` are padding.
+        idx: (n, M) indices into the dataset's train split (-1 for padding): ground truth.
+        counts: (n,) members per node.
+        x_out, y_out, idx_out, counts_out: held-out non-members per node, same layout.
+        x_test, y_test: the shared test set.
+        num_classes: number of labels.
+    """
+
+    x: Tensor
+    y: Tensor
+    idx: Tensor
+    counts: Tensor
+    x_out: Tensor
+    y_out: Tensor
+    idx_out: Tensor
+    counts_out: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    num_classes: int
+
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return self.x.shape[0]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """(C, H, W)."""
+        return tuple(self.x.shape[2:])
+
+    def to(self, device: torch.device) -> NodeData:
+        """A copy with every tensor on `device`."""
+        fields = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        return NodeData(**fields)
+
+    def sample(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Uniform mini-batches without replacement for every node at once.
+
+        Returns:
+            slots (n, B) positions into each node's members, and mask (n, B): False where a node
+            has fewer than B members (those slots are padding and must get zero weight).
+        """
+        n, m = self.y.shape
+        keys = torch.rand(n, m, generator=gen, device=self.y.device)  # (n, M)
+        keys = keys.masked_fill(self.arange_mask(), 2.0)  # padding sorts last
+        slots = keys.argsort(dim=1)[:, :batch_size]
+        mask = torch.arange(min(batch_size, m), device=self.y.device)[None] < self.counts[:, None]
+        return slots, mask
+
+    def poisson(self, rate: float, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Poisson sampling (each member independently with probability `rate`), as DP-SGD needs.
+
+        All M slots are returned with a mask, so the batch size varies per node and round exactly
+        as the accountant assumes (no truncation).
+
+        Returns:
+            slots (n, M) = arange(M) per node, and mask (n, M) of the sampled members.
+        """
+        n, m = self.y.shape
+        mask = (torch.rand(n, m, generator=gen, device=self.y.device) < rate) & ~self.arange_mask()
+        slots = torch.arange(m, device=self.y.device).expand(n, m)
+        return slots, mask
+
+    def arange_mask(self) -> Tensor:
+        """(n, M) True at padding positions."""
+        m = self.y.shape[1]
+        return torch.arange(m, device=self.y.device)[None] >= self.counts[:, None]
+
+    def gather(self, slots: Tensor) -> tuple[Tensor, Tensor]:
+        """Members at `slots` (n, B) -> x (n, B, C, H, W), y (n, B)."""
+        rows = torch.arange(slots.shape[0], device=slots.device)[:, None]
+        return self.x[rows, slots], self.y[rows, slots]
+
+
+def split_nodes(ds: Dataset, n: int, scheme: str = "iid", alpha: float = 0.5,
+                holdout: float = 0.25, seed: int = 0, max_per_node: int | None = None) -> NodeData:
+    """Partition a dataset across `n` nodes and split each node's share into members / held-out.
+
+    Args:
+        ds: the dataset.
+        n: number of nodes (>= 2).
+        scheme: "iid" or "dirichlet".
+        alpha: Dirichlet concentration.
+        holdout: fraction of each node's share kept out of training (non-members), in [0, 1).
+        seed: seed of the data stream (partition and member split).
+        max_per_node: cap on each node's share (to build tiny, overfit settings), or None.
+    """
+    if n < 2:
+        raise ConfigError(f"nodes must be >= 2, got {n}")
+    if not 0.0 <= holdout < 1.0:
+        raise ConfigError(f"holdout must be in [0, 1), got {holdout}")
+    rng = np.random.default_rng(seed)
+    parts = partition(ds.y_train.numpy(), n, scheme, alpha, rng)
+    if max_per_node is not None:
+        parts = [rng.permutation(p)[:max_per_node] for p in parts]
+    members, held = [], []
+    for p in parts:
+        p = rng.permutation(p)
+        k = max(1, int(round(len(p) * holdout))) if holdout > 0 else 0
+        held.append(np.sort(p[:k]))
+        members.append(np.sort(p[k:]))
+    x, y, idx, counts = _stack_padded(ds.x_train, ds.y_train, members)
+    if holdout > 0:
+        xo, yo, io, co = _stack_padded(ds.x_train, ds.y_train, held)
+    else:
+        xo, yo = ds.x_train[:0].expand(n, 0, *ds.input_shape), ds.y_train[:0].expand(n, 0)
+        io, co = torch.zeros(n, 0, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
+    return NodeData(x, y, idx, counts, xo, yo, io, co, ds.x_test, ds.y_test, ds.num_classes)

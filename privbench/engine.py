@@ -1,0 +1,233 @@
+"""The node stack and the round loop.
+
+All n nodes' parameters are one `(n, d)` tensor. Gradients for every node (and, for DP, every
+sample) come from one `torch.func` call: `vmap(vmap(grad(loss)))` over `functional_call`, so there
+is no Python loop over nodes or samples. Clipping is a norm over per-sample rows; gossip is a
+mixing-matrix product done by each trainer. The round loop (`train`) exists once; a defense is a
+`Trainer` that implements one round as: local step -> messages out (through the bus) -> combine.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call, grad, vmap
+
+from privbench.config import RunConfig
+from privbench.data import NodeData
+from privbench.messages import GroundTruth, MessageBus, MessageKind
+from privbench.models import FlatModel
+from privbench.seeding import Streams
+from privbench.topology import Topology
+
+
+def _rows_to_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
+    """(m, d) -> {name: (m, *shape)}: differentiate w.r.t. parameter tensors, not slices of one
+    flat vector (slicing a flat leaf makes every slice's backward materialise a full (d,) zero
+    gradient, which dominated the per-sample cost)."""
+    m = params.shape[0]
+    return {s.name: params[:, s.start:s.stop].reshape(m, *s.shape) for s in fm.specs}
+
+
+def _dict_to_rows(fm: FlatModel, grads: dict[str, Tensor], lead: int) -> Tensor:
+    """{name: (*lead_dims, *shape)} -> (*lead_dims, d), in the flat order."""
+    return torch.cat([grads[s.name].flatten(start_dim=lead) for s in fm.specs], dim=-1)
+
+
+def per_sample_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> Tensor:
+    """Per-sample gradients for m parameter rows at once.
+
+    Args:
+        fm: the model.
+        params: (m, d), one row per node (or per edge, for DPDL's cross-gradients).
+        x: (m, B, C, H, W) each row's samples.
+        y: (m, B) labels.
+
+    Returns:
+        (m, B, d) gradients of each sample's loss at its row's parameters.
+    """
+
+    def loss(p: dict[str, Tensor], xs: Tensor, ys: Tensor) -> Tensor:
+        return F.cross_entropy(functional_call(fm.module, p, (xs[None],)), ys[None])
+
+    g = vmap(vmap(grad(loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+    return _dict_to_rows(fm, g(_rows_to_dict(fm, params), x, y), lead=2)
+
+
+def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
+                mask: Tensor | None = None) -> Tensor:
+    """Gradient of each row's (masked) mean loss, the non-private step.
+
+    Args:
+        params: (m, d); x: (m, B, ...); y: (m, B); mask: (m, B) bool, True for real samples.
+
+    Returns:
+        (m, d).
+    """
+    if mask is None:
+        mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
+
+    def loss(p: dict[str, Tensor], xb: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
+        per = F.cross_entropy(functional_call(fm.module, p, (xb,)), yb, reduction="none")  # (B,)
+        w = mb.to(per.dtype)
+        return (per * w).sum() / w.sum().clamp(min=1.0)
+
+    return _dict_to_rows(fm, vmap(grad(loss))(_rows_to_dict(fm, params), x, y, mask), lead=1)
+
+
+def clip_l2(g: Tensor, bound: Tensor | float) -> tuple[Tensor, Tensor]:
+    """Scale each row of g (..., d) to L2 norm at most `bound` (broadcast over the leading dims).
+
+    Returns:
+        clipped (..., d) and the original norms (...).
+    """
+    norms = g.norm(dim=-1)
+    factor = (torch.as_tensor(bound, dtype=g.dtype, device=g.device) / (norms + 1e-12)).clamp(max=1.0)
+    return g * factor[..., None], norms
+
+
+def clip_l1(g: Tensor, bound: Tensor | float) -> tuple[Tensor, Tensor]:
+    """Scale each row of g (..., d) to L1 norm at most `bound`. Returns (clipped, L1 norms)."""
+    norms = g.abs().sum(dim=-1)
+    factor = (torch.as_tensor(bound, dtype=g.dtype, device=g.device) / (norms + 1e-12)).clamp(max=1.0)
+    return g * factor[..., None], norms
+
+
+def masked_sum(g: Tensor, mask: Tensor) -> Tensor:
+    """Sum of per-sample rows g (m, B, d) over real samples mask (m, B) -> (m, d)."""
+    return torch.einsum("mbd,mb->md", g, mask.to(g.dtype))
+
+
+@torch.no_grad()
+def accuracy(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, chunk: int = 1024) -> Tensor:
+    """Test accuracy of each parameter row on the same data.
+
+    Args:
+        params: (m, d); x: (N, C, H, W); y: (N,).
+
+    Returns:
+        (m,) accuracies in [0, 1].
+    """
+    correct = torch.zeros(params.shape[0], device=params.device)
+    fwd = vmap(fm.forward, in_dims=(0, None))
+    for s in range(0, len(y), chunk):
+        logits = fwd(params, x[s:s + chunk])  # (m, b, classes)
+        correct += (logits.argmax(dim=-1) == y[s:s + chunk]).float().sum(dim=1)
+    return correct / len(y)
+
+
+@dataclass
+class Context:
+    """What a trainer works with: the run's pieces, already built and on the device."""
+
+    run: RunConfig
+    fm: FlatModel
+    data: NodeData
+    topology: Topology
+    bus: MessageBus
+    truth: GroundTruth
+    streams: Streams
+    device: torch.device
+
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return self.data.n
+
+
+class Trainer(abc.ABC):
+    """A decentralized learning algorithm: one round = local step -> messages out -> combine.
+
+    Subclasses declare their card's message kinds and a frozen `Config` dataclass, and keep all
+    node state stacked (n, d).
+    """
+
+    Config: ClassVar[type]
+    kinds: ClassVar[tuple[MessageKind, ...]]
+    mixing: ClassVar[str] = "column"  # "column" (push-sum) or "doubly" (gossip)
+    private: ClassVar[bool] = False
+
+    def __init__(self, cfg: Any, ctx: Context) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+
+    def init_params(self) -> Tensor:
+        """(n, d) identical initial models (a shared, public initialisation)."""
+        x0 = self.ctx.fm.init(self.ctx.streams.fresh("init", device="cpu")).to(self.ctx.device)
+        return x0.expand(self.ctx.n, -1).clone()
+
+    def sample_batch(self, t: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Round t's uniform mini-batches for every node, recorded as ground truth.
+
+        Returns:
+            x (n, B, C, H, W), y (n, B), mask (n, B).
+        """
+        slots, mask = self.ctx.data.sample(self.ctx.run.batch_size, self.ctx.streams.get("batch"))
+        self.ctx.truth.record(t, slots, mask)
+        x, y = self.ctx.data.gather(slots)
+        return x, y, mask
+
+    @abc.abstractmethod
+    def round(self, t: int) -> None:
+        """Run round t for all nodes."""
+
+    @abc.abstractmethod
+    def models(self) -> Tensor:
+        """(n, d) the nodes' current models as they would be evaluated (de-biased for push-sum)."""
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per-node ε reports (empty for non-private trainers)."""
+        return []
+
+
+@dataclass
+class TrainResult:
+    """Outcome of the round loop."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    node_accuracy: list[float] = field(default_factory=list)
+    average_accuracy: float = float("nan")
+    seconds: float = 0.0
+    diverged_round: int | None = None
+
+
+def evaluate(trainer: Trainer) -> tuple[Tensor, float]:
+    """(n,) per-node test accuracy and the accuracy of the average model."""
+    ctx = trainer.ctx
+    z = trainer.models()
+    both = torch.cat([z, z.mean(dim=0, keepdim=True)])  # (n + 1, d)
+    acc = accuracy(ctx.fm, both, ctx.data.x_test, ctx.data.y_test)
+    return acc[:-1], float(acc[-1])
+
+
+def train(trainer: Trainer, progress: Callable[[int], None] | None = None) -> TrainResult:
+    """The round loop: rounds, periodic evaluation, divergence detection.
+
+    Args:
+        trainer: a built trainer.
+        progress: called with 1 after every round (e.g. a tqdm bar's update).
+    """
+    run = trainer.ctx.run
+    result = TrainResult()
+    start = time.perf_counter()
+    for t in range(run.rounds):
+        trainer.round(t)
+        if progress is not None:
+            progress(1)
+        if (t + 1) % run.eval_every == 0 or t + 1 == run.rounds:
+            if not torch.isfinite(trainer.models()).all():
+                result.diverged_round = t
+                break
+            node_acc, avg_acc = evaluate(trainer)
+            result.history.append({"round": t + 1, "average_accuracy": avg_acc,
+                                   "mean_node_accuracy": float(node_acc.mean())})
+            result.node_accuracy, result.average_accuracy = node_acc.tolist(), avg_acc
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,359 @@
+"""The message bus and its log.
+
+Every payload that crosses an edge goes through `MessageBus` and the trainer continues with what
+the bus delivers, so nothing can bypass the log. A message has a round, a sender, its receivers,
+a kind and a payload:
+
+* broadcast payloads (one value per sender, the same for all its receivers, possibly scaled by a
+  public per-edge weight such as push-sum's P_ji) are stored once per sender with their edge list;
+* per-edge payloads (different for each receiver, e.g. DPDL's cross-gradients) are stored per edge.
+
+A `RecordPolicy` (rounds, senders, kinds) bounds memory. Logs are written as safetensors plus a JSON
+index, a format that cannot execute code when read. The senders' true batches (ground truth for
+grading attacks) are kept in a separate `GroundTruth` object and file, never in the log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from privbench.errors import DataError
+
+LOG_FORMAT = "privbench-messages/1"
+
+
+@dataclass(frozen=True)
+class MessageKind:
+    """A kind of message a defense sends.
+
+    Attributes:
+        name: the card's name (e.g. "model", "weight", "cross_gradient").
+        covered: whether the defense's DP guarantee covers it (directly or by post-processing).
+        data_dependent: whether its content depends on private data (an uncovered, data-dependent
+            kind is a leak the report must show).
+        per_edge: whether each receiver gets its own payload.
+        description: what it carries, in the card's notation.
+    """
+
+    name: str
+    covered: bool
+    data_dependent: bool = True
+    per_edge: bool = False
+    description: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RecordPolicy:
+    """Which messages the log keeps. `None` means all.
+
+    Attributes:
+        rounds: rounds to record.
+        senders: sender nodes to record.
+        kinds: message kinds to record.
+        enabled: False records nothing (pure training).
+    """
+
+    rounds: frozenset[int] | None = None
+    senders: frozenset[int] | None = None
+    kinds: frozenset[str] | None = None
+    enabled: bool = True
+
+    def wants(self, t: int, kind: str) -> bool:
+        """Whether round t's messages of `kind` are recorded at all."""
+        return (self.enabled and (self.rounds is None or t in self.rounds)
+                and (self.kinds is None or kind in self.kinds))
+
+    @staticmethod
+    def none() -> RecordPolicy:
+        """Record nothing."""
+        return RecordPolicy(enabled=False)
+
+
+def parse_record_spec(spec: str, total_rounds: int) -> RecordPolicy:
+    """A record policy from "all", "none" or rounds like "0:10,-5:,42" (negatives from the end)."""
+    spec = spec.strip().lower()
+    if spec == "all":
+        return RecordPolicy()
+    if spec == "none":
+        return RecordPolicy.none()
+    rounds: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            if ":" in part:
+                a, b = part.split(":", 1)
+                rounds.update(range(total_rounds)[slice(int(a) if a else None,
+                                                        int(b) if b else None)])
+            else:
+                r = int(part)
+                rounds.add(r % total_rounds if -total_rounds <= r < total_rounds else r)
+        except ValueError:
+            raise DataError(f"bad --record spec {spec!r}; accepted: all, none, or comma-separated "
+                            "rounds and start:stop ranges (e.g. 0:10,-5:)") from None
+    return RecordPolicy(rounds=frozenset(rounds))
+
+
+@dataclass(frozen=True)
+class Record:
+    """Messages of one kind in one round.
+
+    Attributes:
+        round: the round.
+        kind: message kind.
+        edges: (E, 2) int64 rows of (sender, receiver).
+        payload: broadcast: (m, ...) one row per entry of `senders`; per-edge: (E, ...) per edge.
+        senders: (m,) int64 for broadcast payloads; equals edges[:, 0] for per-edge ones.
+        scale: (E,) public per-edge multiplier applied to the payload in transit, or None.
+        per_edge: which of the two layouts `payload` has.
+    """
+
+    round: int
+    kind: str
+    edges: Tensor
+    payload: Tensor
+    senders: Tensor
+    scale: Tensor | None
+    per_edge: bool
+
+    def sent_by(self, i: int) -> Tensor | None:
+        """The payload node i sent (broadcast), or None when not recorded."""
+        hit = torch.nonzero(self.senders == i).flatten()
+        return self.payload[hit[0]] if len(hit) else None
+
+    def restrict(self, receivers: set[int]) -> Record | None:
+        """The part of this record that reaches `receivers` (None when nothing does)."""
+        keep = torch.tensor([int(r) in receivers for r in self.edges[:, 1]], dtype=torch.bool)
+        if not keep.any():
+            return None
+        edges = self.edges[keep]
+        scale = self.scale[keep] if self.scale is not None else None
+        if self.per_edge:
+            return Record(self.round, self.kind, edges, self.payload[keep], edges[:, 0], scale, True)
+        rows = torch.tensor([int(s) in set(edges[:, 0].tolist()) for s in self.senders])
+        return Record(self.round, self.kind, edges, self.payload[rows], self.senders[rows], scale,
+                      False)
+
+
+@dataclass
+class MessageLog:
+    """Recorded messages, indexed by (round, kind)."""
+
+    records: dict[tuple[int, str], Record] = field(default_factory=dict)
+
+    def add(self, rec: Record) -> None:
+        """Store one record (a second record for the same round and kind is an error)."""
+        key = (rec.round, rec.kind)
+        if key in self.records:
+            raise RuntimeError(f"message kind {rec.kind!r} sent twice in round {rec.round}")
+        self.records[key] = rec
+
+    def get(self, t: int, kind: str) -> Record | None:
+        """The record of `kind` in round t, if recorded."""
+        return self.records.get((t, kind))
+
+    def rounds(self, kind: str | None = None) -> list[int]:
+        """Recorded rounds (of one kind)."""
+        return sorted({t for t, k in self.records if kind is None or k == kind})
+
+    def kinds(self) -> list[str]:
+        """Recorded kinds."""
+        return sorted({k for _, k in self.records})
+
+    def observed_by(self, receivers: Iterable[int] | None) -> MessageLog:
+        """What a set of receivers sees (None: an eavesdropper on every edge sees everything)."""
+        if receivers is None:
+            return MessageLog(dict(self.records))
+        rs = {int(r) for r in receivers}
+        out = MessageLog()
+        for rec in self.records.values():
+            part = rec.restrict(rs)
+            if part is not None:
+                out.add(part)
+        return out
+
+    def nbytes(self) -> int:
+        """Memory held by payloads."""
+        return sum(r.payload.numel() * r.payload.element_size() for r in self.records.values())
+
+    def save(self, folder: str | Path) -> None:
+        """Write `messages.safetensors` and `messages.json` (index) into `folder`."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors: dict[str, Tensor] = {}
+        index = []
+        for n, rec in enumerate(self.records.values()):
+            tensors[f"{n}.edges"] = rec.edges.contiguous()
+            tensors[f"{n}.payload"] = rec.payload.contiguous()
+            tensors[f"{n}.senders"] = rec.senders.contiguous()
+            if rec.scale is not None:
+                tensors[f"{n}.scale"] = rec.scale.contiguous()
+            index.append({"id": n, "round": rec.round, "kind": rec.kind, "per_edge": rec.per_edge})
+        save_file(tensors, str(folder / "messages.safetensors"))
+        (folder / "messages.json").write_text(json.dumps({"format": LOG_FORMAT, "records": index}))
+
+    @staticmethod
+    def load(folder: str | Path) -> MessageLog:
+        """Read a log written by `save` (never executes code; one-line errors when corrupt)."""
+        folder = Path(folder)
+        tensors = _load_tensors(folder / "messages.safetensors")
+        index = _load_index(folder / "messages.json")
+        log = MessageLog()
+        try:
+            for item in index["records"]:
+                n = item["id"]
+                log.add(Record(int(item["round"]), str(item["kind"]), tensors[f"{n}.edges"],
+                               tensors[f"{n}.payload"], tensors[f"{n}.senders"],
+                               tensors.get(f"{n}.scale"), bool(item["per_edge"])))
+        except (KeyError, TypeError) as exc:
+            raise DataError(f"message log {folder} is inconsistent (missing {exc})") from None
+        return log
+
+
+def _load_tensors(path: Path) -> dict[str, Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise DataError(f"message log file {path} not found (expected messages.safetensors "
+                        "written by `privbench train`)")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise DataError(f"{path} is not a valid safetensors file ({exc})".replace("\n", " ")) from None
+
+
+def _load_index(path: Path) -> dict:
+    try:
+        index = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"message index {path} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(index, dict) or index.get("format") != LOG_FORMAT:
+        raise DataError(f"{path} is not a privbench message index (format {LOG_FORMAT} expected)")
+    return index
+
+
+class GroundTruth:
+    """The senders' true batches per round: for grading attacks, never given to an attacker.
+
+    Stored per round: slots (n, B) positions into each node's members and mask (n, B).
+    """
+
+    def __init__(self, policy: RecordPolicy) -> None:
+        self.policy = policy
+        self.batches: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def record(self, t: int, slots: Tensor, mask: Tensor) -> None:
+        """Keep round t's batches (when the policy records round t)."""
+        if self.policy.enabled and (self.policy.rounds is None or t in self.policy.rounds):
+            self.batches[t] = (slots.detach().cpu(), mask.detach().cpu())
+
+    def save(self, folder: str | Path) -> None:
+        """Write `ground_truth.safetensors` into `folder`."""
+        from safetensors.torch import save_file
+
+        tensors = {}
+        for t, (slots, mask) in self.batches.items():
+            tensors[f"{t}.slots"], tensors[f"{t}.mask"] = slots.contiguous(), mask.contiguous()
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(Path(folder) / "ground_truth.safetensors"))
+
+    @staticmethod
+    def load(folder: str | Path) -> GroundTruth:
+        """Read `ground_truth.safetensors`."""
+        tensors = _load_tensors(Path(folder) / "ground_truth.safetensors")
+        gt = GroundTruth(RecordPolicy())
+        for key in tensors:
+            t, what = key.split(".")
+            if what == "slots":
+                gt.batches[int(t)] = (tensors[key], tensors[f"{t}.mask"])
+        return gt
+
+
+class MessageBus:
+    """Carries, delivers and records every message of a run.
+
+    Args:
+        kinds: the defense's message kinds (sending an undeclared kind is an error).
+        policy: what to record.
+        storage: device where recorded payloads are kept (CPU by default, to bound GPU memory).
+    """
+
+    def __init__(self, kinds: Iterable[MessageKind], policy: RecordPolicy | None = None,
+                 storage: torch.device | str = "cpu") -> None:
+        self.kinds = {k.name: k for k in kinds}
+        self.policy = policy or RecordPolicy()
+        self.storage = torch.device(storage)
+        self.log = MessageLog()
+
+    def _check(self, kind: str, per_edge: bool) -> None:
+        if kind not in self.kinds:
+            raise RuntimeError(f"message kind {kind!r} not declared (declared: {list(self.kinds)})")
+        if self.kinds[kind].per_edge != per_edge:
+            raise RuntimeError(f"message kind {kind!r} sent with the wrong layout")
+
+    def broadcast(self, t: int, kind: str, payload: Tensor, adjacency: Tensor,
+                  scale: Tensor | None = None) -> Tensor:
+        """Send row i of `payload` from node i to every j with adjacency[j, i].
+
+        Args:
+            t: round.
+            kind: declared message kind.
+            payload: (n, ...) one value per sender.
+            adjacency: (n, n) bool, [j, i] True when i sends to j.
+            scale: optional (n, n) public multiplier, [j, i] applied on edge i -> j (push-sum P).
+
+        Returns:
+            The delivered payload (n, ...): what receivers combine.
+        """
+        self._check(kind, per_edge=False)
+        if self.policy.wants(t, kind):
+            dst, src = torch.nonzero(adjacency, as_tuple=True)
+            keep = self._sender_mask(src)
+            src, dst = src[keep], dst[keep]
+            senders = torch.unique(src)
+            edges = torch.stack([src, dst], dim=1).to(self.storage)
+            sc = scale[dst, src].to(self.storage) if scale is not None else None
+            rec = Record(t, kind, edges, payload[senders].detach().to(self.storage, copy=True),
+                         senders.to(self.storage), sc, False)
+            if len(senders):
+                self.log.add(rec)
+        return payload
+
+    def per_edge(self, t: int, kind: str, payload: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        """Send payload[e] from src[e] to dst[e] (one payload per edge).
+
+        Args:
+            payload: (E, ...).
+            src, dst: (E,) int64 sender and receiver of each edge.
+
+        Returns:
+            The delivered payload (E, ...).
+        """
+        self._check(kind, per_edge=True)
+        if self.policy.wants(t, kind):
+            keep = self._sender_mask(src)
+            edges = torch.stack([src[keep], dst[keep]], dim=1).to(self.storage)
+            if len(edges):
+                self.log.add(Record(t, kind, edges,
+                                    payload[keep].detach().to(self.storage, copy=True),
+                                    edges[:, 0], None, True))
+        return payload
+
+    def _sender_mask(self, src: Tensor) -> Tensor:
+        if self.policy.senders is None:
+            return torch.ones_like(src, dtype=torch.bool)
+        allowed = torch.tensor(sorted(self.policy.senders), device=src.device)
+        return torch.isin(src, allowed)

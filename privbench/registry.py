@@ -1,0 +1,80 @@
+"""One `Registry` class and the registries every part of privbench shares.
+
+Defenses, attacks, datasets, models and topologies register themselves under their file stem
+(DESIGN.md conventions); a lookup of an unknown name raises `UnknownNameError` listing the known
+names, which the CLI prints as a one-line error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from privbench.errors import UnknownNameError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A name -> object mapping with a helpful error for unknown names.
+
+    Args:
+        kind: what is registered ("defense", "dataset", ...), used in error messages.
+    """
+
+    def __init__(self, kind: str, plural: str | None = None) -> None:
+        self.kind = kind
+        self.plural = plural or f"{kind}s"
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator registering an object under `name` (names are unique)."""
+
+        def deco(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return deco
+
+    def add(self, name: str, obj: T) -> None:
+        """Register `obj` under `name`; registering a name twice is a programming error."""
+        if name in self._items and self._items[name] is not obj:
+            raise RuntimeError(f"{self.kind} {name!r} is registered twice")
+        self._items[name] = obj
+
+    def get(self, name: str) -> T:
+        """The object registered under `name`, or a one-line error listing the known names."""
+        try:
+            return self._items[name]
+        except KeyError:
+            known = ", ".join(sorted(self._items)) or "(none registered)"
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; known: {known}") from None
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+DATASETS: Registry = Registry("dataset")
+MODELS: Registry = Registry("model")
+TOPOLOGIES: Registry = Registry("topology", "topologies")
+DEFENSES: Registry = Registry("defense")
+ATTACKS: Registry = Registry("attack")
+
+
+def load_plugins() -> None:
+    """Import `defenses` and `attacks` so that their modules register themselves.
+
+    Only the composition layer (runner / CLI) calls this: the core never imports them otherwise.
+    """
+    import attacks  # noqa: F401
+    import defenses  # noqa: F401

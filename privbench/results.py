@@ -1,0 +1,52 @@
+"""The `RunResult` JSON contract between computation and presentation, with atomic writes.
+
+Every file privbench writes goes through `atomic_write_text`: a temporary file in the same folder,
+flushed and renamed over the target, so an interrupted run never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from privbench.errors import DataError, PrivbenchError
+
+SCHEMA_VERSION = 1
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` atomically (temp file + rename); one-line error if not writable."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise PrivbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Atomically write `obj` as indented, key-sorted JSON (byte-stable for the same content)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    """Read a results JSON and check its schema version."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"results file {path} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"results file {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise DataError(f"results file {path} has schema_version {found!r}; "
+                        f"this privbench reads schema_version {SCHEMA_VERSION}")
+    return data

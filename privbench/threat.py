@@ -1,0 +1,124 @@
+"""What an attacker sees: threat models, observations and gradient views.
+
+* `neighbour`: one curious node; it sees only the messages it receives.
+* `eavesdropper`: sees every message on every edge.
+* `colluding`: a set of curious nodes pooling what they receive.
+
+An attack never touches ground truth or trainer internals. It gets an `Observation` (the part of
+the message log the threat model sees, plus public context: architecture, run and defense
+hyper-parameters, topology, the shared public initialisation) and asks the defense for
+`GradientView`s: the best estimate of a victim's (privatized) gradient at a known model that can be
+derived from those messages. Where the threat model cannot support that derivation, the defense
+raises `NotApplicable` with the reason, and the attack reports "not applicable" rather than
+inventing data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from torch import Tensor
+
+from privbench.config import RunConfig
+from privbench.errors import ConfigError
+from privbench.messages import MessageLog
+from privbench.models import FlatModel
+from privbench.topology import Topology
+
+THREATS = ("neighbour", "eavesdropper", "colluding")
+
+
+class NotApplicable(Exception):  # noqa: N818 - an outcome, not an error
+    """The threat model cannot derive what the attack needs; the message says why."""
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    """Who observes.
+
+    Attributes:
+        kind: "neighbour", "eavesdropper" or "colluding".
+        observers: the curious node (neighbour) or nodes (colluding); empty for an eavesdropper.
+    """
+
+    kind: str = "eavesdropper"
+    observers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in THREATS:
+            raise ConfigError(f"unknown threat model {self.kind!r}; accepted: {', '.join(THREATS)}")
+        if self.kind == "neighbour" and len(self.observers) != 1:
+            raise ConfigError("a curious-neighbour threat model needs exactly one observer node")
+        if self.kind == "colluding" and len(self.observers) < 1:
+            raise ConfigError("a colluding threat model needs at least one observer node")
+
+    def receivers(self) -> set[int] | None:
+        """Nodes whose incoming messages are seen (None: all edges)."""
+        return None if self.kind == "eavesdropper" else set(self.observers)
+
+    def sees_all_inputs_of(self, node: int, topology: Topology, t: int) -> bool:
+        """Whether every message node `node` receives in round t is observed."""
+        rs = self.receivers()
+        if rs is None:
+            return True
+        return node in rs or all(src in rs for src in topology.in_neighbours(t, node))
+
+
+@dataclass
+class Observation:
+    """Everything an attacker has: observed messages and public context.
+
+    Attributes:
+        log: the messages the threat model sees.
+        threat: the threat model.
+        run: the run's public configuration.
+        defense: the defense's registry key.
+        defense_cfg: the defense's public hyper-parameters.
+        fm: the (public) architecture.
+        topology: the (public) graph.
+        x0: (d,) the shared public initial model, or None if the threat model does not know it.
+        public: defense-specific public per-round values (e.g. step-size or noise schedules).
+    """
+
+    log: MessageLog
+    threat: ThreatModel
+    run: RunConfig
+    defense: str
+    defense_cfg: Any
+    fm: FlatModel
+    topology: Topology
+    x0: Tensor | None = None
+    public: dict[str, Any] | None = None
+
+
+ViewKind = Literal["gradient", "sign", "partial"]
+
+
+@dataclass(frozen=True)
+class GradientView:
+    """An estimate of a victim's released gradient at a known model.
+
+    Attributes:
+        victim: the node whose data produced it.
+        round: the round it was computed in.
+        params: (d,) the model at which the gradient was taken (known to the attacker).
+        gradient: (d,) the estimate, on the scale of a batch-mean gradient (clipped and noisy
+            for DP defenses); for kind "sign" its signs carry the information.
+        kind: "gradient" (all coordinates), "sign" (sign-only message) or "partial" (only the
+            coordinates in `mask` are observed, e.g. DPPS's shared layers).
+        mask: (d,) bool observed coordinates for "partial", else None.
+        batch_size: the victim's (public or expected) batch size in that round.
+        source: how it was derived (e.g. "(x_i^t - x_i^{t+1/2}) / lr").
+        exact: whether it equals the released quantity exactly (False for estimates).
+    """
+
+    victim: int
+    round: int
+    params: Tensor
+    gradient: Tensor
+    kind: ViewKind
+    mask: Tensor | None
+    batch_size: int
+    source: str
+    exact: bool = True
