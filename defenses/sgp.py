@@ -6,7 +6,8 @@ x_i and a weight w_i; each round
 
     z_i = x_i / w_i                         (de-biased model)
     x_i^{k+1/2} = x_i - lr * grad f_i(z_i)  (local step at the de-biased model)
-    x_j^{k+1} = sum_i P_ji x_i^{k+1/2},  w_j^{k+1} = sum_i P_ji w_i   (push-sum, P column-stochastic)
+    x_j^{k+1} = sum_i P_ji x_i^{k+1/2},  w_j^{k+1} = sum_i P_ji w_i
+                                            (push-sum, P column-stochastic)
 
 Messages (as every push-sum defense card names them): `model` (P_ji x_i^{k+1/2}) and `weight`
 (P_ji w_i). Neither is protected: this is the attackable baseline.
@@ -73,7 +74,7 @@ class SGP(Trainer):
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
-        """The victim's round-t batch gradient g = (x_i^t - x_i^{t+1/2}) / lr at z_i^t = x_i^t / w_i^t.
+        """The victim's round-t batch gradient (x_i^t - x_i^{t+1/2}) / lr at z_i^t = x_i^t / w_i^t.
 
         With momentum m the released step is the buffer b_t = m b_{t-1} + g_t, so the gradient is
         de-momentumized: g_t = b_t - m b_{t-1} (needs round t-1 as well).

@@ -1,3 +1,3 @@
-"""privbench: attack-and-defense evaluation suite for differentially private decentralized learning."""
+"""privbench: attack-and-defense evaluation of differentially private decentralized learning."""
 
 __version__ = "0.1.0"

@@ -93,9 +93,9 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None or (isinstance(value, str) and value.lower() == "none"):
-            if type(None) in args:
-                return None
+        is_none = value is None or (isinstance(value, str) and value.lower() == "none")
+        if is_none and type(None) in args:
+            return None
         errors = []
         for arg in args:
             if arg is type(None):
@@ -108,7 +108,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     if origin is typing.Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+            choices = ", ".join(map(str, allowed))
+            raise ConfigError(f"{name} must be one of {choices}, got {value!r}")
         return value
     if origin is tuple:
         items = value.split(",") if isinstance(value, str) else list(value)
@@ -139,7 +140,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
 
 
 def replace_checked(cfg: C, updates: dict[str, Any], where: str = "") -> C:
-    """`dataclasses.replace` with every key and value checked against the fields' names and types."""
+    """`dataclasses.replace` with each key and value checked against the fields' names and types."""
     hints = typing.get_type_hints(type(cfg))
     names = [f.name for f in dataclasses.fields(cfg)]  # type: ignore[arg-type]
     coerced = {}
@@ -158,7 +159,8 @@ def parse_sets(pairs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set expects key=value (e.g. lr=0.05 or defense.clip=1), got {pair!r}")
+            raise ConfigError("--set expects key=value (e.g. lr=0.05 or defense.clip=1), "
+                              f"got {pair!r}")
         if key.startswith("defense."):
             defense[key.removeprefix("defense.")] = value
         else:

@@ -85,6 +85,8 @@ def _torchvision_loader(name: str) -> Callable[..., Dataset]:
             raise DataError(f"dataset {name!r} needs --data-root DIR holding {expected}")
         import torchvision
 
+        if cls_name != "CIFAR10":
+            _gunzip_idx(Path(root) / cls_name / "raw")
         cls = getattr(torchvision.datasets, cls_name)
         try:
             train = cls(str(root), train=True, download=download)
@@ -96,6 +98,18 @@ def _torchvision_loader(name: str) -> Callable[..., Dataset]:
 
     load.__doc__ = f"{cls_name} from a local root ({expected})."
     return load
+
+
+def _gunzip_idx(raw: Path) -> None:
+    """torchvision reads uncompressed idx files; unpack `*-ubyte.gz` files found without them."""
+    import gzip
+    import shutil
+
+    for gz in raw.glob("*-ubyte.gz") if raw.is_dir() else []:
+        target = gz.with_suffix("")
+        if not target.exists():
+            with gzip.open(gz, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
 
 
 def _to_tensors(ds: object) -> tuple[Tensor, Tensor]:
@@ -153,7 +167,8 @@ def partition(labels: np.ndarray, n: int, scheme: str, alpha: float,
                       "raise alpha or lower the number of nodes")
 
 
-def _stack_padded(x: Tensor, y: Tensor, parts: list[np.ndarray]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _stack_padded(x: Tensor, y: Tensor,
+                  parts: list[np.ndarray]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Stack per-node samples padded to the largest node: x (n, M, ...), y, idx (-1 pad), counts."""
     m = max(len(p) for p in parts)
     idx = torch.full((len(parts), m), -1, dtype=torch.int64)
@@ -169,7 +184,8 @@ class NodeData:
     """All nodes' data, stacked and padded.
 
     Attributes:
-        x, y: members (training samples), (n, M, C, H, W) and (n, M); rows past `counts` are padding.
+        x, y: members (training samples), (n, M, C, H, W) and (n, M); rows past `counts` are
+            padding.
         idx: (n, M) indices into the dataset's train split (-1 for padding): ground truth.
         counts: (n,) members per node.
         x_out, y_out, idx_out, counts_out: held-out non-members per node, same layout.
@@ -201,7 +217,8 @@ class NodeData:
 
     def to(self, device: torch.device) -> NodeData:
         """A copy with every tensor on `device`."""
-        fields = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        fields = {k: (v.to(device) if isinstance(v, Tensor) else v)
+                  for k, v in self.__dict__.items()}
         return NodeData(**fields)
 
     def sample(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -267,7 +284,7 @@ def split_nodes(ds: Dataset, n: int, scheme: str = "iid", alpha: float = 0.5,
     members, held = [], []
     for p in parts:
         p = rng.permutation(p)
-        k = max(1, int(round(len(p) * holdout))) if holdout > 0 else 0
+        k = max(1, round(len(p) * holdout)) if holdout > 0 else 0
         held.append(np.sort(p[:k]))
         members.append(np.sort(p[k:]))
     x, y, idx, counts = _stack_padded(ds.x_train, ds.y_train, members)

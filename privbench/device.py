@@ -36,4 +36,5 @@ def device_description(dev: torch.device) -> str:
         return f"cuda ({torch.cuda.get_device_name(dev)})"
     import platform
 
-    return f"{dev.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    cpu = platform.processor() or platform.machine()
+    return f"{dev.type} ({cpu}, {torch.get_num_threads()} threads)"

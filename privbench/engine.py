@@ -89,14 +89,16 @@ def clip_l2(g: Tensor, bound: Tensor | float) -> tuple[Tensor, Tensor]:
         clipped (..., d) and the original norms (...).
     """
     norms = g.norm(dim=-1)
-    factor = (torch.as_tensor(bound, dtype=g.dtype, device=g.device) / (norms + 1e-12)).clamp(max=1.0)
+    bound_t = torch.as_tensor(bound, dtype=g.dtype, device=g.device)
+    factor = (bound_t / (norms + 1e-12)).clamp(max=1.0)
     return g * factor[..., None], norms
 
 
 def clip_l1(g: Tensor, bound: Tensor | float) -> tuple[Tensor, Tensor]:
     """Scale each row of g (..., d) to L1 norm at most `bound`. Returns (clipped, L1 norms)."""
     norms = g.abs().sum(dim=-1)
-    factor = (torch.as_tensor(bound, dtype=g.dtype, device=g.device) / (norms + 1e-12)).clamp(max=1.0)
+    bound_t = torch.as_tensor(bound, dtype=g.dtype, device=g.device)
+    factor = (bound_t / (norms + 1e-12)).clamp(max=1.0)
     return g * factor[..., None], norms
 
 

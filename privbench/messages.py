@@ -129,15 +129,17 @@ class Record:
         hit = torch.nonzero(self.senders == i).flatten()
         return self.payload[hit[0]] if len(hit) else None
 
-    def restrict(self, receivers: set[int]) -> Record | None:
-        """The part of this record that reaches `receivers` (None when nothing does)."""
-        keep = torch.tensor([int(r) in receivers for r in self.edges[:, 1]], dtype=torch.bool)
+    def restrict(self, nodes: set[int]) -> Record | None:
+        """The part of this record that `nodes` send or receive (None when nothing)."""
+        keep = torch.tensor([int(s) in nodes or int(r) in nodes for s, r in self.edges.tolist()],
+                            dtype=torch.bool)
         if not keep.any():
             return None
         edges = self.edges[keep]
         scale = self.scale[keep] if self.scale is not None else None
         if self.per_edge:
-            return Record(self.round, self.kind, edges, self.payload[keep], edges[:, 0], scale, True)
+            return Record(self.round, self.kind, edges, self.payload[keep], edges[:, 0], scale,
+                          True)
         rows = torch.tensor([int(s) in set(edges[:, 0].tolist()) for s in self.senders])
         return Record(self.round, self.kind, edges, self.payload[rows], self.senders[rows], scale,
                       False)
@@ -169,7 +171,10 @@ class MessageLog:
         return sorted({k for _, k in self.records})
 
     def observed_by(self, receivers: Iterable[int] | None) -> MessageLog:
-        """What a set of receivers sees (None: an eavesdropper on every edge sees everything)."""
+        """What a set of curious nodes sees: everything they receive or send themselves.
+
+        None stands for an eavesdropper on every edge, who sees everything.
+        """
         if receivers is None:
             return MessageLog(dict(self.records))
         rs = {int(r) for r in receivers}
@@ -230,7 +235,8 @@ def _load_tensors(path: Path) -> dict[str, Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise DataError(f"{path} is not a valid safetensors file ({exc})".replace("\n", " ")) from None
+        reason = str(exc).replace("\n", " ")
+        raise DataError(f"{path} is not a valid safetensors file ({reason})") from None
 
 
 def _load_index(path: Path) -> dict:

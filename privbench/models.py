@@ -15,6 +15,7 @@ engine can stack n nodes as `(n, d)` and call the module functionally under `vma
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def make_mlp(input_shape: Shape, num_classes: int, hidden: Sequence[int] = (128,
         raise ConfigError(f"unknown activation {activation!r}; accepted: {', '.join(_ACTIVATIONS)}")
     widths = [math.prod(input_shape), *hidden]
     layers: list[nn.Module] = [nn.Flatten()]
-    for a, b in zip(widths[:-1], widths[1:], strict=True):
+    for a, b in itertools.pairwise(widths):
         layers += [nn.Linear(a, b), _ACTIVATIONS[activation]()]
     layers.append(nn.Linear(widths[-1], num_classes))
     return nn.Sequential(*layers)

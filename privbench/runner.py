@@ -53,8 +53,8 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
         raise ConfigError(f"defense {defense!r} gossips on an undirected graph; topology "
                           f"{run.topology!r} is directed (use ring, complete, two_hub, random_out)")
     policy = policy or RecordPolicy()
-    ctx = Context(run, fm, data.to(device), topo, MessageBus(cls.kinds, policy), GroundTruth(policy),
-                  streams, device)
+    bus = MessageBus(cls.kinds, policy)
+    ctx = Context(run, fm, data.to(device), topo, bus, GroundTruth(policy), streams, device)
     return Built(cls(cfg, ctx), ctx, defense)
 
 

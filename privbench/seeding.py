@@ -33,7 +33,8 @@ class Streams:
         self.device = torch.device(device)
         self._cache: dict[tuple, torch.Generator] = {}
 
-    def get(self, name: str, *sub: str | int, device: torch.device | str | None = None) -> torch.Generator:
+    def get(self, name: str, *sub: str | int,
+            device: torch.device | str | None = None) -> torch.Generator:
         """The generator for stream `name` (optionally a sub-stream); the same object each call."""
         dev = torch.device(device) if device is not None else self.device
         key = (name, *sub, str(dev))
@@ -43,7 +44,8 @@ class Streams:
             self._cache[key] = gen
         return self._cache[key]
 
-    def fresh(self, name: str, *sub: str | int, device: torch.device | str | None = None) -> torch.Generator:
+    def fresh(self, name: str, *sub: str | int,
+              device: torch.device | str | None = None) -> torch.Generator:
         """A new generator for `name` at its initial state (not cached)."""
         gen = torch.Generator(device=torch.device(device) if device is not None else self.device)
         gen.manual_seed(derive_seed(self.seed, name, *sub))

@@ -1,0 +1,79 @@
+"""The command line: list, train, and one-line errors with exit code 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from privbench.cli import main
+
+
+def test_list_prints_every_registry(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for line in ("defenses:", "attacks:", "datasets:", "models:", "topologies:"):
+        assert line in out
+    assert "sgp" in out and "digits" in out and "random_out" in out
+
+
+def test_train_writes_results_and_messages(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "--defense", "sgp", "--rounds", "20", "--nodes", "4", "--device", "cpu",
+                 "--out", str(out), "--quiet", "--record", "0:3"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "average-model test accuracy" in printed
+    res = json.loads((out / "results.json").read_text())
+    assert res["defense"] == "sgp" and res["run"]["rounds"] == 20
+    assert len(res["accuracy"]["per_node"]) == 4
+    assert {m["name"] for m in res["messages"]} == {"model", "weight"}
+    assert (out / "messages.safetensors").exists() and (out / "ground_truth.safetensors").exists()
+    index = json.loads((out / "messages.json").read_text())
+    assert sorted({r["round"] for r in index["records"]}) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["train", "--dataset", "imagenet"], "unknown dataset 'imagenet'; known:"),
+    (["train", "--model", "vgg"], "unknown model 'vgg'; known:"),
+    (["train", "--topology", "star"], "unknown topology 'star'; known:"),
+    (["train", "--defense", "nope"], "unknown defense 'nope'; known:"),
+    (["train", "--nodes", "1"], "nodes must be >= 2"),
+    (["train", "--rounds", "0"], "rounds must be >= 1"),
+    (["train", "--batch-size", "0"], "batch_size must be >= 1"),
+    (["train", "--eps", "-1"], "epsilon must be > 0"),
+    (["train", "--delta", "1.5"], "delta must be in (0, 1)"),
+    (["train", "--dataset", "mnist", "--data-root", "/nonexistent"], "expected MNIST/raw/"),
+    (["train", "--set", "nosuch=1"], "unknown run key 'nosuch'"),
+    (["train", "--set", "defense.nosuch=1"], "unknown defense key 'nosuch'"),
+    (["train", "--set", "rounds=abc"], "rounds must be int"),
+    (["train", "--config", "/nonexistent.toml"], "config file /nonexistent.toml not found"),
+    (["train", "--device", "tpu"], "device"),
+    (["train", "--record", "x:y"], "bad --record spec"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle, capsys, tmp_path):
+    assert main([*args, "--out", str(tmp_path / "o")] if args[0] == "train" else args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("privbench: error: ") and needle in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_toml_config_and_set_overrides(tmp_path, capsys):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('nodes = 3\nrounds = 5\nmodel = "mlp"\n[defense]\nmomentum = 0.5\n')
+    out = tmp_path / "o"
+    assert main(["train", "--config", str(cfg), "--set", "rounds=4", "--device", "cpu",
+                 "--out", str(out), "--quiet"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["run"]["nodes"] == 3 and res["run"]["rounds"] == 4
+    assert res["defense_config"]["momentum"] == 0.5
+
+
+def test_python_dash_m_entry_point_and_exit_code():
+    proc = subprocess.run([sys.executable, "-m", "privbench", "train", "--nodes", "0"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "privbench: error: nodes must be >= 2, got 0"
