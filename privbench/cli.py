@@ -129,6 +129,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """`privbench report RESULTS.json [...] -o report.html`: render/merge without training code."""
+    from privbench.report import merge_results, render_html
+    from privbench.results import atomic_write_text, read_results
+
+    merged = merge_results([read_results(p) for p in args.results])
+    if merged.get("kind") != "audit":
+        raise PrivbenchError(f"{args.results[0]} is a {merged.get('kind')!r} result; `privbench "
+                             "report` renders audit results written by `privbench attack`")
+    atomic_write_text(args.output, render_html(merged))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser."""
     parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
@@ -148,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="print every registry")
     commands["list"] = cmd_list
+
+    p = sub.add_parser("report", help="render or merge audit results into one HTML report")
+    p.add_argument("results", nargs="+", help="results.json file(s) written by `privbench attack`")
+    p.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    commands["report"] = cmd_report
 
     p = sub.add_parser("bench", help="benchmarks (engine)")
     from privbench.bench import add_bench_arguments

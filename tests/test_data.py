@@ -93,7 +93,7 @@ def test_mnist_loaders_read_real_idx_files(tmp_path, name, folder, ext):
         _write_idx(raw / f"{split}-labels-idx1-ubyte{ext}", rng.integers(0, 10, (n,)), 2049)
     ds = load_dataset(name, tmp_path)
     assert ds.x_train.shape == (12, 1, 28, 28) and ds.x_test.shape == (6, 1, 28, 28)
-    assert 0 <= ds.x_train.min() and ds.x_train.max() <= 1 and ds.num_classes == 10
+    assert ds.x_train.min() >= 0 and ds.x_train.max() <= 1 and ds.num_classes == 10
     # pixel values survive the round trip (uint8 / 255); `images` is the last split written (t10k)
     assert torch.allclose(ds.x_test[:, 0] * 255, torch.as_tensor(images, dtype=torch.float32))
 
