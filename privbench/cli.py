@@ -143,6 +143,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """`privbench check`: exit 0 when every policy bound holds, 1 when any is violated."""
+    from privbench import gate
+    from privbench.results import atomic_write_text, read_results
+
+    if args.tolerance <= 0:
+        raise PrivbenchError(f"--tolerance must be > 0, got {args.tolerance}")
+    policy = gate.load_policy(args.policy)
+    results = read_results(args.results)
+    baseline = read_results(args.baseline) if args.baseline else None
+    checks = gate.run_checks(results, policy, baseline, args.tolerance)
+    print(gate.format_table(checks))
+    if args.junit:
+        atomic_write_text(args.junit, gate.junit_xml(checks))
+    return 0 if all(c.passed for c in checks) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser."""
     parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
@@ -167,6 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("results", nargs="+", help="results.json file(s) written by `privbench attack`")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     commands["report"] = cmd_report
+
+    p = sub.add_parser("check", help="privacy regression gate: check results against a policy")
+    p.add_argument("results", help="results.json written by `privbench attack`")
+    p.add_argument("--policy", required=True, help="policy TOML ([[bound]] tables, [tolerance])")
+    p.add_argument("--baseline", help="earlier results.json to compare against")
+    p.add_argument("--tolerance", type=float, default=1.0,
+                   help="scale of the policy's per-metric baseline tolerances (default 1)")
+    p.add_argument("--junit", help="also write JUnit XML here")
+    commands["check"] = cmd_check
 
     p = sub.add_parser("bench", help="benchmarks (engine)")
     from privbench.bench import add_bench_arguments

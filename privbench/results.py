@@ -7,6 +7,7 @@ flushed and renamed over the target, so an interrupted run never leaves a half-w
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -50,3 +51,39 @@ def read_results(path: str | Path) -> dict[str, Any]:
         raise DataError(f"results file {path} has schema_version {found!r}; "
                         f"this privbench reads schema_version {SCHEMA_VERSION}")
     return data
+
+
+# Readers of audit results, shared by the report and the CI gate (pure functions of dicts).
+
+
+def finite_or_none(x: Any) -> float | None:
+    """x as a float when it is a finite number, else None."""
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
+
+
+def claimed_eps(cell: dict[str, Any], mode: str) -> float | None:
+    """The largest per-node ε of a cell in `mode` ("paper" or "calibrated"), or None."""
+    values = [finite_or_none(r.get("epsilon")) for r in cell.get("privacy", [])
+              if r.get("mode") == mode]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+# Metrics where a smaller value means the attack recovered more.
+LOWER_MEANS_LEAKIER = frozenset({"mse", "lpips"})
+
+
+def attack_metric(cell: dict[str, Any], key: str) -> float | None:
+    """The worst case (most leaking) value of a metric over a cell's attacks."""
+    vals = [finite_or_none(a.get("metrics", {}).get(key)) for a in cell.get("attacks", {}).values()
+            if str(a.get("status", "")).startswith("ok")]
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return min(vals) if key in LOWER_MEANS_LEAKIER else max(vals)
+
+
+def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
+    """Message kinds that carry data-dependent content outside the DP guarantee."""
+    return [m["name"] for m in cell.get("messages", [])
+            if not m.get("covered") and m.get("data_dependent", True)]

@@ -7,7 +7,6 @@ metrics, the message kinds it used, ROC points and a reconstruction gallery.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import jinja2
 
 from privbench.report import plots
+from privbench.results import attack_metric, claimed_eps, finite_or_none, uncovered_leaks
 
 TEMPLATE = Path(__file__).with_name("template.html.j2")
 
@@ -22,33 +22,6 @@ TEMPLATE = Path(__file__).with_name("template.html.j2")
 # this PSNR (dB) on [0, 1] images, and membership leaks when the AUC is at or above this value.
 PSNR_LEAK_DB = 20.0
 AUC_LEAK = 0.6
-
-
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
-
-
-def claimed_eps(cell: dict[str, Any], mode: str) -> float | None:
-    """The largest per-node ε of a cell in `mode` ("paper" or "calibrated"), or None."""
-    values = [_num(r.get("epsilon")) for r in cell.get("privacy", []) if r.get("mode") == mode]
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
-
-
-def attack_metric(cell: dict[str, Any], key: str) -> float | None:
-    """The worst case (most leaking) value of a metric over a cell's attacks."""
-    vals = [_num(a.get("metrics", {}).get(key)) for a in cell.get("attacks", {}).values()
-            if str(a.get("status", "")).startswith("ok")]
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return None
-    return min(vals) if key == "mse" else max(vals)
-
-
-def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
-    """Message kinds that carry data-dependent content outside the DP guarantee."""
-    return [m["name"] for m in cell.get("messages", [])
-            if not m.get("covered") and m.get("data_dependent", True)]
 
 
 def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -93,8 +66,9 @@ def _plots(results: dict[str, Any]) -> dict[str, str | None]:
     curves = []
     for cell in results.get("cells", []):
         eps, name = cell.get("epsilon"), cell["defense"]
-        values = {"accuracy": _num(cell.get("accuracy")), "psnr": attack_metric(cell, "psnr"),
-                  "ssim": attack_metric(cell, "ssim"), "auc": attack_metric(cell, "auc")}
+        values = {"accuracy": finite_or_none(cell.get("accuracy")),
+                  "psnr": attack_metric(cell, "psnr"), "ssim": attack_metric(cell, "ssim"),
+                  "auc": attack_metric(cell, "auc")}
         for key, v in values.items():
             if v is None:
                 continue
@@ -145,7 +119,7 @@ def _message_map(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
-    v = _num(x)
+    v = finite_or_none(x)
     return "–" if v is None else f"{v:.{digits}f}"
 
 

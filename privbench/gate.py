@@ -1,0 +1,240 @@
+"""The privacy regression gate: `privbench check RESULTS.json --policy privacy.toml`.
+
+A policy is TOML. Each `[[bound]]` table applies to the cells it selects (`defense`, default "*";
+`eps`, default every ε; "none" selects the non-private cell) and names any of these bounds:
+
+    max_psnr, max_ssim, min_mse, max_lpips_similarity (= max of 1 - LPIPS), max_label_accuracy,
+    max_auc, max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}, min_accuracy,
+    max_empirical_ratio (empirical ε lower bound / calibrated ε), require_coverage (no uncovered
+    data-dependent message kind), min_psnr / min_auc (floors that prove an attack still works,
+    for the non-private baseline: a gate that can fail both ways)
+
+Reconstruction and MIA metrics are read as the worst case over a cell's attacks
+(`privbench.results.attack_metric`). A `[tolerance]` table gives, per metric, how far a value may
+move toward less privacy relative to `--baseline BASELINE.json` before it is flagged (defaults
+below; `--tolerance` scales them all).
+
+Exit codes: 0 all checks hold, 1 any violated, 2 malformed policy or results (one-line error).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from privbench.errors import ConfigError
+from privbench.results import attack_metric, claimed_eps, finite_or_none, uncovered_leaks
+
+# bound key -> (metric, comparison): value must be <= bound for "max", >= for "min".
+SIMPLE_BOUNDS: dict[str, tuple[str, str]] = {
+    "max_psnr": ("psnr", "max"), "max_ssim": ("ssim", "max"), "min_mse": ("mse", "min"),
+    "max_label_accuracy": ("label_accuracy", "max"), "max_auc": ("auc", "max"),
+    "min_accuracy": ("accuracy", "min"), "min_psnr": ("psnr", "min"), "min_auc": ("auc", "min"),
+    "max_lpips_similarity": ("lpips_similarity", "max"),
+}
+OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage")
+SELECTORS = ("defense", "eps")
+# Direction in which a metric moving means *less* privacy, and its default tolerance.
+BASELINE_METRICS: dict[str, tuple[int, float]] = {
+    "psnr": (+1, 1.0), "ssim": (+1, 0.05), "mse": (-1, 0.002), "label_accuracy": (+1, 0.1),
+    "auc": (+1, 0.03), "tpr_at_1%_fpr": (+1, 0.03), "empirical_epsilon": (+1, 0.25),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One evaluated check."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+def load_policy(path: str | Path) -> dict[str, Any]:
+    """Read and validate a policy file (one-line ConfigError on any problem)."""
+    try:
+        policy = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"policy file {path} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"policy file {path} is not valid TOML: {exc}") from None
+    unknown = set(policy) - {"bound", "tolerance"}
+    if unknown:
+        raise ConfigError(f"policy {path}: unknown section(s) {sorted(unknown)}; "
+                          "accepted: [[bound]], [tolerance]")
+    bounds = policy.get("bound", [])
+    if not isinstance(bounds, list) or not bounds:
+        raise ConfigError(f"policy {path}: needs at least one [[bound]] table")
+    accepted = sorted([*SIMPLE_BOUNDS, *OTHER_BOUNDS, *SELECTORS])
+    for i, b in enumerate(bounds):
+        for key, value in b.items():
+            if key not in accepted:
+                raise ConfigError(f"policy {path}: bound #{i + 1} has unknown key {key!r}; "
+                                  f"accepted: {', '.join(accepted)}")
+            _check_type(path, i, key, value)
+    for key, value in policy.get("tolerance", {}).items():
+        if key not in BASELINE_METRICS or not _is_number(value) or value < 0:
+            raise ConfigError(f"policy {path}: tolerance {key!r} must be a metric of "
+                              f"{', '.join(BASELINE_METRICS)} with a number >= 0")
+    return policy
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
+    where = f"policy {path}: bound #{i + 1} {key}"
+    if key in SIMPLE_BOUNDS or key == "max_empirical_ratio":
+        ok = _is_number(value)
+    elif key == "require_coverage":
+        ok = isinstance(value, bool)
+    elif key == "defense":
+        ok = isinstance(value, str)
+    elif key == "eps":
+        ok = _is_number(value) or value == "none"
+    else:  # max_tpr_at_fpr
+        ok = (isinstance(value, dict) and set(value) == {"fpr", "tpr"}
+              and all(_is_number(v) for v in value.values()))
+    if not ok:
+        raise ConfigError(f"{where} has the wrong type ({type(value).__name__}: {value!r})")
+
+
+def _selects(bound: dict[str, Any], cell: dict[str, Any]) -> bool:
+    if bound.get("defense", "*") not in ("*", cell["defense"]):
+        return False
+    if "eps" not in bound:
+        return True
+    eps = cell.get("epsilon")
+    if bound["eps"] == "none":
+        return eps is None
+    return eps is not None and abs(eps - bound["eps"]) < 1e-9
+
+
+def _metric(cell: dict[str, Any], metric: str) -> float | None:
+    if metric == "accuracy":
+        return finite_or_none(cell.get("accuracy"))
+    if metric == "lpips_similarity":
+        lp = attack_metric(cell, "lpips")
+        return None if lp is None else 1.0 - lp
+    return attack_metric(cell, metric)
+
+
+def _tpr_at(cell: dict[str, Any], fpr: float) -> float | None:
+    """Best TPR at FPR <= fpr over the cell's ROC curves."""
+    best = None
+    for att in cell.get("attacks", {}).values():
+        roc = att.get("roc") or {}
+        pts = [t for f, t in zip(roc.get("fpr", []), roc.get("tpr", []), strict=False) if f <= fpr]
+        if pts:
+            best = max(pts) if best is None else max(best, max(pts))
+    return best
+
+
+def cell_label(cell: dict[str, Any]) -> str:
+    """defense@ε (or defense@no-DP)."""
+    eps = cell.get("epsilon")
+    return f"{cell['defense']}@{'no-DP' if eps is None else f'{eps:g}'}"
+
+
+def check_bound(bound: dict[str, Any], cell: dict[str, Any]) -> list[Check]:
+    """Evaluate one [[bound]] table on one cell."""
+    out = []
+    label = cell_label(cell)
+    for key, limit in bound.items():
+        if key in SIMPLE_BOUNDS:
+            metric, kind = SIMPLE_BOUNDS[key]
+            value = _metric(cell, metric)
+            if value is None:
+                out.append(Check(f"{label} {key}", False, f"{metric} was not measured"))
+                continue
+            ok = value <= limit if kind == "max" else value >= limit
+            out.append(Check(f"{label} {key}", ok, f"{metric} = {value:.4g} (bound {limit:g})"))
+        elif key == "max_tpr_at_fpr":
+            tpr = _tpr_at(cell, limit["fpr"])
+            ok = tpr is not None and tpr <= limit["tpr"]
+            shown = "not measured" if tpr is None else f"{tpr:.4g}"
+            out.append(Check(f"{label} max_tpr_at_fpr", ok,
+                             f"TPR at FPR <= {limit['fpr']:g} = {shown} (bound {limit['tpr']:g})"))
+        elif key == "max_empirical_ratio":
+            emp, cal = attack_metric(cell, "empirical_epsilon"), claimed_eps(cell, "calibrated")
+            if emp is None or not cal:
+                out.append(Check(f"{label} max_empirical_ratio", False,
+                                 "empirical or calibrated ε missing"))
+                continue
+            out.append(Check(f"{label} max_empirical_ratio", emp / cal <= limit,
+                             f"empirical {emp:.3g} / calibrated {cal:.3g} = {emp / cal:.3g} "
+                             f"(bound {limit:g})"))
+        elif key == "require_coverage" and limit:
+            leaks = uncovered_leaks(cell)
+            out.append(Check(f"{label} require_coverage", not leaks,
+                             "all data-dependent messages covered" if not leaks else
+                             "uncovered data-dependent messages: " + ", ".join(leaks)))
+    return out
+
+
+def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],
+                     tolerances: dict[str, float], scale: float = 1.0) -> list[Check]:
+    """Flag metrics that moved toward less privacy than the baseline beyond their tolerance."""
+    base_cells = {cell_label(c): c for c in baseline.get("cells", [])}
+    out = []
+    for cell in results.get("cells", []):
+        label = cell_label(cell)
+        ref = base_cells.get(label)
+        if ref is None:
+            continue
+        for metric, (direction, default_tol) in BASELINE_METRICS.items():
+            now, before = attack_metric(cell, metric), attack_metric(ref, metric)
+            if now is None or before is None:
+                continue
+            tol = tolerances.get(metric, default_tol) * scale
+            worse = (now - before) * direction
+            out.append(Check(f"{label} baseline {metric}", worse <= tol,
+                             f"{metric} {before:.4g} -> {now:.4g} (tolerance {tol:g} toward "
+                             "less privacy)"))
+    return out
+
+
+def run_checks(results: dict[str, Any], policy: dict[str, Any],
+               baseline: dict[str, Any] | None = None, scale: float = 1.0) -> list[Check]:
+    """Every check of a policy (and optional baseline) on a results dict."""
+    checks: list[Check] = []
+    for i, bound in enumerate(policy["bound"]):
+        cells = [c for c in results.get("cells", []) if _selects(bound, c)]
+        if not cells:
+            sel = f"defense={bound.get('defense', '*')}, eps={bound.get('eps', '*')}"
+            msg = f"selects no cell of the results ({sel})"
+            checks.append(Check(f"bound #{i + 1}", False, msg))
+        for cell in cells:
+            checks.extend(check_bound(bound, cell))
+    if baseline is not None:
+        checks.extend(compare_baseline(results, baseline, policy.get("tolerance", {}), scale))
+    return checks
+
+
+def junit_xml(checks: list[Check]) -> str:
+    """JUnit XML with one testcase per check."""
+    failures = sum(not c.passed for c in checks)
+    suite = ET.Element("testsuite", name="privbench-check", tests=str(len(checks)),
+                       failures=str(failures), errors="0")
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname="privbench.check", name=c.name)
+        if not c.passed:
+            ET.SubElement(case, "failure", message=c.detail).text = c.detail
+        else:
+            ET.SubElement(case, "system-out").text = c.detail
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def format_table(checks: list[Check]) -> str:
+    """A readable table of every check."""
+    width = max((len(c.name) for c in checks), default=10)
+    lines = [f"{'check':<{width}}  result  detail"]
+    for c in checks:
+        lines.append(f"{c.name:<{width}}  {'PASS' if c.passed else 'FAIL'}    {c.detail}")
+    failed = sum(not c.passed for c in checks)
+    lines.append(f"{len(checks) - failed} passed, {failed} failed")
+    return "\n".join(lines)

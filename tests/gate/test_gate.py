@@ -1,0 +1,128 @@
+"""`privbench check`: every kind of bound, baseline tolerances, malformed policies, JUnit."""
+
+from __future__ import annotations
+
+import copy
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from privbench.cli import main
+from privbench.results import SCHEMA_VERSION, write_json
+
+
+def _results():
+    """A results fixture in the audit schema (hand-written values, not measurements)."""
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "audit", "run_name": "t",
+        "cells": [
+            {"defense": "dp", "epsilon": 1.0, "accuracy": 0.7,
+             "privacy": [{"epsilon": 1.0, "mode": "calibrated"}, {"epsilon": 0.5, "mode": "paper"}],
+             "messages": [{"name": "model", "covered": True, "data_dependent": True}],
+             "attacks": {
+                 "geiping": {"status": "ok", "metrics": {"psnr": 12.0, "ssim": 0.1, "mse": 0.06,
+                                                         "label_accuracy": 0.2, "lpips": 0.6}},
+                 "lira": {"status": "ok", "metrics": {"auc": 0.52, "empirical_epsilon": 0.2},
+                          "roc": {"fpr": [0.0, 0.001, 0.01, 1.0], "tpr": [0.0, 0.002, 0.02, 1.0]}},
+                 "broken": {"status": "failed: diverged", "metrics": {"psnr": 99.0}}}},
+            {"defense": "leaky", "epsilon": 1.0, "accuracy": 0.9, "privacy": [],
+             "messages": [{"name": "control_variate", "covered": False, "data_dependent": True}],
+             "attacks": {"geiping": {"status": "ok", "metrics": {"psnr": 35.0}}}},
+            {"defense": "sgp", "epsilon": None, "accuracy": 0.95, "privacy": [], "messages": [],
+             "attacks": {"geiping": {"status": "ok", "metrics": {"psnr": 40.0}}}},
+        ],
+    }
+
+
+def _run(tmp_path, policy_text, results=None, extra=()):
+    rp, pp = tmp_path / "results.json", tmp_path / "policy.toml"
+    write_json(rp, results or _results())
+    pp.write_text(policy_text)
+    return main(["check", str(rp), "--policy", str(pp), *extra])
+
+
+@pytest.mark.parametrize("bound,ok", [
+    ("max_psnr = 20", True), ("max_psnr = 10", False),
+    ("max_ssim = 0.2", True), ("max_ssim = 0.05", False),
+    ("min_mse = 0.05", True), ("min_mse = 0.1", False),
+    ("max_label_accuracy = 0.3", True), ("max_label_accuracy = 0.1", False),
+    ("max_auc = 0.6", True), ("max_auc = 0.5", False),
+    ("max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}", True),
+    ("max_tpr_at_fpr = {fpr = 0.01, tpr = 0.01}", False),
+    ("min_accuracy = 0.6", True), ("min_accuracy = 0.8", False),
+    ("max_empirical_ratio = 0.5", True), ("max_empirical_ratio = 0.1", False),
+    ("max_lpips_similarity = 0.5", True), ("max_lpips_similarity = 0.3", False),
+    ("require_coverage = true", True),
+])
+def test_each_bound_kind_passes_and_fails(tmp_path, capsys, bound, ok):
+    code = _run(tmp_path, f'[[bound]]\ndefense = "dp"\neps = 1.0\n{bound}\n')
+    assert code == (0 if ok else 1)
+    out = capsys.readouterr().out
+    assert ("0 failed" in out) == ok
+
+
+def test_failed_attacks_do_not_count_as_measurements(tmp_path):
+    # the diverged attack reported PSNR 99 but its status is not ok: the bound uses geiping's 12
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_psnr = 13\n') == 0
+
+
+def test_coverage_floor_and_selectors(tmp_path, capsys):
+    assert _run(tmp_path, '[[bound]]\ndefense = "leaky"\nrequire_coverage = true\n') == 1
+    assert "control_variate" in capsys.readouterr().out
+    # a floor on the non-private baseline: the attack must still work there
+    assert _run(tmp_path, '[[bound]]\ndefense = "sgp"\neps = "none"\nmin_psnr = 30\n') == 0
+    assert _run(tmp_path, '[[bound]]\ndefense = "sgp"\neps = "none"\nmin_psnr = 45\n') == 1
+    assert _run(tmp_path, '[[bound]]\ndefense = "nobody"\nmax_psnr = 1\n') == 1
+
+
+def test_baseline_tolerance_flags_only_moves_toward_less_privacy(tmp_path, capsys):
+    base = _results()
+    worse, better = copy.deepcopy(base), copy.deepcopy(base)
+    worse["cells"][0]["attacks"]["geiping"]["metrics"]["psnr"] = 13.5  # +1.5 dB > tol 1.0
+    better["cells"][0]["attacks"]["geiping"]["metrics"]["psnr"] = 5.0
+    bp = tmp_path / "base.json"
+    write_json(bp, base)
+    policy = '[[bound]]\ndefense = "dp"\nmax_psnr = 40\n'
+    assert _run(tmp_path, policy, worse, ["--baseline", str(bp)]) == 1
+    assert "baseline psnr" in capsys.readouterr().out
+    assert _run(tmp_path, policy, better, ["--baseline", str(bp)]) == 0
+    assert _run(tmp_path, policy, worse, ["--baseline", str(bp), "--tolerance", "2"]) == 0
+    assert _run(tmp_path, policy + "[tolerance]\npsnr = 2.0\n", worse,
+                ["--baseline", str(bp)]) == 0
+
+
+@pytest.mark.parametrize("policy,needle", [
+    ('[[bound]]\nmax_psnrr = 20\n', "unknown key 'max_psnrr'"),
+    ('[[bound]]\nmax_psnr = "high"\n', "wrong type"),
+    ('[[bound]]\nrequire_coverage = 1\n', "wrong type"),
+    ('[[bound]]\nmax_tpr_at_fpr = {fpr = 0.01}\n', "wrong type"),
+    ('[bounds]\nmax_psnr = 1\n', "unknown section"),
+    ('max_psnr = 1\n', "unknown section"),
+    ('[[bound]]\nmax_psnr = \n', "not valid TOML"),
+    ('[tolerance]\npsnr = 1\n', "at least one [[bound]]"),
+    ('[[bound]]\nmax_psnr = 1\n[tolerance]\nspeed = 1\n', "tolerance 'speed'"),
+])
+def test_malformed_policies_exit_2_with_one_line(tmp_path, capsys, policy, needle):
+    assert _run(tmp_path, policy) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_missing_files_exit_2(tmp_path, capsys):
+    rp = tmp_path / "r.json"
+    write_json(rp, _results())
+    assert main(["check", str(rp), "--policy", str(tmp_path / "none.toml")]) == 2
+    assert "not found" in capsys.readouterr().err
+    (tmp_path / "p.toml").write_text("[[bound]]\nmax_psnr = 1\n")
+    assert main(["check", str(tmp_path / "nope.json"), "--policy", str(tmp_path / "p.toml")]) == 2
+
+
+def test_junit_output_parses_back(tmp_path):
+    junit = tmp_path / "out.xml"
+    code = _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_psnr = 10\nmax_auc = 0.6\n',
+                extra=["--junit", str(junit)])
+    assert code == 1
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and suite.get("tests") == "2" and suite.get("failures") == "1"
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failed == ["dp@1 max_psnr"]
