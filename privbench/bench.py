@@ -30,19 +30,6 @@ from privbench.models import FlatModel, build_model
 from privbench.results import write_json
 from privbench.topology import build_topology
 
-SECTIONS = ("engine",)
-
-
-def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `privbench bench`."""
-    p.add_argument("section", choices=SECTIONS, help="what to measure")
-    p.add_argument("--model", action="append", help="model(s) (default lenet)")
-    p.add_argument("--nodes", type=int, action="append", help="node count(s) (default 16)")
-    p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
-
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":

@@ -24,10 +24,18 @@ class _Parser(argparse.ArgumentParser):
         raise PrivbenchError(f"{message} (see `{self.prog} --help`)")
 
 
-def _add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by commands that build a run (train; later attack)."""
+def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """Options shared by commands that build a run (train, attack)."""
     g = p.add_argument_group("run")
-    g.add_argument("--defense", default="sgp", help="defense registry key (see `privbench list`)")
+    if sweep:
+        g.add_argument("--defense", action="append", help="defense(s) to audit, repeatable or "
+                       "comma-separated; 'all' = every registered one (default: the five papers' "
+                       "algorithms and the non-private baselines)")
+        g.add_argument("--eps", dest="eps_grid", action="append", help="ε grid, repeatable or "
+                       "comma-separated (default: the preset's)")
+    else:
+        g.add_argument("--defense", default="sgp", help="defense registry key (`privbench list`)")
+        g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
     g.add_argument("--dataset", help="dataset registry key (default digits)")
     g.add_argument("--data-root", dest="data_root", help="folder holding torchvision datasets")
     g.add_argument("--download", action="store_true", default=None,
@@ -41,7 +49,6 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rounds", type=int, help="training rounds (default 500)")
     g.add_argument("--batch-size", dest="batch_size", type=int, help="batch size per node")
     g.add_argument("--lr", type=float, help="step size")
-    g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
     g.add_argument("--delta", type=float, help="target delta")
     g.add_argument("--device", help="auto (default), cpu, cuda[:N]")
     g.add_argument("--seed", type=int, help="seed (default 0)")
@@ -55,16 +62,19 @@ _RUN_FLAGS = ("dataset", "data_root", "download", "model", "nodes", "topology", 
               "seed")
 
 
-def run_config_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """RunConfig and defense overrides from defaults < --config file < flags < --set."""
+def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None = None,
+                         ) -> tuple[Any, dict[str, Any]]:
+    """RunConfig and defense overrides from defaults < preset < --config file < flags < --set."""
     from privbench.config import RunConfig, load_toml, parse_sets, replace_checked
 
-    run_over: dict[str, Any] = {}
+    run_over: dict[str, Any] = dict(preset or {})
     def_over: dict[str, Any] = {}
     if args.config:
-        run_over, def_over = load_toml(args.config)
-    run_over.update({k: getattr(args, k) for k in _RUN_FLAGS if getattr(args, k) is not None})
-    set_run, set_def = parse_sets(args.sets)
+        file_run, def_over = load_toml(args.config)
+        run_over.update(file_run)
+    flags = [k for k in _RUN_FLAGS if hasattr(args, k)]
+    run_over.update({k: getattr(args, k) for k in flags if getattr(args, k) is not None})
+    set_run, set_def = parse_sets([s for s in args.sets if not s.startswith("audit.")])
     run_over.update(set_run)
     def_over.update(set_def)
     return replace_checked(RunConfig(), run_over, where="run"), def_over
@@ -111,6 +121,68 @@ def _check_writable(out: Path) -> None:
         raise PrivbenchError(f"output folder {out} is not writable")
 
 
+def _floats(items: list[str] | None, what: str) -> list[float] | None:
+    if not items:
+        return None
+    out = []
+    for part in ",".join(items).split(","):
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise PrivbenchError(f"{what} must be numbers (e.g. --eps 1,8), got {part!r}") from None
+    return out
+
+
+def cmd_attack(args: argparse.Namespace) -> int:
+    """`privbench attack`: the audit sweep; writes results.json and index.html, prints a table."""
+    from privbench import sweep
+
+    audit_sets = dict(s.removeprefix("audit.").split("=", 1) for s in args.sets
+                      if s.startswith("audit.") and "=" in s)
+    preset = sweep.PRESETS[args.preset]
+    if args.messages:
+        return _attack_saved(args, audit_sets)
+    run, overrides = run_config_from_args(args, preset["run"])
+    audit = sweep.audit_config(args.preset, args.defense, _floats(args.eps_grid, "--eps"),
+                               args.attack, args.threat, audit_sets)
+    out = Path(args.out or f"reports/{args.run_name or 'audit-' + args.preset}")
+    _check_writable(out)
+    runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
+                         command=" ".join(["privbench", *sys.argv[1:]]))
+    results = runner.run()
+    print(sweep.summary_table(results))
+    print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
+    return 0
+
+
+def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
+    """Attack a message log written by `privbench train --out DIR`."""
+    import dataclasses
+
+    from privbench import sweep
+    from privbench.config import RunConfig, replace_checked
+    from privbench.results import read_results
+
+    folder = Path(args.messages)
+    saved = read_results(folder / "results.json")
+    if saved.get("kind") != "train":
+        raise PrivbenchError(f"{folder / 'results.json'} is not a `privbench train` result")
+    run = replace_checked(RunConfig(), saved["run"], where="run")
+    if args.device:
+        run = dataclasses.replace(run, device=args.device)
+    audit = sweep.audit_config(args.preset, [saved["defense"]], [run.epsilon], args.attack,
+                               args.threat, audit_sets)
+    out = Path(args.out or f"reports/{args.run_name or 'audit-' + folder.name}")
+    _check_writable(out)
+    runner = sweep.Sweep(run, saved.get("defense_config", {}), audit, out, resume=args.resume,
+                         progress=not args.quiet, messages_dir=folder,
+                         command=" ".join(["privbench", *sys.argv[1:]]))
+    results = runner.run()
+    print(sweep.summary_table(results))
+    print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """`privbench list`: every registry."""
     from privbench import registry
@@ -120,6 +192,17 @@ def cmd_list(args: argparse.Namespace) -> int:
                 registry.TOPOLOGIES):
         print(f"{reg.plural}: {', '.join(reg.names()) or '(none)'}")
     return 0
+
+
+def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `privbench bench` (declared here so that parsing never imports torch)."""
+    p.add_argument("section", choices=["engine"], help="what to measure")
+    p.add_argument("--model", action="append", help="model(s) (default lenet)")
+    p.add_argument("--nodes", type=int, action="append", help="node count(s) (default 16)")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -177,6 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     commands["train"] = cmd_train
 
+    p = sub.add_parser("attack", help="audit: train each (defense, ε) once, run every attack, "
+                       "write results.json + index.html")
+    _add_run_arguments(p, sweep=True)
+    p.add_argument("--attack", action="append", help="attack(s), repeatable or comma-separated; "
+                   "'all' = every registered one (default: the preset's)")
+    p.add_argument("--threat", choices=["eavesdropper", "neighbour", "colluding"],
+                   help="who observes (default eavesdropper)")
+    p.add_argument("--preset", choices=["quick", "paper"], default="quick",
+                   help="quick (minutes on a CPU, default) or paper (papers' scale)")
+    p.add_argument("--messages", help="attack a message log written by `privbench train --out`")
+    p.add_argument("--out", help="output folder (default reports/<run-name>)")
+    p.add_argument("--run-name", dest="run_name", help="run name (default audit-<preset>)")
+    p.add_argument("--resume", action="store_true", help="skip cells already written in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    commands["attack"] = cmd_attack
+
     p = sub.add_parser("list", help="print every registry")
     commands["list"] = cmd_list
 
@@ -194,10 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", help="also write JUnit XML here")
     commands["check"] = cmd_check
 
-    p = sub.add_parser("bench", help="benchmarks (engine)")
-    from privbench.bench import add_bench_arguments
-
-    add_bench_arguments(p)
+    p = sub.add_parser("bench", help="speed benchmarks")
+    _add_bench_arguments(p)
     commands["bench"] = cmd_bench
 
     try:
