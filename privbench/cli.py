@@ -70,7 +70,7 @@ def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None
     run_over: dict[str, Any] = dict(preset or {})
     def_over: dict[str, Any] = {}
     if args.config:
-        file_run, def_over = load_toml(args.config)
+        file_run, def_over, _ = load_toml(args.config)
         run_over.update(file_run)
     flags = [k for k in _RUN_FLAGS if hasattr(args, k)]
     run_over.update({k: getattr(args, k) for k in flags if getattr(args, k) is not None})
@@ -133,11 +133,29 @@ def _floats(items: list[str] | None, what: str) -> list[float] | None:
     return out
 
 
+def _command_line(args: argparse.Namespace) -> str:
+    """The user's command without options that do not change results (--out, --resume,
+    --quiet, --run-name), so that reruns give byte-identical results."""
+    argv, keep, skip = list(args._argv), [], False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        name = item.split("=", 1)[0]
+        if name in ("--out", "--run-name") and "=" not in item:
+            skip = True
+        elif name not in ("--out", "--run-name", "--resume", "--quiet"):
+            keep.append(item)
+    return " ".join(["privbench", *keep])
+
+
 def cmd_attack(args: argparse.Namespace) -> int:
     """`privbench attack`: the audit sweep; writes results.json and index.html, prints a table."""
     from privbench import sweep
+    from privbench.config import load_toml
 
-    audit_sets = dict(s.removeprefix("audit.").split("=", 1) for s in args.sets
+    audit_sets: dict[str, Any] = load_toml(args.config)[2] if args.config else {}
+    audit_sets.update(s.removeprefix("audit.").split("=", 1) for s in args.sets
                       if s.startswith("audit.") and "=" in s)
     preset = sweep.PRESETS[args.preset]
     if args.messages:
@@ -148,7 +166,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     out = Path(args.out or f"reports/{args.run_name or 'audit-' + args.preset}")
     _check_writable(out)
     runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
-                         command=" ".join(["privbench", *sys.argv[1:]]))
+                         command=_command_line(args))
     results = runner.run()
     print(sweep.summary_table(results))
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
@@ -176,7 +194,7 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     _check_writable(out)
     runner = sweep.Sweep(run, saved.get("defense_config", {}), audit, out, resume=args.resume,
                          progress=not args.quiet, messages_dir=folder,
-                         command=" ".join(["privbench", *sys.argv[1:]]))
+                         command=_command_line(args))
     results = runner.run()
     print(sweep.summary_table(results))
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
@@ -314,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run a command, turning bad input into a one-line error and exit code 2."""
     try:
         args = build_parser().parse_args(argv)
+        args._argv = list(sys.argv[1:] if argv is None else argv)
         return args._commands[args.command](args)
     except PrivbenchError as exc:
         print(f"privbench: error: {exc}", file=sys.stderr)

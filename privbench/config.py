@@ -168,18 +168,20 @@ def parse_sets(pairs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     return run, defense
 
 
-def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read a run file: (top-level run keys, [defense] table)."""
+def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Read a run file: (top-level run keys, [defense] table, [audit] table)."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    defense = data.pop("defense", {})
-    if not isinstance(defense, dict):
-        raise ConfigError(f"config file {path}: [defense] must be a table")
-    return data, defense
+    tables = {}
+    for name in ("defense", "audit"):
+        tables[name] = data.pop(name, {})
+        if not isinstance(tables[name], dict):
+            raise ConfigError(f"config file {path}: [{name}] must be a table")
+    return data, tables["defense"], tables["audit"]
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

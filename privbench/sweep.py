@@ -390,6 +390,12 @@ def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | Non
                  sets: dict[str, Any]) -> AuditConfig:
     """The sweep's config from a preset and the command line."""
     p = PRESETS[preset]
+    sets = dict(sets)
+    attack_config = {k: dict(v) for k, v in p["attack_config"].items()}
+    for name, over in sets.pop("attack_config", {}).items():
+        if not isinstance(over, dict):
+            raise ConfigError(f"[audit.attack_config.{name}] must be a table of config keys")
+        attack_config.setdefault(name, {}).update(over)
     cfg = AuditConfig(
         defenses=resolve_names(defenses, DEFAULT_DEFENSES, DEFENSES),
         eps=tuple(eps) if eps else tuple(p["eps"]),
@@ -397,7 +403,7 @@ def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | Non
         threat=threat or "eavesdropper",
         inversion_rounds=tuple(p["inversion_rounds"]),
         reference_models=p["reference_models"],
-        attack_config={k: dict(v) for k, v in p["attack_config"].items()},
+        attack_config=attack_config,
     )
     return replace_checked(cfg, sets, where="audit") if sets else cfg
 

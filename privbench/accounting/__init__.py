@@ -36,6 +36,7 @@ from privbench.accounting.events import (
 from privbench.accounting.gaussian import (
     DEFAULT_OPTIONS,
     INTEGER_RDP_ORDERS,
+    TF_PRIVACY_RDP_ORDERS,
     AccountantOptions,
     bucket_terms,
     gaussian_epsilon,
@@ -104,6 +105,7 @@ __all__ = [
     "MODES",
     "PRIVACY_PLANS",
     "PURE_COMPOSITIONS",
+    "TF_PRIVACY_RDP_ORDERS",
     "UNITS",
     "AccountantOptions",
     "ApproximateAccountingWarning",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from privbench.accounting.gaussian import (
     DEFAULT_OPTIONS,
     AccountantOptions,
     Term,
+    _canonical,
     _epsilon_cached,
     bucket_terms,
     clt_epsilon,
@@ -36,6 +38,9 @@ from privbench.accounting.validation import (
 )
 from privbench.errors import ConfigError
 
+COARSE = AccountantOptions(pld_discretization=1e-2, max_distinct=12)
+"""Settings of the stage-1 proxy used to bracket expensive calibrations."""
+
 
 def solve_monotone(
     f: Callable[[float], float],
@@ -44,65 +49,78 @@ def solve_monotone(
     *,
     increasing: bool,
     rtol: float = 1e-3,
+    slope: float | None = None,
     name: str = "noise scale",
+    max_evals: int = 100,
 ) -> float:
-    """Find x > 0 with f(x) within `rtol` (relative) below `target`, for a monotone f.
+    """Find x > 0 with target * (1 - rtol) <= f(x) <= target, for a monotone f > 0.
+
+    Works on log f against log x, which is close to linear for privacy curves: extrapolate with
+    the (secant-updated) slope until the root is bracketed, then false position aimed at the middle
+    of the acceptance band, with a bisection step whenever one end goes stale.
 
     Args:
         f: monotone function of x > 0 (e.g. epsilon as a function of the noise scale).
         target: the value to reach (> 0).
         guess: a starting point > 0.
         increasing: whether f increases with x.
-        rtol: relative tolerance on f (the result satisfies target*(1-rtol) <= f(x) <= target,
-            or x is pinned to 1e-12 relative precision).
+        rtol: relative tolerance on f below the target.
+        slope: initial estimate of d log f / d log x (default +-2, the Gaussian-DP rate).
         name: what x is, for the error message.
+        max_evals: evaluation budget.
 
     Returns:
-        x on the safe side: f(x) <= target.
+        x on the safe side: f(x) <= target (or the safe end of a bracket of relative width
+        1e-12 when f jumps across the band, e.g. a discretized accountant).
     """
     guess = check_positive(guess, f"initial {name}")
+    target = check_positive(target, "target")
+    sign = 1.0 if increasing else -1.0
+    slope = 2.0 * sign if slope is None else float(slope)
+    if not slope * sign > 0:
+        raise ConfigError(f"slope must have the sign of the monotonicity, got {slope!r}")
+    aim, accept = math.log1p(-rtol / 2), math.log1p(-rtol)
 
-    def g(u: float) -> float:  # > 0 means unsafe (over budget)
-        return f(math.exp(u)) - target
+    def h(u: float) -> float:  # log f - log target; > 0 is over budget
+        v = f(math.exp(u))
+        return math.log(v / target) if v > 0 else -math.inf
 
-    # Work in u = log x; the unsafe direction is +u if f increases, -u if it decreases.
-    toward_safe = -1.0 if increasing else 1.0
-    u0 = math.log(guess)
-    g0 = g(u0)
-    step = math.log(2.0)
-    u1 = u0 + (toward_safe if g0 > 0 else -toward_safe) * step
-    g1 = g(u1)
-    for _ in range(80):
-        if (g0 > 0) != (g1 > 0):
-            break
-        u0, g0 = u1, g1
-        step *= 2 if abs(step) < 8 else 1
-        u1 = u0 + (toward_safe if g0 > 0 else -toward_safe) * step
-        if abs(u1) > 700:
-            break
-        g1 = g(u1)
-    if (g0 > 0) == (g1 > 0):
-        raise ConfigError(f"cannot calibrate the {name}: epsilon={target} is not reachable")
-    (us, gs), (uu, gu) = ((u0, g0), (u1, g1)) if g0 <= 0 else ((u1, g1), (u0, g0))
-    side = 0
-    for _ in range(200):
-        if -gs <= rtol * target or abs(uu - us) <= 1e-12 * max(1.0, abs(us)):
-            break
-        u = us - gs * (uu - us) / (gu - gs)
-        if not min(us, uu) < u < max(us, uu):
-            u = 0.5 * (us + uu)
-        gx = g(u)
-        if gx <= 0:
-            us, gs = u, gx
-            if side == -1:
-                gu *= 0.5  # Illinois: halve the stale end so the bracket keeps shrinking
-            side = -1
+    safe: tuple[float, float] | None = None
+    unsafe: tuple[float, float] | None = None
+    last: tuple[float, float] | None = None
+    sides: list[bool] = []  # which end each bracketed update moved (True = safe end)
+    u = math.log(guess)
+    for _ in range(max_evals):
+        hu = h(u)
+        if accept <= hu <= 0:
+            return math.exp(u)
+        if last is not None and math.isfinite(hu) and math.isfinite(last[1]) and u != last[0]:
+            secant = (hu - last[1]) / (u - last[0])
+            slope = secant if secant * sign > 0 else slope
+        last = (u, hu)
+        if safe is not None and unsafe is not None:
+            sides.append(hu <= 0)
+        if hu <= 0:
+            safe = (u, hu)
         else:
-            uu, gu = u, gx
-            if side == 1:
-                gs *= 0.5
-            side = 1
-    return math.exp(us)
+            unsafe = (u, hu)
+        if safe is not None and unsafe is not None:
+            (us, hs), (uu, hv) = safe, unsafe
+            if abs(uu - us) <= 1e-12 * max(1.0, abs(us)):
+                return math.exp(us)
+            stale = len(sides) >= 2 and sides[-1] == sides[-2]
+            if stale or not (math.isfinite(hs) and math.isfinite(hv)):
+                u = 0.5 * (us + uu)  # one end went stale: bisect
+                sides.clear()
+            else:
+                u = us + (aim - hs) * (uu - us) / (hv - hs)
+        else:
+            u0, h0 = safe or unsafe  # type: ignore[misc]
+            step = (aim - h0) / slope if math.isfinite(h0) else sign * math.log(4.0)
+            u = u0 + max(-math.log(16.0), min(math.log(16.0), step))
+            if abs(u) > 700:
+                break
+    raise ConfigError(f"cannot calibrate the {name}: epsilon={target} is not reachable")
 
 
 def _clt_guess(multipliers: np.ndarray, sampling_rate: float, mu_tot: float) -> float:
@@ -140,7 +158,7 @@ def schedule_epsilon_fn(
     unit_terms: tuple[Term, ...] = bucket_terms(unit, max_distinct)
 
     def epsilon(scale: float) -> float:
-        terms = tuple((qq, z * scale, c) for qq, z, c in unit_terms)
+        terms = tuple((qq, _canonical(z * scale), c) for qq, z, c in unit_terms)
         if accountant == "gdp_clt":
             return clt_epsilon(terms, delta)
         return _epsilon_cached(terms, delta, accountant, options)
@@ -176,4 +194,25 @@ def calibrate_noise_scale(
     shape = np.asarray(multipliers, dtype=float)
     f = schedule_epsilon_fn(shape, sampling_rate, delta, accountant, options)
     guess = _clt_guess(shape, sampling_rate, gdp_mu(epsilon, delta))
-    return solve_monotone(f, epsilon, guess, increasing=False, rtol=rtol)
+    coarse = replace(
+        options,
+        pld_discretization=max(options.pld_discretization, COARSE.pld_discretization),
+        max_distinct=min(options.max_distinct or len(shape), COARSE.max_distinct),
+    )
+    slope = None
+    finer = accountant == "pld" and options.pld_discretization < coarse.pld_discretization
+    if accountant != "gdp_clt" and (len(set(shape.tolist())) > coarse.max_distinct or finer):
+        # Stage 1: a cheap, more pessimistic proxy (coarser PLD grid, fewer buckets) lands on the
+        # safe side within a few percent; stage 2 refines with the requested settings.
+        proxy = schedule_epsilon_fn(shape, sampling_rate, delta, accountant, coarse)
+        guess = solve_monotone(proxy, epsilon, guess, increasing=False, rtol=1e-2)
+        slope = _local_slope(proxy, guess)
+    return solve_monotone(f, epsilon, guess, increasing=False, rtol=rtol, slope=slope)
+
+
+def _local_slope(f: Callable[[float], float], x: float, step: float = 1.01) -> float | None:
+    """d log f / d log x at x by a one-sided difference (None if not usable)."""
+    a, b = f(x), f(x * step)
+    if a > 0 and b > 0 and a != b:
+        return math.log(b / a) / math.log(step)
+    return None

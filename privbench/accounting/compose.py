@@ -43,7 +43,7 @@ def account(
         note: free text carried into the report.
 
     Returns:
-        The report; `approximate` is True iff the GDP CLT was used on a non-empty Gaussian part.
+        The report; `approximate` is True iff the GDP CLT was applied to subsampled steps.
     """
     delta = check_delta(delta)
     accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
@@ -63,7 +63,8 @@ def account(
     else:
         eps = gaussian_epsilon(gauss, delta, accountant, options)
         name, used_delta = accountant, delta
-    approximate = bool(gauss) and accountant == "gdp_clt"
+    # the CLT is exact for un-subsampled steps (GDP composition) and approximate otherwise
+    approximate = accountant == "gdp_clt" and any(e.sampling_rate < 1 for e in gauss)
     return EpsilonReport(
         epsilon=eps,
         delta=used_delta,

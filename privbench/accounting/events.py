@@ -9,7 +9,8 @@ immutable, run-length-encoded list of the mechanisms that touched its data. Even
 - `RandomizedResponseEvent`: binary randomized response on `coordinates` coordinates, epsilon =
   log(p / (1 - p)) per coordinate for keep probability p (DeFL-VP, Alg. 3 / Eq. 14).
 
-Ledgers are values: `record` returns a new ledger. Composition lives in `privbench.accounting.compose`.
+Ledgers are values: `record` returns a new ledger. Composition lives in
+`privbench.accounting.compose`.
 """
 
 from __future__ import annotations

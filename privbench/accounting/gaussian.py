@@ -8,7 +8,8 @@ SelfComposed(PoissonSampled(q, Gaussian(z)), count) events, one per distinct (q,
 Speed: each distinct (q, z) costs one PLD/RDP construction, so schedules with thousands of distinct
 multipliers (Dyn-D2P: every step differs) are bucketed: within each q, the multipliers are split
 into at most `max_distinct` bins of equal width in log z and every step of a bin is charged at the
-bin's SMALLEST z (most privacy loss). That is conservative (card-dyn-d2p.md §3.6 recommends the same).
+bin's SMALLEST z (most privacy loss). That is conservative (card-dyn-d2p.md §3.6 recommends the
+same).
 Results are memoized on the (hashable) bucketed schedule.
 """
 
@@ -66,8 +67,21 @@ class AccountantOptions:
 
 DEFAULT_OPTIONS = AccountantOptions()
 
-INTEGER_RDP_ORDERS: tuple[float, ...] = tuple(float(a) for a in range(2, 257))
-"""Integer orders 2..256: the moments accountant's grid (Abadi et al.; card-dpdl.md §5.3)."""
+INTEGER_RDP_ORDERS: tuple[float, ...] = (*(float(a) for a in range(2, 65)), 128.0, 256.0)
+"""Integer orders 2..64, 128, 256: a moments-accountant grid (Abadi et al. use integer orders)."""
+
+TF_PRIVACY_RDP_ORDERS: tuple[float, ...] = (
+    1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 4.5,
+    *(float(a) for a in range(5, 64)), 128.0, 256.0, 512.0,
+)
+"""TF Privacy's `compute_dp_sgd_privacy` grid, on which card-adp-vrsgp.md §3.4's reference
+multipliers reproduce. dp-accounting's default grid has more fractional orders, which matter for
+steep schedules (epsilon 1.87 vs 1.98 for ADP-VRSGP at T = 1000, sigma_hat = 0.512)."""
+
+
+def _canonical(z: float) -> float:
+    """z rounded to 12 significant digits, so equal schedules built two ways share cache entries."""
+    return float(f"{float(z):.12e}")
 
 
 def bucket_terms(events: Iterable[GaussianEvent], max_distinct: int | None) -> tuple[Term, ...]:
@@ -88,14 +102,14 @@ def bucket_terms(events: Iterable[GaussianEvent], max_distinct: int | None) -> t
         zs = np.array(sorted(counts))
         cs = np.array([counts[z] for z in zs])
         if max_distinct is None or len(zs) <= max_distinct or math.isinf(zs[-1]):
-            terms.extend((q, float(z), int(c)) for z, c in zip(zs, cs, strict=True))
+            terms.extend((q, _canonical(z), int(c)) for z, c in zip(zs, cs, strict=True))
             continue
         logs = np.log(zs)
         width = (logs[-1] - logs[0]) / max_distinct
         bins = np.minimum(((logs - logs[0]) / width).astype(int), max_distinct - 1)
         for b in np.unique(bins):
             members = bins == b
-            terms.append((q, float(zs[members].min()), int(cs[members].sum())))
+            terms.append((q, _canonical(zs[members].min()), int(cs[members].sum())))
     return tuple(sorted(terms))
 
 

@@ -140,7 +140,7 @@ def dpps_round_epsilon(b: float, gamma_n: float) -> float:
 
 
 def dpps_b(round_epsilon: float, gamma_n: float) -> float:
-    """The privacy knob b = epsilon_round * gamma_n (Laplace scale gamma_n S / b = S / eps_round)."""
+    """The privacy knob b = eps_round * gamma_n (Laplace scale gamma_n S / b = S / eps_round)."""
     return check_positive(round_epsilon, "round epsilon") * check_positive(gamma_n, "gamma_n")
 
 

@@ -90,7 +90,8 @@ class PrivacyPlan:
     notes: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "noise", MappingProxyType(dict(self.noise)))
+        noise = {str(k): float(v) for k, v in self.noise.items()}
+        object.__setattr__(self, "noise", MappingProxyType(noise))
 
     def report(self, mode: str) -> EpsilonReport:
         """The first report of `mode` ("paper" or "calibrated")."""

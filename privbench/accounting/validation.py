@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from privbench.errors import ConfigError
 
 GAUSSIAN_ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp", "gdp_clt")
-"""Accountants for Gaussian events: dp-accounting PLD, dp-accounting RDP, mu-GDP CLT (approximate)."""
+"""Gaussian-event accountants: dp-accounting PLD and RDP, and the mu-GDP CLT (approximate)."""
 
 PURE_COMPOSITIONS: tuple[str, ...] = ("basic", "advanced")
 """Composition rules for pure-epsilon events (Laplace, randomized response)."""
