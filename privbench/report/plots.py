@@ -74,7 +74,7 @@ def image_grid(rows: list[list[Any]]) -> str:
     """A grid of grey/RGB images in [0, 1] ((H, W) or (C, H, W) nested lists) as one PNG."""
     arrays = [[np.asarray(img, dtype=float) for img in row] for row in rows]
     nrow, ncol = len(arrays), max(len(r) for r in arrays)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(0.9 * ncol, 0.9 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(1.3 * ncol, 1.3 * nrow), squeeze=False)
     for r in range(nrow):
         for c in range(ncol):
             ax = axes[r][c]
