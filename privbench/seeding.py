@@ -8,10 +8,15 @@ numbers one part draws does not change another part's draws.
 from __future__ import annotations
 
 import hashlib
+import weakref
 
 import torch
 
 STREAMS = ("data", "init", "batch", "noise", "topology", "attack", "mia")
+
+# Every generator of the "noise" stream (the DP mechanisms' randomness), so that the test-only
+# switch `privbench.testing.disable_noise` can recognise them.
+NOISE_GENERATORS: weakref.WeakSet[torch.Generator] = weakref.WeakSet()
 
 
 def derive_seed(seed: int, *names: str | int) -> int:
@@ -42,6 +47,8 @@ class Streams:
             gen = torch.Generator(device=dev)
             gen.manual_seed(derive_seed(self.seed, name, *sub))
             self._cache[key] = gen
+            if name == "noise":
+                NOISE_GENERATORS.add(gen)
         return self._cache[key]
 
     def fresh(self, name: str, *sub: str | int,
@@ -49,4 +56,6 @@ class Streams:
         """A new generator for `name` at its initial state (not cached)."""
         gen = torch.Generator(device=torch.device(device) if device is not None else self.device)
         gen.manual_seed(derive_seed(self.seed, name, *sub))
+        if name == "noise":
+            NOISE_GENERATORS.add(gen)
         return gen

@@ -1,0 +1,561 @@
+"""DPPS, the Differentially Private Perturbed Push-Sum protocol, and its SGP-DP instance.
+
+Zhou, Xue, Chen, "Differentially Private Perturbed Push-Sum Protocol and Its Application in
+Non-Convex Optimization" (2025); card: shared/cards/card-dpps-partpsp.md. Released code:
+github.com/WearTheClo/PartPSP (read by the card's author; nothing copied).
+
+This module holds the DPPS mechanism once (card §1.2, §2.2) and the trainer that applies it to
+SGD with a local / shared parameter split (PartPSP, Algorithm 2, card §1.3). The registry key
+`dpps` shares **every** parameter: that is the paper's SGP-DP baseline (card §6.2, §8 item 9);
+`partpsp` (defenses/partpsp.py) is the same trainer with the card §4 split (PartPSP-1 / -2).
+
+One round t, all nodes at once (stacked: s (n, d_s), a (n,), l (n, d_l)):
+
+    P2  l_i <- l_i - gamma_l grad_l F_i(y_i, l_i)              (Eq. 5, 23; skipped if d_l = 0)
+    P3  h = grad_s F_i(y_i, l_i^{t+1})  (same batch, updated local part)
+    P4  g = h / max(1, ||h||_1 / CLIP)                                  (Eq. 24; optional)
+    D1  s_i^{t+1/2} = s_i + eps_i,  eps_i = -gamma_s g                   (Eq. 7, 25)
+    D2  S_i = lambda S_i^{t-1} + 2C'(||eps_i||_1 + lambda gamma_n ||n_i^{t-1}||_1)   (Eq. 22)
+        reset S_i = 2C' ||eps_i||_1 at t = 0 and every t mod SP == 0 (sync on; code behaviour)
+        broadcast S_i (message `sensitivity`), S = max_i S_i
+    D3  n_i ~ Lap(0, S / b) i.i.d. per coordinate;  s_i,noise = s_i^{t+1/2} + gamma_n n_i  (Eq. 8)
+    D4-5 push-sum of (s_i,noise, a_i) (messages `shared`, `weight`)      (Eq. 9a, 9b)
+    D6  y_i = s_i / a_i                                                  (Eq. 10)
+
+So the Laplace scale per coordinate is gamma_n S / b, and Theorem 1 makes one round
+(b / gamma_n)-DP with NODES as records (card §3). **b is not epsilon.**
+
+Sync (card §1.4, §8 item 3): when (t + 1) mod SP == 0 the round mixes over the complete graph
+(W = 11^T / N, every node sends its noisy s to all others); noise is still added first.
+
+Accounting (card §3; privbench.accounting plans `dpps` / `partpsp`): with `b` unset the per-round
+epsilon is calibrated from the run's target epsilon (basic or advanced composition over the
+rounds; `calibrate_with="paper"` reads the target as the paper's per-round budget) and
+b(t) = epsilon_round * gamma_n(t). With `b` set (the paper's knob, e.g. 1, 2, 3 of Table 2) the
+per-round epsilon is b / gamma_n(t). `privacy()` reports the paper reading (Theorem 1, per round,
+not composed), the calibrated one (composed over the rounds run) and a third "realized" reading:
+the composition of S_real(t) / scale(t), i.e. the epsilon w.r.t. the TRUE L1 sensitivity of the
+noise actually drawn (larger than the calibrated one exactly when the estimate fell below the
+truth). The broadcast scalar S_i is data-dependent (it reveals gamma_s ||g_i||_1) and is not
+covered by any of them (card §3, §8 item 7).
+
+Meaningful budgets (card §2.3): the estimate grows by about rho = lambda (1 + 2 C' d_s / eps_round)
+per round between resets, and the injected noise makes the real sensitivity grow with it. At a
+calibrated eps_round << d_s (e.g. `--eps 8` over 500 rounds) S(t) explodes within a sync period.
+Either the model overflows (the engine reports `diverged_round`, `sensitivity_check` gives
+`first_non_finite_round`), or (tanh models) the shared weights blow up, tanh saturates, the shared
+gradient becomes exactly 0, S(t) = 0 after the next reset and the noise stops: the shared layers
+are frozen at a huge random value and only the local layers learn. Nothing hides this: it is the
+protocol's behaviour at that budget.
+
+Diagnostics (card §1.1 item 9, §2.4): every round records S_i (n,), max_i S_i, the real
+sensitivity S_real = max_{i,j} ||s_i^{t+1/2} - s_j^{t+1/2}||_1, the S used for the noise, the
+per-coordinate Laplace scale, ||eps_i||_1 and ||n_i||_1. `sensitivity_trace()` returns them;
+`privacy()` carries a summary (`sensitivity_check`: rounds where the estimate < real, min ratio).
+
+Choices and deviations (card §8 item numbers):
+- The mixing matrix is the run topology's column-stochastic push-sum matrix (privbench
+  convention: sender-side 1/(out-degree + 1), the paper's convention, item 14). On a regular
+  graph (the one-peer `exponential` graph = the paper's EXP for N = 10, or `circulant` registered
+  here = the paper's d-Out) it is doubly stochastic and a_i == 1; on the default `random_out`
+  graph it is not, a_i moves, and Lemma 2's sensitivity argument does not apply (the trainer still
+  runs; `sensitivity_check.doubly_stochastic` says which). `require_doubly_stochastic=True` makes
+  a non-doubly-stochastic graph an error.
+- Sensitivity max (item 7): simulated broadcast: every node sends S_i to every other node.
+- `sensitivity_mode` (item 8): "estimated" (Eq. 22, default), "oracle" (noise from S_real, as
+  Table 2 and "PartPSP-Real"; the oracle value is not a node's message so no `sensitivity`
+  message is sent), "none" (NoDP rows: no noise, epsilon infinite).
+- S^(0) term (item 4): dropped by default (code); `s0_term=True` adds 2C'||s_i^(0)||_1 at t = 0.
+- Eq. 22 uses the current (decayed) gamma_n (code). Decay (item 11): gamma_s, gamma_l and gamma_n
+  are multiplied by `decay_factor` at each round in `decay_rounds`, with one global round counter
+  (the released code restarts its counter; documented difference).
+- gamma_s / gamma_l default to the run's lr (the card's code default is 0.1 for both).
+- C' = 0.78, lambda = 0.55: the paper's Fig 2 MLP-1 values (item 5: tune per run; the code
+  defaults 0.5 / 0.3 are used nowhere). CLIP off by default (the MLP runs use no clipping).
+- Models: `psp_mlp` is the paper's MLP (card §4: Linear(D->10)-tanh-Linear(10->D)-tanh-
+  Linear(D->10)-tanh, D = input size, tanh on the logits as in the code) without the code's
+  residual connections (item 13). The split takes the first `shared_layers` parameterised modules
+  (the input-side extractor, card §4) or explicit `shared_prefixes`.
+- Node i's initial models are identical (privbench's public shared initialisation; item 4).
+- Evaluation: privbench's engine evaluates every node's (y_i, l_i) and the average model; the card
+  evaluates (s_bar, l_i) (§1.6), which equals the engine's mean per-node accuracy right after a
+  sync round. The engine's "average model" also averages the local parts, which PartPSP never
+  does: read `mean_node_accuracy` for PartPSP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from privbench.accounting import (
+    EpsilonReport,
+    LaplaceEvent,
+    PrivacyLedger,
+    account,
+    dpps_round_epsilon,
+    make_plan,
+)
+from privbench.engine import Context, Trainer, batch_grads, clip_l1
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.mixing import Mixer, push_sum
+from privbench.models import FlatModel
+from privbench.registry import DEFENSES, MODELS, TOPOLOGIES
+from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.topology import Topology, column_stochastic, complete
+
+SENSITIVITY_MODES = ("estimated", "oracle", "none")
+
+
+# ---------------------------------------------------------------- model and topology (card §4, §5)
+
+
+@MODELS.register("psp_mlp")
+def psp_mlp(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The paper's MLP (card §4): D->10, 10->D, D->classes, tanh after every layer (logits too)."""
+    d = math.prod(input_shape)
+    return nn.Sequential(nn.Flatten(), nn.Linear(d, 10), nn.Tanh(), nn.Linear(10, d), nn.Tanh(),
+                         nn.Linear(d, num_classes), nn.Tanh())
+
+
+@TOPOLOGIES.register("circulant")
+def circulant(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = False,
+              symmetric: bool = False) -> Topology:
+    """The paper's d-Out graph (card §5): node i sends to i+1..i+k (mod n); d-Out = k + 1.
+
+    Static, directed, regular: its push-sum matrix (weights 1/(k+1)) is doubly stochastic.
+    """
+    if n < 2 or not 1 <= k < n:
+        raise ConfigError(f"circulant needs n >= 2 and 1 <= k < n, got n={n}, k={k}")
+    adj = torch.zeros(n, n, dtype=torch.bool)
+    for h in range(1, k + 1):
+        adj[(torch.arange(n) + h) % n, torch.arange(n)] = True
+    if symmetric:
+        adj = adj | adj.T
+    return Topology("circulant", n, adj[None], bool(symmetric))
+
+
+# ---------------------------------------------------------------- the mechanism (card §1.2, §2.2)
+
+
+def laplace(shape: tuple[int, ...], scale: Tensor, gen: torch.Generator,
+            device: torch.device) -> Tensor:
+    """I.i.d. Lap(0, scale) draws as the difference of two Exp(1) draws times `scale`."""
+    e1 = torch.empty(shape, device=device).exponential_(1.0, generator=gen)
+    e2 = torch.empty(shape, device=device).exponential_(1.0, generator=gen)
+    return (e1 - e2) * scale
+
+
+def sensitivity_step(prev: Tensor, eps_norm: Tensor, noise_norm_prev: Tensor, reset: bool,
+                     c_prime: float, lam: float, gamma_n: float,
+                     s0_norm: Tensor | None = None) -> Tensor:
+    """Eq. 22 for every node at once.
+
+    Args:
+        prev: (n,) S_i^(t-1) (ignored when `reset`).
+        eps_norm: (n,) ||eps_i^(t)||_1.
+        noise_norm_prev: (n,) ||n_i^(t-1)||_1 of the RAW Laplace draw (before gamma_n).
+        reset: t = 0 or a reset round: S_i = 2C'||eps_i||_1 (+ 2C'||s_i^(0)||_1 if given).
+        c_prime, lam, gamma_n: C', lambda and the current noise rate.
+        s0_norm: (n,) ||s_i^(0)||_1 for the paper's t = 0 term, or None (code: dropped).
+
+    Returns:
+        (n,) S_i^(t).
+    """
+    if reset:
+        out = 2 * c_prime * eps_norm
+        return out if s0_norm is None else out + 2 * c_prime * s0_norm
+    return lam * prev + 2 * c_prime * (eps_norm + lam * gamma_n * noise_norm_prev)
+
+
+def real_sensitivity(s_half: Tensor) -> Tensor:
+    """max_{i,j} ||s_i - s_j||_1 of the clean half-step vectors s_half (n, d_s) -> scalar."""
+    return torch.cdist(s_half[None], s_half[None], p=1.0).amax()
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class DPPSConfig:
+    """DPPS / PartPSP hyper-parameters (card §1, §2, §3, §8 defaults).
+
+    Attributes:
+        shared_layers: number of input-side parameterised modules shared (-1: all = SGP-DP).
+        shared_prefixes: explicit parameter-name prefixes of the shared part (overrides
+            shared_layers when non-empty).
+        b: the paper's privacy knob (NOT epsilon); None derives it from the run's epsilon.
+        calibrate_with: with b unset, "calibrated" (run epsilon composed over the rounds) or
+            "paper" (run epsilon read as the per-round Theorem 1 budget).
+        composition: pure-epsilon composition for the calibrated reading, "basic" or "advanced".
+        gamma_n: noise rate multiplying the raw Laplace draw.
+        gamma_s: shared step size (None: the run's lr).
+        gamma_l: local step size (None: the run's lr).
+        clip: L1 clipping threshold CLIP of the shared gradient (None: off).
+        c_prime: C' of Eq. 22.
+        lam: lambda of Eq. 22.
+        sensitivity_mode: "estimated" (Eq. 22), "oracle" (real sensitivity), "none" (no noise).
+        s0_term: add the paper's 2C'||s_i^(0)||_1 at t = 0 (the code drops it).
+        sync: periodic complete-graph synchronisation with estimator reset (code).
+        sync_period: SP (code default 4; 5 for Fig 2 / Table 3).
+        decay_rounds: rounds at which gamma_s, gamma_l, gamma_n are multiplied by decay_factor.
+        decay_factor: the decay (code: 0.1 at epochs 5 and 10).
+        require_doubly_stochastic: raise if a round's push-sum matrix is not doubly stochastic.
+        diagnostics: record the per-round sensitivity trace (real vs estimate).
+    """
+
+    shared_layers: int = -1
+    shared_prefixes: tuple[str, ...] = ()
+    b: float | None = None
+    calibrate_with: str = "calibrated"
+    composition: str = "basic"
+    gamma_n: float = 1e-3
+    gamma_s: float | None = None
+    gamma_l: float | None = None
+    clip: float | None = None
+    c_prime: float = 0.78
+    lam: float = 0.55
+    sensitivity_mode: str = "estimated"
+    s0_term: bool = False
+    sync: bool = True
+    sync_period: int = 4
+    decay_rounds: tuple[int, ...] = ()
+    decay_factor: float = 0.1
+    require_doubly_stochastic: bool = False
+    diagnostics: bool = True
+
+
+def shared_mask(fm: FlatModel, cfg: DPPSConfig) -> Tensor:
+    """(d,) bool mask of the shared coordinates (card §4: the input-side layers)."""
+    if cfg.shared_prefixes:
+        mask = fm.slice_of(cfg.shared_prefixes)
+    else:
+        groups: list[str] = []
+        for s in fm.specs:
+            g = s.name.rsplit(".", 1)[0]
+            if g not in groups:
+                groups.append(g)
+        k = len(groups) if cfg.shared_layers < 0 else cfg.shared_layers
+        mask = fm.slice_of([g + "." for g in groups[:k]])
+    if not mask.any():
+        raise ConfigError("the shared part is empty: set shared_layers >= 1 (or -1 for all) or "
+                          "shared_prefixes to parameter-name prefixes of the model")
+    return mask
+
+
+def rates(cfg: DPPSConfig, lr: float, t: int) -> tuple[float, float, float]:
+    """(gamma_s, gamma_l, gamma_n) of round t after the decays (public schedule)."""
+    f = cfg.decay_factor ** sum(1 for r in cfg.decay_rounds if r <= t)
+    gs = cfg.gamma_s if cfg.gamma_s is not None else lr
+    gl = cfg.gamma_l if cfg.gamma_l is not None else lr
+    return gs * f, gl * f, cfg.gamma_n * f
+
+
+def is_sync(cfg: DPPSConfig, t: int) -> bool:
+    """Whether round t mixes over the complete graph ((t + 1) mod SP == 0)."""
+    return cfg.sync and (t + 1) % cfg.sync_period == 0
+
+
+def _check(cfg: DPPSConfig) -> None:
+    checks = [
+        (cfg.sensitivity_mode in SENSITIVITY_MODES,
+         f"sensitivity_mode must be one of {', '.join(SENSITIVITY_MODES)}"),
+        (cfg.calibrate_with in ("calibrated", "paper"),
+         "calibrate_with must be calibrated or paper"),
+        (cfg.composition in ("basic", "advanced"), "composition must be basic or advanced"),
+        (cfg.b is None or cfg.b > 0, "b must be > 0"),
+        (cfg.gamma_n > 0, "gamma_n must be > 0"),
+        (cfg.clip is None or cfg.clip > 0, "clip must be > 0"),
+        (cfg.c_prime > 0 and 0 < cfg.lam < 1, "need C' > 0 and lambda in (0, 1)"),
+        (cfg.sync_period >= 1, "sync_period must be >= 1"),
+        (0 < cfg.decay_factor <= 1, "decay_factor must be in (0, 1]"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"defense config: {message}")
+
+
+# ---------------------------------------------------------------- the trainer
+
+
+@DEFENSES.register("dpps")
+class DPPS(Trainer):
+    """DPPS on SGD with a local/shared split (Algorithm 2); key `dpps` shares all = SGP-DP."""
+
+    Config = DPPSConfig
+    plan_name: ClassVar[str] = "dpps"
+    kinds = (
+        MessageKind("shared", covered=True,
+                    description="P_ji * s_i,noise^{t+1/2} = P_ji (s_i - gamma_s g_i,s + "
+                                "gamma_n n_i), the noisy shared-parameter numerator (Eq. 8, 9b)"),
+        MessageKind("weight", covered=False, data_dependent=False,
+                    description="P_ji * a_i, push-sum weight (Eq. 9a)"),
+        MessageKind("sensitivity", covered=False, data_dependent=True,
+                    description="S_i^(t) of Eq. 22, broadcast to every node; reveals "
+                                "gamma_s ||g_i,s||_1 (card §8 item 7)"),
+    )
+    mixing = "column"
+    private = True
+
+    def __init__(self, cfg: DPPSConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        _check(cfg)
+        n, dev = ctx.n, ctx.device
+        self.sh = shared_mask(ctx.fm, cfg).to(dev)  # (d,) bool
+        self.loc = ~self.sh
+        self.has_local = bool(self.loc.any())
+        x0 = self.init_params()  # (n, d), identical rows
+        self.s = x0[:, self.sh].clone()  # (n, d_s) push-sum numerators
+        self.l = x0[:, self.loc].clone()  # (n, d_l) local parameters (never sent)
+        self.a = torch.ones(n, device=dev)  # (n,) push-sum weights
+        self.S_i = torch.zeros(n, device=dev)  # (n,) Eq. 22 state
+        self.noise_norm = torch.zeros(n, device=dev)  # (n,) ||n_i^(t-1)||_1 of the raw draw
+        self.s0_norm = self.s.abs().sum(dim=1)  # (n,)
+        self.mixer = Mixer(ctx.topology, self.mixing, dev)
+        self.sync_mixer = Mixer(complete(n, torch.Generator()), self.mixing, dev)
+        self.all_adj = ~torch.eye(n, dtype=torch.bool, device=dev)  # (n, n) broadcast to all
+        self.doubly = all(
+            bool(torch.allclose(column_stochastic(ctx.topology.adjacency(p)).sum(dim=1),
+                                torch.ones(n), atol=1e-6))
+            for p in range(ctx.topology.graphs.shape[0]))
+        if cfg.require_doubly_stochastic and not self.doubly:
+            raise ConfigError(f"topology {ctx.topology.name!r} gives a push-sum matrix that is not "
+                              "doubly stochastic (use exponential or circulant)")
+        self.eps_round, self.b_base = self._budget()
+        self.rounds_done = 0
+        self.trace: dict[str, list[Tensor]] = {k: [] for k in (
+            "S_i", "S_est", "S_real", "S_used", "scale", "eps_norm", "noise_norm")}
+
+    # -- accounting -----------------------------------------------------------------------------
+
+    def _budget(self) -> tuple[float | None, float | None]:
+        """(calibrated per-round epsilon or None, fixed b or None)."""
+        if self.cfg.sensitivity_mode == "none":
+            return None, None
+        if self.cfg.b is not None:
+            return None, float(self.cfg.b)
+        run = self.ctx.run
+        plan = make_plan(self.plan_name, run.epsilon, run.delta, run.rounds, 1.0,
+                         self.cfg.composition, gamma_n=self.cfg.gamma_n,
+                         calibrate_with=self.cfg.calibrate_with)
+        return float(plan.noise["epsilon_round"]), None
+
+    def b_at(self, t: int) -> float:
+        """The knob b of round t: fixed, or epsilon_round * gamma_n(t) when calibrated."""
+        gn = rates(self.cfg, self.ctx.run.lr, t)[2]
+        return self.b_base if self.b_base is not None else self.eps_round * gn  # type: ignore
+
+    def round_epsilons(self) -> list[float]:
+        """Per-round Theorem 1 epsilon b(t) / gamma_n(t) for the rounds run (S >= truth assumed)."""
+        return [dpps_round_epsilon(self.b_at(t), rates(self.cfg, self.ctx.run.lr, t)[2])
+                for t in range(self.rounds_done)]
+
+    # -- one round --------------------------------------------------------------------------------
+
+    def _compose(self, y: Tensor, local: Tensor) -> Tensor:
+        """(n, d) full models from shared y (n, d_s) and local parameters (n, d_l)."""
+        p = torch.empty(y.shape[0], self.ctx.fm.d, device=y.device, dtype=y.dtype)
+        p[:, self.sh] = y
+        p[:, self.loc] = local
+        return p
+
+    def models(self) -> Tensor:
+        """(n, d) the nodes' models (y_i = s_i / a_i, l_i)."""
+        return self._compose(self.s / self.a[:, None], self.l)
+
+    def round(self, t: int) -> None:
+        """P1-P5 (local step, clipped shared gradient), then DPPS D1-D6."""
+        cfg, ctx = self.cfg, self.ctx
+        gs, gl, gn = rates(cfg, ctx.run.lr, t)
+        x, yb, mask = self.sample_batch(t)
+        y = self.s / self.a[:, None]  # (n, d_s)
+        if self.has_local:  # P2, Eq. 23
+            g = batch_grads(ctx.fm, self._compose(y, self.l), x, yb, mask)  # (n, d)
+            self.l = self.l - gl * g[:, self.loc]
+        h = batch_grads(ctx.fm, self._compose(y, self.l), x, yb, mask)[:, self.sh]  # (n, d_s), P3
+        if cfg.clip is not None:
+            h, _ = clip_l1(h, cfg.clip)  # P4, Eq. 24
+        eps = -gs * h  # (n, d_s), Eq. 25
+        s_half = self.s + eps  # D1, Eq. 7
+        eps_norm = eps.abs().sum(dim=1)  # (n,)
+        reset = t == 0 or (cfg.sync and t % cfg.sync_period == 0)
+        self.S_i = sensitivity_step(self.S_i, eps_norm, self.noise_norm, reset, cfg.c_prime,
+                                    cfg.lam, gn, self.s0_norm if cfg.s0_term and t == 0 else None)
+        s_real = real_sensitivity(s_half) if (cfg.diagnostics or
+                                              cfg.sensitivity_mode == "oracle") else None
+        if cfg.sensitivity_mode == "estimated":  # D2: broadcast S_i, S = max_i S_i
+            s_recv = ctx.bus.broadcast(t, "sensitivity", self.S_i[:, None], self.all_adj)[:, 0]
+            s_used = torch.maximum(self.S_i, (s_recv[None, :] * self.all_adj).amax(dim=1)).amax()
+        elif cfg.sensitivity_mode == "oracle":
+            s_used = s_real
+        else:
+            s_used = None
+        if s_used is not None:  # D3, Eq. 8
+            b = self.b_at(t)
+            raw = laplace(tuple(s_half.shape), s_used / b, ctx.streams.get("noise"), ctx.device)
+            s_noisy = s_half + gn * raw  # (n, d_s)
+            self.noise_norm = raw.abs().sum(dim=1)
+            scale = gn * s_used / b
+        else:
+            s_noisy, scale = s_half, torch.zeros((), device=ctx.device)
+        mixer = self.sync_mixer if is_sync(cfg, t) else self.mixer  # card §1.4
+        self.s, self.a = push_sum(ctx.bus, mixer, t, s_noisy, self.a, "shared", "weight")  # D4-D5
+        self.rounds_done = t + 1
+        if cfg.diagnostics:
+            nan = torch.full((), float("nan"), device=ctx.device)
+            for k, v in (("S_i", self.S_i), ("S_est", self.S_i.amax()), ("S_real", s_real),
+                         ("S_used", s_used if s_used is not None else nan), ("scale", scale),
+                         ("eps_norm", eps_norm), ("noise_norm", self.noise_norm)):
+                self.trace[k].append(v.detach())
+
+    # -- reporting --------------------------------------------------------------------------------
+
+    def sensitivity_trace(self) -> dict[str, Any]:
+        """Per-round diagnostics (card §2.4): lists over rounds.
+
+        Keys: S_i (per node, Eq. 22), S_est (max_i S_i), S_real (true L1 sensitivity of the
+        clean half-step vectors), S_used (the S of the noise), scale (per-coordinate Laplace
+        scale gamma_n S / b), eps_norm and noise_norm (per node), sync (bool per round).
+        """
+        out: dict[str, Any] = {k: torch.stack(v).cpu().tolist() if v else []
+                               for k, v in self.trace.items()}
+        out["sync"] = [is_sync(self.cfg, t) for t in range(len(out["S_est"]))]
+        return out
+
+    def sensitivity_check(self) -> dict[str, Any]:
+        """Summary: in how many rounds the estimate max_i S_i stayed >= the real sensitivity."""
+        if not self.cfg.diagnostics or not self.trace["S_est"]:
+            return {"recorded": False}
+        est = torch.stack(self.trace["S_est"]).cpu().double()
+        real = torch.stack(self.trace["S_real"]).cpu().double()
+        below = torch.nonzero(est < real).flatten().tolist()
+        ratio = est / real.clamp(min=1e-30)
+        bad = torch.nonzero(~(torch.isfinite(est) & torch.isfinite(real))).flatten().tolist()
+        return {"recorded": True, "rounds": len(est), "estimate_below_real": len(below),
+                "violation_rounds": below[:50], "min_ratio_est_over_real": float(ratio.min()),
+                "max_real": float(real.max()), "max_estimate": float(est.max()),
+                "first_non_finite_round": bad[0] if bad else None,
+                "doubly_stochastic": self.doubly, "sensitivity_mode": self.cfg.sensitivity_mode}
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: paper reading (Theorem 1, per round), calibrated (composed), realized."""
+        cfg, run = self.cfg, self.ctx.run
+        uncovered = ("sensitivity",) if cfg.sensitivity_mode == "estimated" else ()
+        check = self.sensitivity_check()
+        rounds = self.rounds_done
+        if cfg.sensitivity_mode == "none" or rounds == 0:
+            why = "no noise (sensitivity_mode=none)" if rounds else "no round run yet"
+            reps = [EpsilonReport(math.inf, 0.0, "none", m, "node-level", uncovered, note=why)
+                    for m in ("paper", "calibrated")]
+            return [{"node": i, **r.to_dict()} for i in range(self.ctx.n) for r in reps]
+        eps_r = self.round_epsilons()
+        b0 = self.b_at(0)
+        knob = (f"the paper's b = {b0:.6g} is a noise knob, NOT epsilon: Laplace scale per "
+                f"coordinate = gamma_n S / b, per-round epsilon = b / gamma_n = {eps_r[0]:.6g}")
+        if max(eps_r) != eps_r[0]:
+            knob += f" at t = 0, up to {max(eps_r):.6g} after the gamma_n decays"
+        paper = EpsilonReport(max(eps_r), 0.0, "closed-form (Theorem 1)", "paper", "node-level",
+                              uncovered,
+                              note=f"largest per-round budget, not composed over T; {knob}")
+        events = [LaplaceEvent(e, 1) for e in eps_r]
+        ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).extend(events)
+        cal = account(ledger, run.delta, mode="calibrated", pure_composition=cfg.composition,
+                      note=f"{cfg.composition} composition over {rounds} rounds; nodes are "
+                           "the records; holds only if S(t) >= true L1 sensitivity every round; "
+                           f"{knob}")
+        reports = [paper, cal]
+        if check.get("recorded"):
+            reports.append(self._realized(uncovered))
+        extra = {"b": b0, "gamma_n": cfg.gamma_n, "epsilon_round": eps_r[0],
+                 "b_is_not_epsilon": True, "sensitivity_check": check}
+        return [{"node": i, **r.to_dict(), **extra} for i in range(self.ctx.n) for r in reports]
+
+    def _realized(self, uncovered: tuple[str, ...]) -> EpsilonReport:
+        """Composition of S_real(t) / scale(t) over the rounds run (rounds with S_real = 0 release
+        nothing node-specific and cost 0; S_real > 0 with zero or non-finite noise costs inf)."""
+        cfg, run = self.cfg, self.ctx.run
+        real = torch.stack(self.trace["S_real"]).cpu().double()
+        scale = torch.stack(self.trace["scale"]).cpu().double()
+        note = ("realized: composition of S_real(t) / scale(t), the epsilon w.r.t. the TRUE L1 "
+                "sensitivity of the noise actually drawn")
+        costly = real > 0
+        ratio = real[costly] / scale[costly]
+        if not bool(torch.isfinite(ratio).all()) or not bool(torch.isfinite(real).all()):
+            return EpsilonReport(math.inf, 0.0, cfg.composition, "calibrated", "node-level",
+                                 uncovered, note=note + " (zero or non-finite noise in some round)")
+        if len(ratio) == 0:
+            return EpsilonReport(0.0, 0.0, cfg.composition, "calibrated", "node-level", uncovered,
+                                 note=note + " (S_real = 0 in every round)")
+        led = PrivacyLedger(unit="node-level", uncovered=uncovered).extend(
+            [LaplaceEvent(float(e), 1) for e in ratio])
+        return account(led, run.delta, mode="calibrated", pure_composition=cfg.composition,
+                       note=note + f"; {int((~costly).sum())} rounds with S_real = 0 cost 0")
+
+    # -- attacker side ----------------------------------------------------------------------------
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
+        """Shared-coordinate gradient (s_i^t - s_i,noise^{t+1/2}) / gamma_s at y_i^t ("partial").
+
+        s_i^t is rebuilt from the round t-1 `shared` / `weight` messages into the victim (the
+        complete graph after a sync round); the victim's local parameters are never sent, so the
+        view's local coordinates hold the public initialisation and the view is exact only when
+        nothing is local (SGP-DP). The estimate includes the Laplace noise (gamma_n / gamma_s) n_i.
+
+        Raises:
+            NotApplicable: when the messages needed are not observed, or x0 is unknown.
+        """
+        if obs.x0 is None:
+            raise NotApplicable("the shared public initialisation is unknown to this threat model")
+        cfg: DPPSConfig = obs.defense_cfg
+        mask = shared_mask(obs.fm, cfg).to(obs.x0.device)
+        exact = bool(mask.all())
+        views = []
+        for t in rounds:
+            s_pre, a_pre = _pre_step(obs, victim, t, cfg, mask)
+            rec = obs.log.get(t, "shared")
+            msg = rec.sent_by(victim) if rec is not None else None
+            if msg is None:
+                raise NotApplicable(f"node {victim}'s round-{t} shared message is not observed")
+            gs = rates(cfg, obs.run.lr, t)[0]
+            grad = torch.zeros_like(obs.x0)
+            grad[mask] = (s_pre - msg.to(s_pre)) / gs
+            params = obs.x0.clone()
+            params[mask] = s_pre / a_pre
+            views.append(GradientView(
+                victim, t, params, grad, "partial", mask, obs.run.batch_size,
+                "(s_i^t - s_i,noise^{t+1/2}) / gamma_s on the shared coordinates"
+                + ("" if exact else "; local coordinates of params = public init (unknown)"),
+                exact))
+        return views
+
+
+def _pre_step(obs: Observation, victim: int, t: int, cfg: DPPSConfig,
+              mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(s_i^t (d_s,), a_i^t) of the victim from round t-1's messages into it (or x0 at t = 0)."""
+    if t == 0:
+        return obs.x0[mask], torch.ones((), dtype=obs.x0.dtype)  # type: ignore[index]
+    n = obs.topology.n
+    if is_sync(cfg, t - 1):
+        p = torch.full((n, n), 1.0 / n)
+        senders = list(range(n))
+    else:
+        p = obs.topology.mixing(t - 1, "column")
+        senders = [victim, *obs.topology.in_neighbours(t - 1, victim)]
+    ss, ws = obs.log.get(t - 1, "shared"), obs.log.get(t - 1, "weight")
+    if ss is None or ws is None:
+        raise NotApplicable(f"round {t - 1} shared/weight messages are not observed/recorded")
+    s = a = None
+    for k in senders:
+        sk, wk = ss.sent_by(k), ws.sent_by(k)
+        if sk is None or wk is None:
+            raise NotApplicable(f"node {k}'s round-{t - 1} message into node {victim} is not "
+                                f"observed by the {obs.threat.kind} threat model")
+        s = p[victim, k] * sk if s is None else s + p[victim, k] * sk
+        a = p[victim, k] * wk[0] if a is None else a + p[victim, k] * wk[0]
+    return s, a  # type: ignore[return-value]

@@ -1,0 +1,381 @@
+"""Dyn-D2P: dynamic differentially private decentralized learning (push-sum SGD + DP-SGD).
+
+Zhu, Huang, Wang, Ji, Xu, "Dyn-D2P: Dynamic Differentially Private Decentralized Learning with
+Provable Utility Guarantee" (Zhejiang Univ. / Qilu Univ. of Technology;
+year not given in the seed text). Card: shared/cards/card-dyn-d2p.md. Algorithm 1 (card §1.3),
+vectorised over the n nodes (state (n, d)), with the variants of card §1.5 as `variant`:
+
+    sample S_i^k                         Poisson(p = B/J_i) (card §1.6), or one uniform sample
+    h_j = grad f_i(z_i^k; j)             per sample, at the de-biased model z = x / w (line 4)
+    C_k = C_0 rho_c^(-k/K)               dynamic clip bound (line 5); C_bar for dyn_mu / const
+    c_j = h_j min(1, C_k / ||h_j||)      flat L2 clip (line 6, eq. 5)
+    mu_k = mu_0 rho_mu^(k/K)             per-step GDP budget (eq. 7); mu_bar (eq. 9): dyn_c, const
+    sigma_k = C_k / mu_k                 noise std on the SUM of clipped gradients (line 8)
+    x_i^{k+1/2} = x_i^k - lr (sum_j c_j + N(0, sigma_k^2 I)) / B          (lines 9-10)
+    x^{k+1} = P^k x^{k+1/2},  w^{k+1} = P^k w^k   push-sum through the bus (lines 11-13)
+
+| variant | clip bound | per-step budget | budget solve | paper |
+|---|---|---|---|---|
+| dyn (Dyn-D2P) | C_0 rho_c^(-k/K) | mu_0 rho_mu^(k/K) | eq. (8) | Alg. 1 |
+| dyn_c (Dyn[C]-D2P) | C_0 rho_c^(-k/K) | mu_bar | eq. (9) | Alg. 3 |
+| dyn_mu (Dyn[mu]-D2P) | C_bar | mu_0 rho_mu^(k/K) | eq. (8) | Alg. 4 |
+| const (Const-D2P) | C_bar | mu_bar | eq. (9) | Alg. 5 |
+
+The non-private baseline is `sgp` (defenses/sgp.py). Messages (card §1.4): `model` =
+x_i^{k+1/2} (scaled by the public P_ji in transit) and `weight` = w_i^k; both are covered (the
+weight is data-independent, the model message is the Gaussian mechanism's output plus
+post-processing). Accounting (card §3) comes from `privbench.accounting` (`plan_dyn_d2p`): eq. (4)
+mu_tot, eq. (8) mu_0 by bisection in (mu_bar / rho_mu, mu_bar], eq. (9) mu_bar; the paper's
+GDP-CLT epsilon (`paper`, approximate) and a rigorous PLD / RDP epsilon (`calibrated`) are both
+reported per node.
+
+Choices and deviations (card section in brackets):
+- Mini-batch generalisation [§1.6, §8.1]: Poisson sampling with p_i = B / J_i (B = the run's
+  batch size) is the default; noise goes on the sum of clipped per-sample gradients, which is
+  divided by the EXPECTED batch size min(B, J_i), so the sensitivity stays C_k / B.
+  `sampling="one_sample"` is the paper-literal mode: one uniform sample per node and round,
+  accounted as Poisson(1/J_i) as the paper does [§8.2: the accountant assumes Poisson].
+- Add/remove-one adjacency, per-step L2 sensitivity C_k [§8.3]; flat L2 norm over all
+  parameters [§8.7]; clip factor C / max(||h||, 1e-12) via `engine.clip_l2` [§8.6].
+- Nodes with different J_i each solve their own mu_0 with p_i = B / J_i [§8.17]; every node's
+  (epsilon, delta) is its own, never summed.
+- Noise calibration [§8.13]: `calibrate_with="paper"` (default, the card's recommendation for
+  reproducing the paper: the CLT of eqs. 4/6/8 sets mu_0, so the rigorous epsilon exceeds the
+  target by ~1-12%, card §3.8) or `"calibrated"` (mu_0 such that the PLD / RDP epsilon meets the
+  target). Both epsilons are always reported. The PLD accountant buckets the schedule into <= 48
+  noise levels, each charged at its smallest noise (conservative, card §3.6).
+- Defaults C_0 = 4, C_bar = 1.5 are the card's shallow-CNN values [§5, §2]; rho_c = rho_mu = 2
+  (1/rho = 0.5) is the card's no-search default [§2]. Grid-search C_bar for the baselines.
+- Topology [§4, §8.18]: any directed graph with column-stochastic uniform weights
+  1 / (1 + outdeg) [§8.9]; the run default `random_out` is non-regular directed, so w != 1 and
+  the de-bias step is exercised. The paper's graph is `--topology exponential`.
+- Same public initial model on every node [§8.10]. No momentum, weight decay or BatchNorm.
+- Evaluation: the engine evaluates each z_i and the mean of the z_i; the card's primary metric
+  x_bar = mean_i x_i equals it when w = 1 (exponential graph) [§8.11].
+- epsilon = inf (`--eps inf`) turns the noise off (sigma_k = 0) and reports epsilon = inf: with a
+  huge clip bound this is plain SGP, the §9 item 9 check.
+- Prop. 4 / eq. (10) (general-schedule calibration) is not implemented: invalid for Alg. 1 [§8.14].
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from privbench.accounting import (
+    ApproximateAccountingWarning,
+    EpsilonReport,
+    PrivacyPlan,
+    gdp_epsilon,
+    make_plan,
+)
+from privbench.engine import Context, Trainer, masked_sum, per_sample_grads
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+
+VARIANTS = ("dyn", "dyn_c", "dyn_mu", "const")
+SAMPLINGS = ("poisson", "one_sample")
+CALIBRATIONS = ("paper", "calibrated")
+ACCOUNTANTS = ("pld", "rdp")
+
+
+@dataclass(frozen=True)
+class DynD2PConfig:
+    """Dyn-D2P hyper-parameters (the run supplies epsilon, delta, K = rounds, lr and B).
+
+    Attributes:
+        variant: "dyn" (Alg. 1), "dyn_c" (Alg. 3), "dyn_mu" (Alg. 4) or "const" (Alg. 5).
+        clip_0: C_0, initial clip bound of the dynamic-clip variants (dyn, dyn_c).
+        clip_bar: C_bar, constant clip bound of dyn_mu and const.
+        rho_c: clip decay rho_c >= 1: C_k = C_0 rho_c^(-k/K).
+        rho_mu: budget growth rho_mu >= 1: mu_k = mu_0 rho_mu^(k/K) (dyn, dyn_mu).
+        sampling: "poisson" (mini-batch, p = B/J) or "one_sample" (paper-literal, p = 1/J).
+        calibrate_with: "paper" (GDP CLT sets mu_0) or "calibrated" (the rigorous accountant).
+        accountant: rigorous accountant for the calibrated report: "pld" or "rdp".
+        record_released: keep every round's released noisy gradient (sum c_j + N) / B in
+            `released` (debug / tests; memory K * n * d).
+    """
+
+    variant: str = "dyn"
+    clip_0: float = 4.0
+    clip_bar: float = 1.5
+    rho_c: float = 2.0
+    rho_mu: float = 2.0
+    sampling: str = "poisson"
+    calibrate_with: str = "paper"
+    accountant: str = "pld"
+    record_released: bool = False
+
+    def __post_init__(self) -> None:
+        for value, name, choices in ((self.variant, "variant", VARIANTS),
+                                     (self.sampling, "sampling", SAMPLINGS),
+                                     (self.calibrate_with, "calibrate_with", CALIBRATIONS),
+                                     (self.accountant, "accountant", ACCOUNTANTS)):
+            if value not in choices:
+                raise ConfigError(f"unknown Dyn-D2P {name} {value!r}; accepted: "
+                                  f"{', '.join(choices)}")
+        if not (self.clip_0 > 0 and self.clip_bar > 0):
+            raise ConfigError(f"clip bounds must be > 0, got clip_0={self.clip_0}, "
+                              f"clip_bar={self.clip_bar}")
+        if not (1 <= self.rho_c < math.inf and 1 <= self.rho_mu < math.inf):
+            raise ConfigError(f"rho_c and rho_mu must be finite and >= 1, got {self.rho_c}, "
+                              f"{self.rho_mu}")
+
+    @property
+    def dynamic_clip(self) -> bool:
+        """Whether C_k decays (dyn, dyn_c)."""
+        return self.variant in ("dyn", "dyn_c")
+
+    @property
+    def dynamic_budget(self) -> bool:
+        """Whether mu_k grows (dyn, dyn_mu)."""
+        return self.variant in ("dyn", "dyn_mu")
+
+
+def clip_schedule(cfg: DynD2PConfig, steps: int) -> np.ndarray:
+    """(K,) clip bounds: C_0 rho_c^(-k/K) (Alg. 1 line 5) or C_bar for every k."""
+    k = np.arange(steps, dtype=float)
+    if cfg.dynamic_clip:
+        return cfg.clip_0 * cfg.rho_c ** (-k / steps)
+    return np.full(steps, float(cfg.clip_bar))
+
+
+def budget_growth(cfg: DynD2PConfig, steps: int) -> np.ndarray:
+    """(K,) budget factors mu_k / mu_0: rho_mu^(k/K) (eq. 7) or all ones (eq. 9 variants)."""
+    k = np.arange(steps, dtype=float)
+    return cfg.rho_mu ** (k / steps) if cfg.dynamic_budget else np.ones(steps)
+
+
+def schedules(cfg: DynD2PConfig, steps: int, mu_0: float) -> dict[str, np.ndarray]:
+    """The precomputed schedules of card §1.2 P5 for one node.
+
+    Args:
+        cfg: the configuration (variant, C_0 / C_bar, rho_c, rho_mu).
+        steps: K.
+        mu_0: the initial (or constant) per-step budget from eq. (8) / (9) (inf: no noise).
+
+    Returns:
+        {"clip": C_k, "mu": mu_k, "sigma": sigma_k = C_k / mu_k}, each (K,).
+    """
+    clip = clip_schedule(cfg, steps)
+    mu = mu_0 * budget_growth(cfg, steps)
+    return {"clip": clip, "mu": mu, "sigma": clip / mu}
+
+
+def node_plan(cfg: DynD2PConfig, epsilon: float, delta: float, steps: int,
+              sample_rate: float) -> PrivacyPlan:
+    """One node's privacy plan: mu_0 (or mu_bar) and its paper / calibrated epsilons.
+
+    Args:
+        cfg: variant, rho_mu, calibrate_with and accountant.
+        epsilon, delta: the node's target budget.
+        steps: K.
+        sample_rate: p = B / J (Poisson) or 1 / J (one-sample mode).
+    """
+    rho = cfg.rho_mu if cfg.dynamic_budget else 1.0
+    with warnings.catch_warnings():  # the CLT is approximate: the report says so (approximate)
+        warnings.simplefilter("ignore", ApproximateAccountingWarning)
+        return make_plan("dyn_d2p", epsilon, delta, steps, sample_rate, cfg.accountant,
+                         rho_mu=rho, calibrate_with=cfg.calibrate_with)
+
+
+def clipped_sum(g: Tensor, mask: Tensor, bound: Tensor | float) -> Tensor:
+    """Sum over sampled rows of L2-clipped per-sample gradients, in one pass over g.
+
+    Same factor as `engine.clip_l2` (min(1, C / (||g_j|| + 1e-12)), card §8.6) folded into the
+    masked sum, so the clipped (n, B, d) tensor is never materialised.
+
+    Args:
+        g: (n, B, d) per-sample gradients.
+        mask: (n, B) bool, True for sampled (real) rows.
+        bound: the clip bound C_k (scalar, or broadcastable to (n, B)).
+
+    Returns:
+        (n, d) sum_j c_j.
+    """
+    norms = g.norm(dim=-1)  # (n, B)
+    bound = torch.as_tensor(bound, dtype=g.dtype, device=g.device)
+    factor = (bound / (norms + 1e-12)).clamp(max=1.0) * mask.to(g.dtype)  # (n, B)
+    return masked_sum(g, factor)
+
+
+def clt_spent(mus: np.ndarray, sample_rate: float, t: int, delta: float) -> tuple[float, float]:
+    """Online accountant of card §3.6: (mu_spent(t), epsilon_spent(t)) after t steps (eq. 6, 4).
+
+    Approximate (the CLT is not an upper bound, card §3.8).
+    """
+    with np.errstate(over="ignore"):
+        total = float(np.sum(np.expm1(np.asarray(mus[:t], dtype=float) ** 2)))
+    mu = sample_rate * math.sqrt(total)
+    if mu == 0:
+        return 0.0, 0.0
+    return mu, gdp_epsilon(mu, delta)
+
+
+@DEFENSES.register("dyn_d2p")
+class DynD2P(Trainer):
+    """Dyn-D2P and its variants (Dyn[C], Dyn[mu], Const) as an n-node push-sum trainer."""
+
+    Config = DynD2PConfig
+    kinds = (
+        MessageKind("model", covered=True, description="P_ji * x_i^{k+1/2}, "
+                    "x_i^{k+1/2} = x_i^k - lr (sum_j clip(g_j) + N) / B"),
+        MessageKind("weight", covered=True, data_dependent=False,
+                    description="P_ji * w_i^k, push-sum weight"),
+    )
+    mixing = "column"
+    private = True
+
+    def __init__(self, cfg: DynD2PConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        run, n = ctx.run, ctx.n
+        steps = run.rounds
+        self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
+        self.x = self.init_params()  # (n, d) push-sum numerators x_i
+        self.w = torch.ones(n, device=ctx.device)  # (n,) push-sum weights w_i
+        counts = ctx.data.counts.cpu().double()  # (n,) J_i
+        if cfg.sampling == "poisson":
+            rates = (run.batch_size / counts).clamp(max=1.0)  # (n,) p_i = B / J_i
+            expected = rates * counts  # (n,) expected batch size min(B, J_i)
+        else:
+            rates, expected = 1.0 / counts, torch.ones(n, dtype=torch.float64)
+        self.rates = rates.tolist()
+        self.expected = expected.float().to(ctx.device)  # (n,)
+        self._rate: float | Tensor = self.rates[0] if len(set(self.rates)) == 1 else \
+            rates.float().to(ctx.device)[:, None]  # scalar, or (n, 1) when the J_i differ
+        self.plans: list[PrivacyPlan | None] = [None] * n
+        if math.isinf(run.epsilon):
+            mu0 = [math.inf] * n
+        else:
+            cache: dict[float, PrivacyPlan] = {}
+            for i, p in enumerate(self.rates):
+                if p not in cache:
+                    cache[p] = node_plan(cfg, run.epsilon, run.delta, steps, p)
+                self.plans[i] = cache[p]
+            mu0 = [float(plan.noise["mu_0"]) for plan in self.plans]  # type: ignore[union-attr]
+        self.mu_0 = np.asarray(mu0)  # (n,)
+        self.clip = torch.tensor(clip_schedule(cfg, steps), dtype=torch.float32,
+                                 device=ctx.device)  # (K,)
+        growth = budget_growth(cfg, steps)  # (K,)
+        sigma = clip_schedule(cfg, steps)[:, None] / (growth[:, None] * self.mu_0[None])  # (K, n)
+        self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (K, n)
+        self.released: dict[int, Tensor] = {}  # t -> (n, d), only with record_released
+
+    # ------------------------------------------------------------------ training
+
+    def models(self) -> Tensor:
+        """(n, d) de-biased models z = x / w."""
+        return self.x / self.w[:, None]
+
+    def _batch(self, t: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Round t's samples for all nodes, recorded as ground truth.
+
+        Returns:
+            x (n, B', C, H, W), y (n, B'), mask (n, B'): Poisson samples compacted to the largest
+            sampled count B' (>= 1), or one uniform sample per node.
+        """
+        data, gen = self.ctx.data, self.ctx.streams.get("batch")
+        if self.cfg.sampling == "one_sample":
+            slots, mask = data.sample(1, gen)  # (n, 1)
+        else:
+            slots, mask = data.poisson(self._rate, gen)  # type: ignore[arg-type]  # (n, M)
+            width = max(1, int(mask.sum(dim=1).max()))
+            order = torch.sort(mask.to(torch.uint8), dim=1, descending=True,
+                               stable=True).indices[:, :width]  # sampled slots first
+            slots, mask = slots.gather(1, order), mask.gather(1, order)  # (n, B')
+        self.ctx.truth.record(t, slots, mask)
+        x, y = data.gather(slots)
+        return x, y, mask
+
+    def round(self, t: int) -> None:
+        """Noisy clipped local step at z (Alg. 1 lines 3-10), then push-sum (lines 11-14)."""
+        ctx = self.ctx
+        xb, yb, mask = self._batch(t)
+        g = per_sample_grads(ctx.fm, self.models(), xb, yb)  # (n, B', d)
+        total = clipped_sum(g, mask, self.clip[t])  # (n, d) sum_j clip(g_j, C_k)
+        noise = torch.randn(total.shape, generator=ctx.streams.get("noise"), device=ctx.device,
+                            dtype=total.dtype) * self.sigma[t][:, None]  # (n, d)
+        released = (total + noise) / self.expected[:, None]  # (n, d) noisy clipped gradient
+        if self.cfg.record_released:
+            self.released[t] = released.detach().cpu().clone()
+        x_half = self.x - ctx.run.lr * released  # (n, d) x_i^{k+1/2}
+        self.x, self.w = push_sum(ctx.bus, self.mixer, t, x_half, self.w)
+
+    # ------------------------------------------------------------------ privacy
+
+    def schedule(self, node: int = 0) -> dict[str, list[float]]:
+        """Node `node`'s per-round C_k, mu_k, sigma_k and the online CLT mu / epsilon spent."""
+        run = self.ctx.run
+        s = schedules(self.cfg, run.rounds, float(self.mu_0[node]))
+        spent = [clt_spent(s["mu"], self.rates[node], t + 1, run.delta)
+                 for t in range(run.rounds)] if math.isfinite(self.mu_0[node]) else []
+        return {"clip": s["clip"].tolist(), "mu": s["mu"].tolist(), "sigma": s["sigma"].tolist(),
+                "mu_spent": [m for m, _ in spent], "epsilon_spent": [e for _, e in spent]}
+
+    def epsilon_spent(self, t: int) -> list[float]:
+        """Per-node paper (CLT) epsilon after t completed rounds (card §3.6; approximate)."""
+        run = self.ctx.run
+        out = []
+        for i, p in enumerate(self.rates):
+            if math.isinf(self.mu_0[i]):
+                out.append(math.inf)
+                continue
+            mus = schedules(self.cfg, run.rounds, float(self.mu_0[i]))["mu"]
+            out.append(clt_spent(mus, p, t, run.delta)[1])
+        return out
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: the paper (GDP CLT) and calibrated (PLD / RDP) reports of the K-step plan."""
+        run = self.ctx.run
+        out: list[dict[str, Any]] = []
+        for i, plan in enumerate(self.plans):
+            if plan is None:
+                reports = tuple(EpsilonReport(math.inf, run.delta, "none", mode, "sample-level",
+                                              note="epsilon = inf: no noise")
+                                for mode in CALIBRATIONS)
+            else:
+                reports = plan.reports[:2]
+            extra = {"node": i, "target_epsilon": run.epsilon, "variant": self.cfg.variant,
+                     "calibrated_with": self.cfg.calibrate_with, "sampling": self.cfg.sampling,
+                     "sample_rate": self.rates[i], "rounds": run.rounds,
+                     "mu_0": float(self.mu_0[i]) if math.isfinite(self.mu_0[i]) else "inf"}
+            out.extend({**r.to_dict(), **extra} for r in reports)
+        return out
+
+    # ------------------------------------------------------------------ attacker's view
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
+        """The victim's released noisy clipped gradient (x_i^t - x_i^{t+1/2}) / lr at z_i^t.
+
+        The pre-step model x_i^t = sum_k P^{t-1}_ik x_k^{t-1/2} needs the victim's and all its
+        in-neighbours' round t-1 messages (an eavesdropper, or a colluding set covering the
+        victim's in-neighbourhood and one out-neighbour); round 0 needs the public x^0.
+
+        Raises:
+            NotApplicable: when the threat model cannot reconstruct the pre-step model or does
+                not see the victim's round-t message.
+        """
+        cfg, lr = obs.defense_cfg, obs.run.lr
+        batch = 1 if getattr(cfg, "sampling", "poisson") == "one_sample" else obs.run.batch_size
+        views = []
+        for t in rounds:
+            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
+            rec = obs.log.get(t, "model")
+            x_half = rec.sent_by(victim) if rec is not None else None
+            if x_half is None:
+                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed "
+                                    f"by the {obs.threat.kind} threat model")
+            views.append(GradientView(victim, t, x_pre / w_pre, (x_pre - x_half) / lr, "gradient",
+                                      None, batch, "(x_i^t - x_i^{t+1/2}) / lr = "
+                                      "(sum_j clip(g_j, C_t) + N(0, sigma_t^2 I)) / B"))
+        return views

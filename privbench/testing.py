@@ -1,0 +1,121 @@
+"""Privacy tests in a few lines, for users' test suites and our own regression suite.
+
+    from privbench.testing import audit, assert_bounds
+
+    def test_my_defense_resists_inversion():
+        res = audit("dyn_d2p", eps=1.0, attacks=["idlg", "mia_threshold"], rounds=20)
+        assert_bounds(res, "dyn_d2p", max_psnr=15, max_auc=0.65, require_coverage=True)
+
+`audit` trains tiny, attacks and returns the results dict of `privbench attack` (the same JSON
+schema, so the same bounds as `privbench check` policies apply). `disable_noise` is a TEST-ONLY
+switch that silently removes the DP noise of every defense (it zeroes the draws of the "noise"
+random stream), to prove that a privacy test catches a defense that drops its noise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+
+from privbench.config import RunConfig, replace_checked
+from privbench.gate import Check, check_bound
+from privbench.seeding import NOISE_GENERATORS
+
+TINY_RUN = {"model": "mlp", "nodes": 4, "rounds": 10, "eval_every": 10, "batch_size": 2,
+            "device": "cpu"}
+TINY_ATTACKS = {"idlg": {"adam_steps": 150}, "geiping": {"steps": 150}}
+
+
+def audit(defense: str, eps: float | Sequence[float] = 1.0,
+          attacks: Sequence[str] = ("idlg", "mia_threshold"),
+          defense_config: dict[str, Any] | None = None,
+          attack_config: dict[str, dict[str, Any]] | None = None,
+          out: str | Path | None = None, **run: Any) -> dict[str, Any]:
+    """Train `defense` on a tiny digits setup, run `attacks`, return the audit results dict.
+
+    Args:
+        defense: defense registry key.
+        eps: target ε (or a grid); ignored for non-private defenses.
+        attacks: attack registry keys.
+        defense_config: overrides of the defense's config.
+        attack_config: per-attack config overrides (merged over fast defaults).
+        out: keep the files here (default: a temporary folder, removed afterwards).
+        **run: RunConfig overrides (nodes, rounds, model, seed, ...).
+    """
+    from privbench import sweep
+
+    base = replace_checked(RunConfig(), {**TINY_RUN, **run}, where="run")
+    cfgs = {k: dict(v) for k, v in TINY_ATTACKS.items()}
+    for name, over in (attack_config or {}).items():
+        cfgs.setdefault(name, {}).update(over)
+    grid = (eps,) if isinstance(eps, (int, float)) else tuple(eps)
+    audit_cfg = sweep.audit_config("quick", [defense], list(grid), list(attacks), None,
+                                   {"attack_config": cfgs})
+    with contextlib.ExitStack() as stack:
+        folder = Path(out) if out else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        runner = sweep.Sweep(base, dict(defense_config or {}), audit_cfg, folder / "audit",
+                             progress=False, command=f"privbench.testing.audit({defense!r})")
+        return runner.run()
+
+
+def evaluate_bounds(results: dict[str, Any], defense: str, eps: float | None = None,
+                    **bounds: Any) -> list[Check]:
+    """Evaluate `privbench check` bounds (max_psnr=..., max_auc=..., ...) on matching cells."""
+    cells = [c for c in results["cells"] if c["defense"] == defense
+             and (eps is None or c.get("epsilon") is None or abs(c["epsilon"] - eps) < 1e-9)]
+    if not cells:
+        return [Check(f"{defense}", False, "no cell of this defense in the results")]
+    return [chk for cell in cells for chk in check_bound(bounds, cell)]
+
+
+def assert_bounds(results: dict[str, Any], defense: str, eps: float | None = None,
+                  **bounds: Any) -> None:
+    """Assert every bound holds; the message lists each failed check."""
+    failed = [c for c in evaluate_bounds(results, defense, eps, **bounds) if not c.passed]
+    assert not failed, "privacy bounds violated: " + "; ".join(
+        f"{c.name}: {c.detail}" for c in failed)
+
+
+@contextlib.contextmanager
+def disable_noise() -> Iterator[None]:
+    """TEST ONLY: every draw from a "noise" stream generator returns its noiseless value.
+
+    Gaussian draws become 0, uniform draws 0 (randomized response then never flips), and
+    exponential draws 1 (a Laplace draw as a difference of two exponentials becomes 0).
+    """
+    randn, rand, normal, exponential = (torch.randn, torch.rand, torch.normal,
+                                        torch.Tensor.exponential_)
+
+    def is_noise(kwargs: dict[str, Any]) -> bool:
+        gen = kwargs.get("generator")
+        return gen is not None and gen in NOISE_GENERATORS
+
+    def fake_randn(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = randn(*args, **kwargs)
+        return out.zero_() if is_noise(kwargs) else out
+
+    def fake_rand(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = rand(*args, **kwargs)
+        return out.zero_() if is_noise(kwargs) else out
+
+    def fake_normal(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = normal(*args, **kwargs)
+        if is_noise(kwargs):
+            mean = kwargs.get("mean", args[0] if args else 0.0)
+            out = torch.zeros_like(out) + mean
+        return out
+
+    def fake_exponential(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = exponential(self, *args, **kwargs)
+        return out.fill_(1.0) if is_noise(kwargs) else out
+
+    with mock.patch("torch.randn", fake_randn), mock.patch("torch.rand", fake_rand), \
+            mock.patch("torch.normal", fake_normal), \
+            mock.patch.object(torch.Tensor, "exponential_", fake_exponential):
+        yield

@@ -1,0 +1,343 @@
+"""DPPS / PartPSP (defenses/dpps.py, defenses/partpsp.py; card-dpps-partpsp.md).
+
+Checks: push-sum invariants, the local part never leaves a node, Eq. 22, the Laplace scale
+gamma_n S / b (statistical), the estimate vs the real sensitivity, gradient views, accounting
+(b is not epsilon) and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from defenses.dpps import laplace, rates, sensitivity_step, shared_mask
+from privbench.cli import main as cli_main
+from privbench.config import RunConfig
+from privbench.engine import batch_grads, train
+from privbench.messages import RecordPolicy
+from privbench.runner import build
+from privbench.threat import NotApplicable, Observation, ThreatModel
+
+torch.set_num_threads(1)
+
+RUN = RunConfig(dataset="digits", model="psp_mlp", nodes=6, topology="exponential", rounds=8,
+                batch_size=16, lr=0.1, eval_every=8, device="cpu", seed=3)
+
+
+def _build(name: str = "partpsp", run: RunConfig = RUN, **over):
+    return build(run, name, over, policy=RecordPolicy())
+
+
+def _x0(built) -> torch.Tensor:
+    return built.ctx.fm.init(built.ctx.streams.fresh("init", device="cpu"))
+
+
+def _true_shared_grad(built, t: int, params: torch.Tensor) -> torch.Tensor:
+    """PartPSP's P2-P3 recomputed from ground truth: (n, d_s) shared gradient at round t."""
+    tr, ctx = built.trainer, built.ctx
+    slots, mask = ctx.truth.batches[t]
+    x, y = ctx.data.gather(slots)
+    p = params.clone()
+    if tr.has_local:
+        g = batch_grads(ctx.fm, p, x, y, mask)
+        p[:, tr.loc] = p[:, tr.loc] - rates(tr.cfg, ctx.run.lr, t)[1] * g[:, tr.loc]
+    return batch_grads(ctx.fm, p, x, y, mask)[:, tr.sh]
+
+
+# ------------------------------------------------------------------ contract and split
+
+
+@pytest.mark.parametrize("name", ["dpps", "partpsp"])
+def test_default_build_trains_and_reports(name):
+    built = build(RunConfig(rounds=3, nodes=4, device="cpu", eval_every=3), name)
+    train(built.trainer)
+    z = built.trainer.models()
+    assert z.shape == (4, built.ctx.fm.d) and torch.isfinite(z).all()
+    declared = {k.name for k in built.trainer.kinds}
+    assert set(built.ctx.bus.log.kinds()) <= declared
+    reps = built.trainer.privacy()
+    assert {r["mode"] for r in reps} == {"paper", "calibrated"}
+    for r in reps:
+        assert {"epsilon", "delta", "accountant", "mode", "unit", "uncovered"} <= set(r)
+        assert r["unit"] == "node-level" and r["uncovered"] == ["sensitivity"]
+        assert r["b_is_not_epsilon"]
+        if r["mode"] == "paper":
+            assert "NOT epsilon" in r["note"]
+
+
+def test_kinds_mark_sensitivity_as_uncovered_leak():
+    from defenses.partpsp import PartPSP
+
+    kinds = {k.name: k for k in PartPSP.kinds}
+    assert kinds["shared"].covered and kinds["shared"].data_dependent
+    assert not kinds["sensitivity"].covered and kinds["sensitivity"].data_dependent
+    assert not kinds["weight"].data_dependent
+
+
+def test_card_split_psp_mlp():
+    """Card §4: PartPSP-1 shares Linear(D->10); PartPSP-2 also Linear(10->D); SGP-DP all."""
+    d_in = 64  # digits 8x8
+    sizes = {1: d_in * 10 + 10, 2: d_in * 10 + 10 + 10 * d_in + d_in}
+    for layers, size in sizes.items():
+        built = _build(shared_layers=layers)
+        assert int(built.trainer.sh.sum()) == size
+        assert built.trainer.sh[:size].all()  # the input side
+    full = _build("dpps")
+    assert bool(full.trainer.sh.all()) and not full.trainer.has_local
+
+
+# ------------------------------------------------------------------ push-sum invariants
+
+
+@pytest.mark.parametrize("topology", ["random_out", "exponential"])
+def test_push_sum_invariants(topology):
+    """Column-stochastic mixing: sum_i a_i = n, sum_i s_i^{t+1} = sum_k (sent s_k); a == 1 on a
+    doubly-stochastic (regular) graph; everyone agrees after a sync round."""
+    run = RunConfig(dataset="digits", model="psp_mlp", nodes=6, topology=topology, rounds=8,
+                    batch_size=16, lr=0.1, device="cpu", seed=1)
+    built = _build(run=run, b=2.0)
+    tr, log = built.trainer, built.ctx.bus.log
+    for t in range(8):
+        tr.round(t)
+        rec = log.get(t, "shared")
+        sent = torch.stack([rec.sent_by(k) for k in range(6)])  # (n, d_s)
+        assert torch.allclose(tr.s.sum(0), sent.sum(0), rtol=1e-5, atol=1e-5)
+        assert math.isclose(float(tr.a.sum()), 6.0, rel_tol=1e-5)
+        # the models evaluated use y = s / a on the shared coordinates
+        assert torch.allclose(tr.models()[:, tr.sh], tr.s / tr.a[:, None])
+        if topology == "exponential":
+            assert torch.allclose(tr.a, torch.ones(6))
+        if (t + 1) % tr.cfg.sync_period == 0:  # sync round: complete graph, consensus
+            y = tr.s / tr.a[:, None]
+            assert torch.allclose(y, y[:1].expand_as(y), atol=1e-6)
+            assert len(rec.edges) == 6 * 5
+    assert tr.doubly == (topology == "exponential")
+
+
+# ------------------------------------------------------------------ the local part never leaves
+
+
+def test_local_part_never_in_any_message():
+    built = _build(b=2.0)
+    tr = built.trainer
+    l_before = tr.l.clone()
+    train(tr)
+    d_s = int(tr.sh.sum())
+    log = built.ctx.bus.log
+    assert set(log.kinds()) == {"shared", "weight", "sensitivity"}
+    for (t, kind), rec in log.records.items():
+        width = rec.payload.shape[-1]
+        assert width == (d_s if kind == "shared" else 1), (t, kind, width)
+    # the local parameters moved (they are trained) but differ across nodes: never mixed
+    assert not torch.allclose(tr.l, l_before)
+    assert (tr.l - tr.l.mean(0)).abs().max() > 0
+    # what every node holds for the shared part is exactly the mix of the logged payloads
+    t = RUN.rounds - 1
+    p = built.ctx.topology.mixing(t, "column") if (t + 1) % tr.cfg.sync_period else \
+        torch.full((6, 6), 1 / 6)
+    sent = torch.stack([log.get(t, "shared").sent_by(k) for k in range(6)])
+    assert torch.allclose(tr.s, p @ sent, atol=1e-6)
+
+
+# ------------------------------------------------------------------ Eq. 22
+
+
+def test_sensitivity_step_formula():
+    prev, e, nn_ = torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.1]), torch.tensor([10.0, 20.0])
+    out = sensitivity_step(prev, e, nn_, False, c_prime=0.8, lam=0.5, gamma_n=1e-2)
+    assert torch.allclose(out, 0.5 * prev + 1.6 * (e + 0.5 * 1e-2 * nn_))
+    assert torch.allclose(sensitivity_step(prev, e, nn_, True, 0.8, 0.5, 1e-2), 1.6 * e)
+    s0 = torch.tensor([3.0, 4.0])
+    assert torch.allclose(sensitivity_step(prev, e, nn_, True, 0.8, 0.5, 1e-2, s0), 1.6 * (e + s0))
+
+
+def test_broadcast_sensitivity_follows_eq22_with_resets():
+    """The logged `sensitivity` messages equal Eq. 22 recomputed independently; resets at
+    t mod SP == 0; round 0's ||eps_i||_1 equals gamma_s ||g_i,s||_1 recomputed from ground truth."""
+    built = _build(b=2.0, sync_period=3, c_prime=0.9, lam=0.6)
+    tr, log, cfg = built.trainer, built.ctx.bus.log, built.trainer.cfg
+    x0 = _x0(built).expand(6, -1)
+    train(tr)
+    g0 = _true_shared_grad(built, 0, x0)
+    eps0 = 0.1 * g0.abs().sum(1)
+    trace = tr.sensitivity_trace()
+    assert torch.allclose(torch.tensor(trace["eps_norm"][0]), eps0, rtol=1e-5)
+    s_prev = None
+    for t in range(RUN.rounds):
+        sent = torch.stack([log.get(t, "sensitivity").sent_by(k)[0] for k in range(6)])
+        e = torch.tensor(trace["eps_norm"][t], dtype=torch.float64)
+        if t % 3 == 0:
+            expect = 2 * 0.9 * e
+        else:
+            nprev = torch.tensor(trace["noise_norm"][t - 1], dtype=torch.float64)
+            expect = 0.6 * s_prev + 2 * 0.9 * (e + 0.6 * cfg.gamma_n * nprev)
+        assert torch.allclose(sent.double(), expect, rtol=1e-4), t
+        assert math.isclose(trace["S_used"][t], float(sent.max()), rel_tol=1e-6)
+        s_prev = sent.double()
+
+
+# ------------------------------------------------------------------ the Laplace scale
+
+
+def test_laplace_sampler_scale_and_shape():
+    """200k draws of Lap(0, beta): mean|X| = beta within 6 standard errors (sd = beta/sqrt(m));
+    E X^2 / (E|X|)^2 = 2 (Gaussian: pi/2) within 0.06 (> 8 sd). Failure probability < 1e-8."""
+    beta = torch.tensor(0.37)
+    x = laplace((200_000,), beta, torch.Generator().manual_seed(0), torch.device("cpu")).double()
+    m = x.numel()
+    assert abs(float(x.abs().mean()) / 0.37 - 1) < 6 / math.sqrt(m)
+    assert abs(float(x.mean())) < 6 * 0.37 * math.sqrt(2 / m)
+    assert abs(float((x**2).mean() / x.abs().mean() ** 2) - 2.0) < 0.06
+
+
+@pytest.mark.parametrize("name,b", [("partpsp", 2.0), ("dpps", 3.0)])
+def test_message_noise_scale_is_gamma_n_s_over_b(name, b):
+    """Round-0 message minus the clean s^{1/2} (recomputed from ground truth) is Lap(0, beta) with
+    beta = gamma_n * max_i S_i / b, S_i read from the `sensitivity` messages. m = n d_s >= 6500
+    residuals: the MLE mean|r| is within 6 sd (sd = beta / sqrt(m)) of beta (two-sided CLT tail
+    ~2e-9), and E r^2 / (E|r|)^2 is within 0.35 of 2 (a Gaussian gives 1.57; ~4 sd, ~1e-4).
+    A wrong scale by the factor b, gamma_n or 2 fails."""
+    run = RunConfig(dataset="digits", model="psp_mlp", nodes=10, topology="exponential",
+                    rounds=1, batch_size=16, lr=0.1, eval_every=1, device="cpu", seed=5)
+    built = _build(name, run=run, b=b, gamma_n=0.05)
+    tr, log = built.trainer, built.ctx.bus.log
+    x0 = _x0(built).expand(10, -1)
+    tr.round(0)
+    h = _true_shared_grad(built, 0, x0)
+    s_half = x0[:, tr.sh] + (-0.1 * h)
+    msg = torch.stack([log.get(0, "shared").sent_by(k) for k in range(10)])
+    r = (msg - s_half).double().flatten()
+    S = float(torch.stack([log.get(0, "sensitivity").sent_by(k)[0] for k in range(10)]).max())
+    beta = 0.05 * S / b
+    trace = tr.sensitivity_trace()
+    assert math.isclose(trace["scale"][0], beta, rel_tol=1e-5)
+    # the raw-draw norms that feed Eq. 22 at t = 1 are ||r_i||_1 / gamma_n
+    raw_norm = (msg - s_half).double().abs().sum(1) / 0.05
+    assert torch.allclose(torch.tensor(trace["noise_norm"][0], dtype=torch.float64), raw_norm,
+                          rtol=1e-3)
+    m = r.numel()
+    assert m >= 6500
+    assert abs(float(r.abs().mean()) / beta - 1) < 6 / math.sqrt(m)
+    assert abs(float((r**2).mean() / r.abs().mean() ** 2) - 2.0) < 0.35
+
+
+# ------------------------------------------------------------------ estimate vs real sensitivity
+
+
+def test_estimate_stays_above_real_sensitivity_small_run():
+    """Card §2.4 (Fig 2 / Table 3 MLP-1 settings: b = 5, SP = 5, C' = 0.85, lambda = 0.55,
+    gamma_s = 0.1, gamma_n = 1e-3, EXP graph, 10 nodes) on digits for 40 rounds: the estimate
+    max_i S_i must stay >= S_real in every round, and the report must count violations."""
+    run = RunConfig(dataset="digits", model="psp_mlp", nodes=10, topology="exponential",
+                    rounds=40, batch_size=32, lr=0.1, eval_every=40, device="cpu", seed=0)
+    built = build(run, "partpsp", dict(b=5.0, sync_period=5, c_prime=0.85, lam=0.55),
+                  policy=RecordPolicy.none())
+    train(built.trainer)
+    trace = built.trainer.sensitivity_trace()
+    est, real = torch.tensor(trace["S_est"]), torch.tensor(trace["S_real"])
+    check = built.trainer.sensitivity_check()
+    assert check["estimate_below_real"] == int((est < real).sum())
+    assert check["doubly_stochastic"]
+    assert check["estimate_below_real"] == 0, check
+
+
+def test_oracle_mode_noises_with_real_sensitivity():
+    built = _build(b=2.0, sensitivity_mode="oracle")
+    train(built.trainer)
+    tr = built.trainer.sensitivity_trace()
+    assert tr["S_used"] == pytest.approx(tr["S_real"], rel=1e-6)
+    assert "sensitivity" not in built.ctx.bus.log.kinds()
+    # the realized reading (true sensitivity / scale) equals the calibrated one under the oracle
+    _paper, cal, realized = [r for r in built.trainer.privacy() if r["node"] == 0]
+    assert realized["note"].startswith("realized")
+    assert realized["epsilon"] == pytest.approx(cal["epsilon"], rel=1e-5)
+
+
+# ------------------------------------------------------------------ gradient views
+
+
+def _observation(built, threat: ThreatModel) -> Observation:
+    ctx = built.ctx
+    return Observation(ctx.bus.log.observed_by(threat.receivers()), threat, ctx.run,
+                       built.defense, built.trainer.cfg, ctx.fm, ctx.topology, _x0(built))
+
+
+@pytest.mark.parametrize("name", ["dpps", "partpsp"])
+def test_gradient_view_recovers_shared_gradient(name):
+    """Noise off: the view equals the true shared gradient at y_i^t, in round 0 and in the round
+    after a sync round (t = 4, SP = 4), with kind "partial" and mask = shared coordinates."""
+    built = _build(name, sensitivity_mode="none")
+    tr, victim = built.trainer, 2
+    states = {}
+    for t in range(6):
+        states[t] = tr.models().clone()
+        tr.round(t)
+    obs = _observation(built, ThreatModel("eavesdropper"))
+    views = type(tr).gradient_views(obs, victim, [0, 4, 5])
+    for v in views:
+        z = states[v.round]
+        assert v.kind == "partial" and torch.equal(v.mask, tr.sh)
+        assert torch.allclose(v.params[tr.sh], z[victim, tr.sh], atol=1e-6)
+        true = _true_shared_grad(built, v.round, z)[victim]
+        assert torch.allclose(v.gradient[tr.sh], true, atol=1e-4, rtol=1e-3)
+        assert (v.gradient[~tr.sh] == 0).all()
+        assert v.exact == (name == "dpps")
+
+
+def test_gradient_view_not_applicable_for_blind_neighbour():
+    built = _build(b=2.0)
+    train(built.trainer)
+    topo, victim = built.ctx.topology, 0
+    # an observer that does not receive from the victim in round 2 (not a sync round)
+    outs = set(topo.out_neighbours(2, victim))
+    observer = next(j for j in range(1, 6) if j not in outs)
+    obs = _observation(built, ThreatModel("neighbour", (observer,)))
+    with pytest.raises(NotApplicable):
+        type(built.trainer).gradient_views(obs, victim, [2])
+
+
+# ------------------------------------------------------------------ accounting and CLI
+
+
+def test_paper_b_vs_calibrated_epsilon():
+    """b = 2, gamma_n = 1e-3: paper per-round epsilon = 2000 (Theorem 1), calibrated = T * 2000
+    (basic composition), never equal to b; with b unset the run epsilon is composed exactly."""
+    built = _build(b=2.0)
+    train(built.trainer)
+    reps = built.trainer.privacy()
+    node0 = [r for r in reps if r["node"] == 0]
+    paper, cal = node0[0], node0[1]
+    assert paper["mode"] == "paper" and paper["epsilon"] == pytest.approx(2000.0)
+    assert cal["mode"] == "calibrated" and cal["epsilon"] == pytest.approx(2000.0 * RUN.rounds)
+    assert paper["b"] == 2.0 and paper["epsilon"] != paper["b"]
+    run = RunConfig(**{**RUN.__dict__, "epsilon": 4.0})
+    built = _build(run=run)
+    train(built.trainer)
+    cal = next(r for r in built.trainer.privacy() if r["mode"] == "calibrated")
+    assert cal["epsilon"] == pytest.approx(4.0)
+    assert cal["b"] == pytest.approx(4.0 / RUN.rounds * 1e-3)
+
+
+def test_cli_train_writes_both_modes(tmp_path, capsys):
+    code = cli_main(["train", "--defense", "partpsp", "--eps", "4", "--dataset", "digits",
+                     "--nodes", "4", "--rounds", "4", "--device", "cpu", "--quiet",
+                     "--out", str(tmp_path)])
+    assert code == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    modes = {r["mode"] for r in res["privacy"]}
+    assert modes == {"paper", "calibrated"}
+    assert any("NOT epsilon" in r["note"] for r in res["privacy"])
+    cal = next(r for r in res["privacy"] if r["mode"] == "calibrated")
+    assert cal["epsilon"] == pytest.approx(4.0)
+    assert {m["name"] for m in res["messages"]} == {"shared", "weight", "sensitivity"}
+
+
+def test_shared_mask_rejects_empty_split():
+    from privbench.errors import ConfigError
+
+    built = _build()
+    with pytest.raises(ConfigError):
+        shared_mask(built.ctx.fm, type(built.trainer.cfg)(shared_prefixes=("nope",)))
