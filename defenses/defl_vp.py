@@ -1,0 +1,484 @@
+"""DeFL-VP: decentralized learning with variance reduction, sign randomized response and rand-k.
+
+Xiu, Liu, Zhang, Liao, Sakurai, "DeFL-VP: Decentralized Federated Learning with Variance Reduction
+and Differential Privacy", J. Machine Learning and Information Security 2026, 2(2), 12
+(doi:10.53941/jmlis.2026.100012). Implementation card: shared/cards/card-defl-vp.md.
+
+One round t, all M nodes at once (card §1.2; Alg. 1 lines 3-10, Alg. 3, Eqs. 10-17):
+
+    A. node i broadcasts x_i^t (`model`) and h_i^t (`control_variate`) to its neighbours
+    1. g_i^t                      local stochastic (pseudo-)gradient at x_i^t       (card §1.3)
+    2. h̄_i^t = sum_j w_ij h_j^t                                                     (Eq. 10)
+    3. v_i^t = g_i^t - h_i^t + h̄_i^t                                                (Eq. 11)
+    4. h_i^{t+1} = (1 - a) h_i^t + a g_i^t        a = alpha_cv                      (Alg. 1 l.6)
+    5. s = sign(v), sign(0) := +1                                                   (Eq. 12)
+    6. keep each coordinate w.p. p = e^eps/(e^eps+1), else flip                     (Eqs. 13-14)
+    7. ṽ = s̃ / (2p - 1)                                                             (Eq. 15)
+    8. q_i^t = C(ṽ), C = unbiased rand-k: (d/k) u on k uniform coordinates          (Eq. 16, §1.6)
+    B. node i broadcasts the same q_i^t (`update`) to every neighbour
+    9. x_i^{t+1} = sum_j w_ij x_j^t - eta sum_j w_ij q_j^t                          (Eq. 17)
+
+W is symmetric and doubly stochastic (Metropolis-Hastings on the runner's undirected graph), so
+the network average moves exactly as x̄^{t+1} = x̄^t - eta mean_i q_i^t (Eq. 19).
+
+Messages (card §1.5), all broadcast (the same payload to every neighbour):
+
+* `model` x_i^t: DP post-processing of past q's (x^0 is public, x changes only by Eq. 17).
+* `control_variate` h_i^t: an EMA of RAW gradients sent in the clear; NOT covered by the RR
+  guarantee and data dependent: the leak of card §3.3 / §8 A5. A single curious neighbour gets
+  the exact raw gradient g_i^t = (h_i^{t+1} - (1 - a) h_i^t) / a (`gradient_views`).
+* `update` q_i^t: covered by RR. Stored in the log as a dense (d,) float32 row (zeros off the
+  rand-k support), not as (indices, values): the log is for attacks, and the support is exactly
+  `q != 0` (every kept value is +-(d/k)/(2p-1) != 0). The wire size of card §1.5 (k int32 indices
+  + k float32 values) is counted in `comm_bytes`.
+
+Every [CHOICE] of the card is a `DeFLVPConfig` field with the card's default; the §5.1 baselines
+and ablations are switches that each add or remove exactly one module:
+
+| card §5.1 name    | vr    | dp   | compressor | --defense / --set                                |
+|-------------------|-------|------|------------|--------------------------------------------------|
+| DeFL-VP           | true  | rr   | rand_k     | defl_vp                                          |
+| D-PSGD (card A18) | false | none | none       | defl_vp + vr=false dp=none compressor=none       |
+| D-PSGD+RR         | false | rr   | none       | d_psgd_rr (alias)                                |
+| DFL+Compression   | false | none | rand_k     | dfl_compression (alias)                          |
+| DFL+VR            | true  | none | none       | dfl_vr (alias)                                   |
+| w/o DP            | true  | none | rand_k     | defl_vp + dp=none (A21 alt.: dp=sign, eps = inf) |
+| w/o VR            | false | rr   | rand_k     | defl_vp + vr=false                               |
+| w/o Comp.         | true  | rr   | none       | defl_vp + compressor=none                        |
+
+(`defenses/d_psgd.py` is Lian et al.'s single-gradient D-PSGD, not the card's epoch-then-gossip
+baseline above.) With dp=sign, vr=false, compressor=none the update is sign(g): decentralized
+signSGD (card §8 acceptance check 5).
+
+Choices and deviations (card §8):
+
+* A1 `gradient`: G2 (default) one local epoch of momentum SGD (lr `local_lr`, momentum
+  `local_momentum`, batch = the run's `batch_size`, buffer reset every round) from x_i^t, then
+  g = (x_i^t - x̂_i^t) / local_lr and x̂ is discarded; G1 one mini-batch gradient per round; G3
+  (every mini-batch step is one Alg.-1 iteration) is computed exactly like G1: the run's
+  `rounds` then counts mini-batch iterations, not epochs. The epoch is vectorized over nodes:
+  max_i ceil(|D_i| / B) steps, and a node whose epoch has ended stops moving (masked step).
+* A2 step sizes: raw-update methods (dp=none) use eta = local_lr; sign methods (dp=rr/sign)
+  use eta = `eta_sign` (paper-literal 0.01). The run's `lr` (--lr) is not used by this trainer.
+* A3 `eps_mode`: per_coordinate (default, Alg. 3: p = sigmoid(eps) per coordinate per round),
+  per_vector (Theorem 1: eps0 = eps / d, so each round's whole message is eps-LDP), or per_run
+  (the accounting package's calibration: eps0 = eps / (d T), the whole run eps-LDP). The run's
+  --eps is that budget. Both readings (per coordinate and composed over d coordinates and T
+  rounds) are reported by `privacy()` for every mode.
+* A4 / §1.7 `protect_control_variate`: false (default, VR -> RR, h from raw g, leaks); true is
+  the card's order=rr_vr: a = RR(sign(g)) / (2p - 1), v = a - h + h̄, q = C(v),
+  h^{t+1} = (1 - a) h + a * a_i, so the exchanged h is post-processing of RR outputs.
+* A6 alpha_cv = 0.5; A7 h^0 = 0, x^0 shared and public; A8 rand-k with k = ceil(0.2 d);
+  A9 topology: the runner's symmetric random graph (Metropolis-Hastings weights), not ER(10, 0.3);
+  A12 sign(0) = +1; A13 every trainable parameter is randomized.
+* RR uniforms are float64 so the realised keep probability equals p to ~1e-16 (float32 uniforms
+  would round p up by up to 6e-8, a small unaccounted privacy loss, and destroy per_vector mode).
+* Randomness: RR flips use stream ("noise", "rr"), rand-k supports ("noise", "compress"),
+  batches "batch": independent of each other and of the data (card §1.1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from privbench.accounting import EpsilonReport, make_plan
+from privbench.config import replace_checked
+from privbench.engine import Context, Trainer, batch_grads
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.mixing import Mixer, gossip
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+
+VIEWS = ("control_variate", "sign", "model_difference")
+
+
+# ---------------------------------------------------------------- mechanisms (pure functions)
+
+
+def sign_pm1(v: Tensor) -> Tensor:
+    """sign(v) in {-1, +1} with sign(0) := +1 (card §8 A12; torch.sign(0) = 0)."""
+    return torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
+
+
+def rr_scale(coordinate_epsilon: float) -> float:
+    """1 / (2p - 1) = 1 / tanh(eps / 2) for p = e^eps / (e^eps + 1) (Eq. 15), in float64."""
+    return 1.0 / math.tanh(coordinate_epsilon / 2.0)
+
+
+def randomized_response(s: Tensor, keep_prob: float, gen: torch.Generator) -> Tensor:
+    """Keep each +-1 coordinate of s w.p. `keep_prob`, flip it otherwise (Alg. 3 l.2-5, Eq. 13).
+
+    Args:
+        s: (..., d) signs in {-1, +1}.
+        keep_prob: p in [1/2, 1].
+        gen: generator on s's device (float64 uniforms: P(keep) = p up to 2^-53).
+
+    Returns:
+        (..., d) randomized signs s̃, same dtype as s.
+    """
+    u = torch.rand(s.shape, generator=gen, device=s.device, dtype=torch.float64)
+    return torch.where(u < keep_prob, s, -s)
+
+
+def privatize_sign(v: Tensor, coordinate_epsilon: float, gen: torch.Generator) -> Tensor:
+    """ṽ = RR(sign(v)) / (2p - 1), p = sigmoid(eps) (Alg. 3; Eqs. 12-15).
+
+    Every output coordinate is +-1/(2p-1), E[ṽ | s] = s and ||ṽ||^2 = d / (2p-1)^2 exactly.
+
+    Args:
+        v: (..., d) values whose signs are released.
+        coordinate_epsilon: eps per coordinate per release (math.inf: no flips, plain sign).
+        gen: the RR stream.
+    """
+    s = sign_pm1(v)
+    if math.isinf(coordinate_epsilon):
+        return s
+    keep = 1.0 / (1.0 + math.exp(-coordinate_epsilon))
+    return randomized_response(s, keep, gen) * rr_scale(coordinate_epsilon)
+
+
+def rand_k_count(d: int, ratio: float) -> int:
+    """k = ceil(ratio * d), at least 1 (card §1.6)."""
+    return max(1, min(d, math.ceil(ratio * d)))
+
+
+def rand_k(u: Tensor, k: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Unbiased random-k sparsification, a fresh support per row (card §1.6, Eqs. 8-9).
+
+    C(u)_j = (d/k) u_j on k coordinates drawn uniformly without replacement, else 0, so
+    E[C(u)] = u and E||C(u) - u||^2 = (d/k - 1) ||u||^2.
+
+    Args:
+        u: (m, d) rows to compress.
+        k: coordinates kept per row.
+        gen: the compression stream (independent of data and RR).
+
+    Returns:
+        C(u) (m, d) and the support mask (m, d) bool.
+    """
+    m, d = u.shape
+    keys = torch.rand(m, d, generator=gen, device=u.device)
+    idx = keys.topk(k, dim=1).indices  # (m, k)
+    mask = torch.zeros(m, d, dtype=torch.bool, device=u.device).scatter_(1, idx, True)
+    return torch.where(mask, u * (d / k), torch.zeros_like(u)), mask
+
+
+# ---------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class DeFLVPConfig:
+    """DeFL-VP switches and hyper-parameters (card §8 choices; defaults = card defaults).
+
+    Attributes:
+        vr: variance reduction with exchanged control variates (Eqs. 10-11, Alg. 1 l.4-6).
+        dp: "rr" sign + randomized response + debias (Alg. 3); "sign" sign without flips
+            (eps = inf, card A21 alternative); "none" the raw (VR-corrected) update.
+        compressor: "rand_k" (unbiased, card §1.6) or "none" (identity).
+        compress_ratio: k / d of rand-k (card A8: 0.2, beta = 4).
+        gradient: meaning of g_i^t (card §1.3): "G2" one local epoch pseudo-gradient, "G1" one
+            mini-batch gradient, "G3" like G1 with rounds counting mini-batch iterations.
+        alpha_cv: control-variate EMA rate (card A6: 0.5).
+        local_lr: local SGD lr eta_l of G2, and eta of Eq. 17 for raw updates (card §5: 0.01).
+        local_momentum: momentum of the local epoch (G2 only; card §5: 0.9).
+        eta_sign: eta of Eq. 17 for sign updates (card §1.4: paper-literal 0.01).
+        eps_mode: what the run's epsilon means (card §2 / A3): "per_coordinate" (Alg. 3),
+            "per_vector" (Theorem 1, eps / d per coordinate) or "per_run" (eps / (d T)).
+        protect_control_variate: the card's order=rr_vr (§1.7): RR before VR, control variates
+            built from privatized signs (privacy-clean h).
+        composition: pure-epsilon composition rule of the calibrated report ("basic"/"advanced").
+        weight_decay: L2 term added to every local gradient (card §5: 0).
+    """
+
+    vr: bool = True
+    dp: Literal["rr", "sign", "none"] = "rr"
+    compressor: Literal["rand_k", "none"] = "rand_k"
+    compress_ratio: float = 0.2
+    gradient: Literal["G1", "G2", "G3"] = "G2"
+    alpha_cv: float = 0.5
+    local_lr: float = 0.01
+    local_momentum: float = 0.9
+    eta_sign: float = 0.01
+    eps_mode: Literal["per_coordinate", "per_vector", "per_run"] = "per_coordinate"
+    protect_control_variate: bool = False
+    composition: Literal["basic", "advanced"] = "basic"
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (0 < self.compress_ratio <= 1, f"compress_ratio must be in (0, 1], got "
+                                           f"{self.compress_ratio}"),
+            (0 < self.alpha_cv <= 1, f"alpha_cv must be in (0, 1], got {self.alpha_cv}"),
+            (self.local_lr > 0, f"local_lr must be > 0, got {self.local_lr}"),
+            (0 <= self.local_momentum < 1, f"local_momentum must be in [0, 1), got "
+                                           f"{self.local_momentum}"),
+            (self.eta_sign > 0, f"eta_sign must be > 0, got {self.eta_sign}"),
+            (self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}"),
+            (not self.protect_control_variate or (self.vr and self.dp != "none"),
+             "protect_control_variate (order rr_vr) needs vr=true and dp=rr or sign"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    @property
+    def signed(self) -> bool:
+        """Whether the update is a (debiased) sign vector, stepped with eta_sign."""
+        return self.dp != "none"
+
+    @property
+    def order(self) -> str:
+        """The card's `order` (§1.7): "rr_vr" when the control variate is protected."""
+        return "rr_vr" if self.protect_control_variate else "vr_rr"
+
+
+def _kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
+    """The message kinds with their DP coverage under `cfg` (card §1.5, §3.3)."""
+    dp = cfg.dp == "rr"
+    return (
+        MessageKind("model", covered=dp,
+                    description="x_i^t, the model (post-processing of past q's when dp=rr)"),
+        MessageKind("control_variate", covered=dp and cfg.protect_control_variate,
+                    description="h_i^t, EMA of raw local gradients, sent in the clear (the leak)"
+                    if not cfg.protect_control_variate else
+                    "h_i^t, EMA of privatized debiased signs (order rr_vr)"),
+        MessageKind("update", covered=dp,
+                    description="q_i^t = C(RR(sign(v_i^t)) / (2p-1)), dense (d,) with zeros off "
+                                "the rand-k support"),
+    )
+
+
+# ---------------------------------------------------------------- trainer
+
+
+@DEFENSES.register("defl_vp")
+class DeFLVP(Trainer):
+    """DeFL-VP (and, by its switches, the card §5.1 baselines and ablations) on gossip."""
+
+    Config: ClassVar[type] = DeFLVPConfig
+    kinds = _kinds(DeFLVPConfig())
+    mixing = "doubly"
+    private = True
+
+    def __init__(self, cfg: DeFLVPConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.kinds = _kinds(cfg)  # per-instance coverage (what results.json reports)
+        self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
+        self.x = self.init_params()  # (n, d) models, x^0 shared and public
+        self.h = torch.zeros_like(self.x)  # (n, d) control variates, h^0 = 0
+        self.d = ctx.fm.d
+        self.k = rand_k_count(self.d, cfg.compress_ratio)
+        self.eta = cfg.eta_sign if cfg.signed else cfg.local_lr
+        counts = ctx.data.counts.cpu()
+        b = ctx.run.batch_size
+        self.epoch_steps = int(((counts + b - 1) // b).max())
+        self.plan = self._plan()
+        self.coordinate_epsilon = (float(self.plan.noise["coordinate_epsilon"])
+                                   if cfg.dp == "rr" else math.inf)
+        self.comm_bytes = {"model": 0, "control_variate": 0, "update": 0}
+        self.last: dict[str, Tensor] = {}  # round t's g, v, q (n, d) for tests and diagnostics
+
+    # ----------------------------------------------------------- one round
+
+    def models(self) -> Tensor:
+        """(n, d) current models x_i^t."""
+        return self.x
+
+    def round(self, t: int) -> None:
+        """Card §1.2: messages A, local gradient, VR, RR, rand-k, message B, Eq. 17."""
+        cfg, bus, mixer = self.cfg, self.ctx.bus, self.mixer
+        w = mixer.matrix(t)  # (n, n) doubly stochastic
+        x_mix = gossip(bus, mixer, t, self.x, "model")  # (n, d) sum_j w_ij x_j^t
+        g = self._local_gradient(t, self.x)  # (n, d)
+        if cfg.vr:
+            h_bar = gossip(bus, mixer, t, self.h, "control_variate")  # (n, d) Eq. 10
+        if cfg.protect_control_variate:  # order rr_vr (card §1.7)
+            a = privatize_sign(g, self.coordinate_epsilon, self._gen("rr"))  # (n, d)
+            v = a - self.h + h_bar
+            msg, cv_input = v, a
+        else:  # order vr_rr (card §1.2)
+            v = g - self.h + h_bar if cfg.vr else g  # (n, d) Eq. 11
+            msg = privatize_sign(v, self.coordinate_epsilon, self._gen("rr")) if cfg.signed else v
+            cv_input = g
+        if cfg.compressor == "rand_k":
+            q, _ = rand_k(msg, self.k, self._gen("compress"))  # (n, d) Eq. 16
+        else:
+            q = msg
+        q_mix = w @ bus.broadcast(t, "update", q, mixer.adjacency(t))  # (n, d)
+        self.x = x_mix - self.eta * q_mix  # Eq. 17
+        if cfg.vr:
+            self.h = (1.0 - cfg.alpha_cv) * self.h + cfg.alpha_cv * cv_input  # Alg. 1 l.6
+        self.last = {"g": g, "v": v, "q": q}
+        self._count_bytes(t)
+
+    def _gen(self, purpose: str) -> torch.Generator:
+        return self.ctx.streams.get("noise", purpose)
+
+    def _local_gradient(self, t: int, x: Tensor) -> Tensor:
+        """g_i^t for every node (card §1.3): (n, d)."""
+        if self.cfg.gradient != "G2":  # G1 / G3: one mini-batch gradient at x_i^t
+            xb, yb, mb = self.sample_batch(t)
+            return batch_grads(self.ctx.fm, x, xb, yb, mb) + self.cfg.weight_decay * x
+        return self._epoch_pseudo_gradient(t, x)
+
+    def _epoch_pseudo_gradient(self, t: int, x: Tensor) -> Tensor:
+        """G2: one epoch of momentum SGD from x over each node's members, g = (x - x̂) / eta_l."""
+        ctx, cfg = self.ctx, self.cfg
+        data, b = ctx.data, ctx.run.batch_size
+        n, m = data.y.shape
+        keys = torch.rand(n, m, generator=ctx.streams.get("batch"), device=data.y.device)
+        perm = keys.masked_fill(data.arange_mask(), 2.0).argsort(dim=1)  # (n, M) padding last
+        pos = torch.arange(m, device=data.y.device)  # (M,)
+        ctx.truth.record(t, perm, pos[None] < data.counts[:, None])  # the round's data: all members
+        x_hat, buf = x.clone(), torch.zeros_like(x)  # (n, d) each; buffer reset every round
+        for s in range(self.epoch_steps):
+            cols = slice(s * b, (s + 1) * b)
+            mask = pos[cols][None] < data.counts[:, None]  # (n, B') real samples
+            xb, yb = data.gather(perm[:, cols])
+            gs = batch_grads(ctx.fm, x_hat, xb, yb, mask) + cfg.weight_decay * x_hat
+            buf = cfg.local_momentum * buf + gs
+            active = mask.any(dim=1).to(x.dtype)[:, None]  # (n, 1) epoch not finished
+            x_hat = x_hat - cfg.local_lr * active * buf
+        return (x - x_hat) / cfg.local_lr
+
+    def _count_bytes(self, t: int) -> None:
+        """Wire bytes (card A23): float32 dense x and h, rand-k q as k int32 + k float32."""
+        edges = int(self.mixer.adjacency(t).sum())
+        dense = 4 * self.d
+        self.comm_bytes["model"] += edges * dense
+        if self.cfg.vr:
+            self.comm_bytes["control_variate"] += edges * dense
+        self.comm_bytes["update"] += edges * (8 * self.k if self.cfg.compressor == "rand_k"
+                                              else dense)
+
+    # ----------------------------------------------------------- privacy
+
+    def _plan(self) -> Any:
+        """privbench.accounting's defl_vp plan for this run's eps and eps_mode (card §3.2)."""
+        run, cfg = self.ctx.run, self.cfg
+        eps = run.epsilon / self.d if cfg.eps_mode == "per_vector" else run.epsilon
+        return make_plan("defl_vp", eps, run.delta, run.rounds, 1.0, cfg.composition, dim=self.d,
+                         order=cfg.order,
+                         calibrate_with="calibrated" if cfg.eps_mode == "per_run" else "paper")
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: the paper per-coordinate reading, the composed d*T reading (calibrated,
+        basic/advanced composition, node-level LDP) and the paper's per-vector total.
+
+        Every entry names its `reading`, the `eps_mode` that set the keep probability, and the
+        message kinds outside the guarantee (control variates unless protected).
+        """
+        cfg = self.cfg
+        uncovered = ("control_variate",) if cfg.vr and not cfg.protect_control_variate else ()
+        if cfg.dp != "rr":
+            sent = ("model", "control_variate", "update") if cfg.vr else ("model", "update")
+            rep = EpsilonReport(math.inf, 0.0, "none", "paper", "node-level", sent,
+                                note=f"dp={cfg.dp}: no randomized response, no guarantee")
+            reports = [(rep, "none"), (dataclasses.replace(rep, mode="calibrated"), "none")]
+        else:
+            names = ("per_coordinate_per_round", "composed_d_coordinates_T_rounds",
+                     "per_vector_T_rounds")
+            reports = [(dataclasses.replace(r, uncovered=uncovered), name)
+                       for r, name in zip(self.plan.reports, names, strict=True)]
+        warning = ("control variates h_i (EMA of raw gradients) are sent in the clear and are "
+                   "NOT covered by this epsilon (card §3.3)") if uncovered else ""
+        extra = {"eps_mode": cfg.eps_mode, "order": cfg.order,
+                 "coordinate_epsilon": (self.coordinate_epsilon if cfg.dp == "rr" else None),
+                 "keep_prob": (float(self.plan.noise["keep_prob"]) if cfg.dp == "rr" else 1.0),
+                 "warning": warning}
+        return [{"node": i, "reading": name, **rep.to_dict(), **extra}
+                for i in range(self.ctx.n) for rep, name in reports]
+
+    # ----------------------------------------------------------- attacker's views
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int],
+                       view: str | None = None) -> list[GradientView]:
+        """What an observer derives about the victim's round-t gradient, from messages only.
+
+        Args:
+            obs: observed messages and public context (defense config, topology, x^0).
+            victim: the node attacked.
+            rounds: rounds t to derive.
+            view: None (default) = "control_variate", or "sign" when the config exchanges no
+                control variates (vr=false: D-PSGD+RR, DFL+Compression), so view-less callers
+                (privbench.membership / inversion) get the most informative view.
+                "control_variate": g_i^t = (h_i^{t+1} - (1 - alpha_cv) h_i^t) /
+                alpha_cv from two successive `control_variate` messages, the victim's exact raw
+                gradient (kind "gradient"; under protect_control_variate the exact debiased RR
+                sign a_i^t, kind "sign"); needs rounds t and t+1, works for one curious neighbour.
+                "sign": the `update` message q_i^t itself (kind "sign" for dp=rr/sign with
+                `mask` = the rand-k support, or the raw v / "partial" for dp=none).
+                "model_difference": (sum_j w_ij x_j^t - x_i^{t+1}) / eta = sum_j w_ij q_j^t, the
+                neighbourhood-mixed update (not exact for the victim alone); needs every
+                in-neighbour's round-t model.
+            All views are taken at params = x_i^t (the victim's round-t `model` message).
+
+        Raises:
+            NotApplicable: when a needed message is not observed or not sent under this config.
+        """
+        cfg = _config_of(obs, cls)
+        if view is None:
+            view = "control_variate" if cfg.vr else "sign"
+        if view not in VIEWS:
+            raise ConfigError(f"unknown DeFL-VP gradient view {view!r}; accepted: "
+                              f"{', '.join(VIEWS)}")
+        return [_view(obs, cfg, victim, t, view) for t in rounds]
+
+
+def _config_of(obs: Observation, cls: type) -> DeFLVPConfig:
+    """The defense config from an observation (a config object or its JSON dict)."""
+    c = obs.defense_cfg
+    if isinstance(c, DeFLVPConfig):
+        return c
+    return replace_checked(cls.Config(), dict(c or {}), where="defense")
+
+
+def _sent(obs: Observation, t: int, kind: str, node: int) -> Tensor:
+    rec = obs.log.get(t, kind)
+    out = rec.sent_by(node) if rec is not None else None
+    if out is None:
+        raise NotApplicable(f"node {node}'s round-{t} {kind!r} message is not observed by the "
+                            f"{obs.threat.kind} threat model (or not recorded)")
+    return out
+
+
+def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -> GradientView:
+    """One round's view (see DeFLVP.gradient_views)."""
+    params = _sent(obs, t, "model", victim)  # (d,) x_i^t
+    b = obs.run.batch_size
+    epoch = " (G2: pseudo-gradient of one local epoch)" if cfg.gradient == "G2" else ""
+    if view == "control_variate":
+        if not cfg.vr:
+            raise NotApplicable("no control variates are exchanged (vr=false)")
+        a = cfg.alpha_cv
+        h0, h1 = _sent(obs, t, "control_variate", victim), _sent(obs, t + 1, "control_variate",
+                                                                   victim)
+        g = (h1 - (1.0 - a) * h0) / a
+        kind = "sign" if cfg.protect_control_variate else "gradient"
+        what = "a_i^t = RR(sign(g))/(2p-1)" if cfg.protect_control_variate else "raw g_i^t"
+        return GradientView(victim, t, params, g, kind, None, b,
+                            f"(h_i^(t+1) - (1-alpha_cv) h_i^t) / alpha_cv = {what}{epoch}")
+    eta = cfg.eta_sign if cfg.signed else cfg.local_lr
+    if view == "sign":
+        q = _sent(obs, t, "update", victim)
+        mask = q != 0 if cfg.compressor == "rand_k" else None
+        kind = "sign" if cfg.signed else ("partial" if mask is not None else "gradient")
+        return GradientView(victim, t, params, q, kind, mask, b,
+                            f"update message q_i^t (dp={cfg.dp}, vr={cfg.vr}, "
+                            f"compressor={cfg.compressor}){epoch}")
+    w = obs.topology.mixing(t, "doubly")
+    mix = w[victim, victim] * params
+    for j in obs.topology.in_neighbours(t, victim):
+        mix = mix + w[victim, j] * _sent(obs, t, "model", j)
+    g = (mix - _sent(obs, t + 1, "model", victim)) / eta
+    return GradientView(victim, t, params, g, "sign" if cfg.signed else "gradient", None, b,
+                        "(sum_j w_ij x_j^t - x_i^(t+1)) / eta = sum_j w_ij q_j^t "
+                        f"(neighbourhood-mixed update){epoch}", exact=False)
