@@ -1,0 +1,557 @@
+"""Shared, batched machinery of the gradient-inversion attacks (DLG, iDLG, Inverting Gradients).
+
+Not a registry entry (underscore). The attacks in `attacks/dlg.py`, `attacks/idlg.py` and
+`attacks/geiping.py` are thin configurations of what is here; the recipes and defaults follow
+the reference note `reference/gradient-inversion.md` §1.1-1.3 and §4.
+
+Interface (what `privbench attack` builds on)
+---------------------------------------------
+Each attack class is registered in `privbench.registry.ATTACKS` under its file stem, has a
+frozen dataclass `Config` (the reference code's settings as defaults) and::
+
+    attack = ATTACKS.get("geiping")(cfg)          # cfg: attack.Config instance (or None)
+    rec = attack.reconstruct(views, fm, input_shape, num_classes, device, gen)
+
+* `views`: list of K `privbench.threat.GradientView`s with the same `batch_size` B (group by
+  batch size first: `group_views`). Kinds: "gradient" (all coordinates), "sign" (only signs
+  carry information: the target is sign(g) and the dummy gradient goes through a soft sign
+  tanh(g / mean|g|) before the matching cost), "partial" (only coordinates in `view.mask` are
+  matched, e.g. DPPS's shared layers).
+* `fm`: the public `FlatModel` (obs.fm); `input_shape` (C, H, W); `num_classes`;
+  `device`; `gen`: a `torch.Generator` (all randomness: dummy initialisations).
+* returns a `Reconstruction`: images (K, B, C, H, W) in [0, 1], labels (K, B), loss (K,) the
+  final gradient-matching cost (no prior) of the kept restart, status (K,) strings ("ok ..." or a
+  reason), restart_losses (K, R).
+
+Attacks never see ground truth: restarts are kept by their gradient-matching loss only, never by
+a match to the true data; grading is `privbench.inversion.grade`.
+
+Helpers: `InversionAttack` (the base class), `group_views` (indices by batch size),
+`stack_views`, `infer_labels`, `synthetic_views` (exact views of known digits batches, for tests
+and benchmarks) and `bench_attacks(k_values, device)` (K batched Geiping attacks vs the same K
+run one after another; rows with the time ratio), which `privbench bench attacks` prints.
+
+Batched execution
+-----------------
+The Adam-based path (Geiping, iDLG with optimizer="adam") optimises all K targets x R restarts
+as P = K*R independent problems in one vectorized program: the per-problem objective
+(gradient of the victim's loss w.r.t. the parameters via `torch.func.grad` over
+`functional_call`, then the matching cost and the prior) is differentiated w.r.t. the dummy data
+by `torch.func.grad_and_value` and vectorized by `vmap` over P. Nothing mixes problems: each
+problem has its own parameters, target, mask and cosine/L2 over its own full gradient, the
+objective is a sum of per-problem terms and Adam (and its signed variant) is elementwise, so
+the result equals P separate runs (reference note §4). L-BFGS (DLG, iDLG by default) has a
+global line search and history, so it runs one instance per problem (a Python loop), as the
+reference note prescribes.
+
+Label inference (`infer_labels`, iDLG §1.2 and its batch generalisation)
+-------------------------------------------------------------------------
+The last linear layer (last 2-d parameter with `num_classes` rows) has gradient rows
+dL/dW_c = mean_i (p_ic - y_ic) a_i. With non-negative penultimate features (sigmoid LeNet) only
+present classes have negative row sums s_c. B = 1: label = argmin_c s_c (iDLG). B > 1: the
+simple variant of Wainakh et al.'s LLG (reference note §1.2 table): impact m = (sum of the
+negative s_c) / B; stage 1 gives one label to every class with s_c < 0 and adds |m| to its sum;
+stage 2 repeatedly gives a label to the most negative remaining sum (adding |m| each time) until
+B labels are assigned (if stage 1 found more than B negative classes, the B most negative win).
+For sign views the rule runs on sign(g) (same sign pattern). When the last layer is not observed
+(partial view) labels cannot be inferred; attacks then fall back to joint soft-label optimisation
+(DLG style) and say so in the status.
+
+Choices / deviations (all attacks)
+----------------------------------
+* Loss of the victim: mean cross-entropy over the batch with probability targets (one-hot for
+  hard labels), like the engine's `batch_grads`.
+* Images are optimised directly in [0, 1] pixel space (privbench feeds unnormalised images), so
+  the box constraint is a clamp to [0, 1].
+* Dummy initialisation: standard normal (`init="randn"`, reference default) or uniform [0, 1].
+* Non-finite losses (L-BFGS blow-ups) keep the last finite iterate and mark the status.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call, grad, grad_and_value, vmap
+
+from privbench.models import FlatModel
+from privbench.threat import GradientView
+
+Shape = tuple[int, ...]
+COSTS = ("sim", "simlocal", "l2")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass
+class Reconstruction:
+    """What an inversion attack returns for K targets (no ground truth inside).
+
+    Attributes:
+        images: (K, B, C, H, W) reconstructions in [0, 1].
+        labels: (K, B) int64 recovered labels.
+        loss: (K,) final gradient-matching cost of the kept restart (no prior term).
+        status: per target, "ok ..." or the reason it is not a reconstruction.
+        restart_losses: (K, R) final cost of every restart.
+        seconds: wall time of the attack.
+        info: attack name, config and label source, for results JSON.
+    """
+
+    images: Tensor
+    labels: Tensor
+    loss: Tensor
+    status: list[str]
+    restart_losses: Tensor
+    seconds: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Problems:
+    """K targets stacked for one batched program.
+
+    Attributes:
+        params: (K, d) models at which the victim's gradients were taken.
+        target: (K, d) observed gradients (sign(g) for sign views).
+        mask: (K, d) float, 1 where a coordinate is observed.
+        sign: (K,) bool, True for sign views.
+        batch_size: B, shared by all targets.
+    """
+
+    params: Tensor
+    target: Tensor
+    mask: Tensor
+    sign: Tensor
+    batch_size: int
+
+    @property
+    def k(self) -> int:
+        """Number of targets."""
+        return self.params.shape[0]
+
+    def repeat(self, r: int) -> Problems:
+        """Each target repeated r times (restart-major within a target): K -> K * r problems."""
+        rep = lambda t: t.repeat_interleave(r, dim=0)  # noqa: E731
+        return Problems(rep(self.params), rep(self.target), rep(self.mask), rep(self.sign),
+                        self.batch_size)
+
+
+def group_views(views: list[GradientView]) -> dict[int, list[int]]:
+    """Indices of `views` grouped by batch size (each group is one `reconstruct` call)."""
+    groups: dict[int, list[int]] = {}
+    for i, v in enumerate(views):
+        groups.setdefault(int(v.batch_size), []).append(i)
+    return groups
+
+
+def stack_views(views: list[GradientView], device: torch.device,
+                dtype: torch.dtype = torch.float32) -> Problems:
+    """Stack K views (same batch size) into `Problems` on `device` in `dtype`."""
+    if not views:
+        raise ValueError("no gradient views to attack")
+    sizes = {int(v.batch_size) for v in views}
+    if len(sizes) != 1:
+        raise ValueError(f"views have different batch sizes {sorted(sizes)}; use group_views")
+    params = torch.stack([v.params.detach() for v in views]).to(device, dtype)  # (K, d)
+    target = torch.stack([v.gradient.detach() for v in views]).to(device, dtype)  # (K, d)
+    sign = torch.tensor([v.kind == "sign" for v in views], device=device)  # (K,)
+    target = torch.where(sign[:, None], target.sign(), target)
+    mask = torch.stack([v.mask.to(dtype) if (v.kind == "partial" and v.mask is not None)
+                        else torch.ones_like(v.gradient, dtype=dtype)
+                        for v in views]).to(device)  # (K, d)
+    return Problems(params, target, mask, sign, sizes.pop())
+
+
+def last_layer(fm: FlatModel, num_classes: int) -> tuple[int, int, int]:
+    """(start, stop, fan_in) of the last linear weight with `num_classes` rows."""
+    for s in reversed(fm.specs):
+        if len(s.shape) == 2 and s.shape[0] == num_classes:
+            return s.start, s.stop, s.shape[1]
+    raise ValueError("the model has no final linear layer with num_classes rows")
+
+
+def infer_labels(fm: FlatModel, probs: Problems, num_classes: int) -> tuple[Tensor, Tensor]:
+    """Labels from the sign pattern of the last layer's weight gradient (iDLG / LLG-simple).
+
+    Returns:
+        labels (K, B) int64 and ok (K,) bool (False where the last layer is not observed).
+    """
+    start, stop, fan_in = last_layer(fm, num_classes)
+    k, b = probs.k, probs.batch_size
+    rows = probs.target[:, start:stop].reshape(k, num_classes, fan_in)  # (K, C, h)
+    ok = probs.mask[:, start:stop].bool().all(dim=1)  # (K,)
+    s = rows.sum(dim=-1)  # (K, C) row sums
+    if b == 1:
+        return s.argmin(dim=1, keepdim=True), ok
+    neg = s < 0  # (K, C)
+    impact = (s * neg).sum(dim=1, keepdim=True).abs() / b  # (K, 1) |m|
+    counts = torch.zeros(k, num_classes, dtype=torch.long, device=s.device)
+    # stage 1: one label per negative class, the b most negative if there are more than b
+    order = s.masked_fill(~neg, math.inf).argsort(dim=1)  # (K, C)
+    take = (torch.arange(num_classes, device=s.device)[None] < b) & neg.gather(1, order)
+    counts.scatter_add_(1, order, take.long())
+    s = s + counts * impact
+    # stage 2: the most negative remaining sum gets the next label (a loop over batch slots)
+    for _ in range(b):
+        need = counts.sum(dim=1) < b  # (K,)
+        c = s.argmin(dim=1)  # (K,)
+        counts[torch.arange(k), c] += need.long()
+        s[torch.arange(k), c] += impact[:, 0] * need
+    cls = torch.arange(num_classes, device=s.device).repeat(k)  # (K * C,)
+    labels = torch.repeat_interleave(cls, counts.flatten()).view(k, b)  # every row sums to b
+    return labels, ok
+
+
+def total_variation(x: Tensor) -> Tensor:
+    """Anisotropic TV of one batch (B, C, H, W): mean|dx/dw| + mean|dx/dh| (IG metrics.py)."""
+    dw = (x[..., :, 1:] - x[..., :, :-1]).abs().mean()
+    dh = (x[..., 1:, :] - x[..., :-1, :]).abs().mean()
+    return dw + dh
+
+
+def _param_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
+    """(P, d) -> {name: (P, *shape)} (parameter tensors, not slices, inside the vmapped grad)."""
+    p = params.shape[0]
+    return {s.name: params[:, s.start:s.stop].reshape(p, *s.shape) for s in fm.specs}
+
+
+def make_objective(fm: FlatModel, cost: str, tv: float) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The per-problem objective (unbatched; vmap it).
+
+    objective(x (B,C,H,W), ylog (B,C), onehot (B,C), learn (), pdict, target (d,), mask (d,),
+    sign ()) -> (cost + tv * TV(x), cost). Labels are softmax(ylog) where `learn`, else onehot.
+    `cost` is "sim" (1 - cosine over all observed coordinates, IG), "simlocal" (1 - the mean of
+    per-tensor cosines, IG's 'simlocal') or "l2" (sum of squares, DLG).
+    """
+    if cost not in COSTS:
+        raise ValueError(f"unknown matching cost {cost!r}; accepted: {', '.join(COSTS)}")
+    names = [s.name for s in fm.specs]
+    bounds = [(s.start, s.stop) for s in fm.specs]
+
+    def victim_grad(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
+        def loss(p: dict[str, Tensor]) -> Tensor:
+            logits = functional_call(fm.module, p, (x,))  # (B, classes)
+            return -(yprob * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+        g = grad(loss)(pdict)
+        return torch.cat([g[n].reshape(-1) for n in names])  # (d,)
+
+    def objective(x: Tensor, ylog: Tensor, onehot: Tensor, learn: Tensor,
+                  pdict: dict[str, Tensor], target: Tensor, mask: Tensor,
+                  sign: Tensor) -> tuple[Tensor, Tensor]:
+        yprob = torch.where(learn, F.softmax(ylog, dim=-1), onehot)
+        g = victim_grad(pdict, x, yprob)  # (d,)
+        g = torch.where(sign, torch.tanh(g / (g.abs().mean() + 1e-12)), g) * mask
+        t = target * mask
+        if cost == "sim":
+            c = 1 - (g * t).sum() / (g.norm() * t.norm() + 1e-12)
+        elif cost == "simlocal":
+            cs = [(g[a:b] * t[a:b]).sum() / (g[a:b].norm() * t[a:b].norm() + 1e-12)
+                  for a, b in bounds]  # one cosine per parameter tensor (few: a layer loop)
+            c = 1 - torch.stack(cs).mean()
+        else:
+            c = ((g - t) ** 2).sum()
+        return c + tv * total_variation(x), c
+
+    return objective
+
+
+def init_dummy(shape: Shape, init: str, gen: torch.Generator, device: torch.device,
+               dtype: torch.dtype = torch.float32) -> Tensor:
+    """Dummy data drawn from `gen` ("randn" standard normal, "rand" uniform [0, 1])."""
+    if init == "randn":
+        x = torch.randn(shape, generator=gen, device=gen.device)
+    elif init == "rand":
+        x = torch.rand(shape, generator=gen, device=gen.device)
+    else:
+        raise ValueError(f"unknown init {init!r}; accepted: randn, rand")
+    return x.to(device, dtype)
+
+
+@dataclass(frozen=True)
+class AdamSchedule:
+    """Settings of the batched Adam path.
+
+    Attributes:
+        steps: iterations; lr: Adam step size; signed: use sign(grad) (IG); boxed: clamp to
+        [0, 1] after each step; decay: MultiStepLR x0.1 at 3/8, 5/8, 7/8 of the run (IG).
+    """
+
+    steps: int
+    lr: float
+    signed: bool
+    boxed: bool
+    decay: bool
+
+
+def adam_batched(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: Tensor,
+                 objective: Callable[..., tuple[Tensor, Tensor]],
+                 sched: AdamSchedule) -> tuple[Tensor, Tensor, Tensor]:
+    """Optimise P problems at once with (signed) Adam.
+
+    Args:
+        probs: P problems; x0: (P, B, C, H, W); onehot: (P, B, C) fixed labels; learn: (P,)
+            optimise soft labels (joint, DLG style) for these problems.
+
+    Returns:
+        x (P, B, C, H, W), label probabilities (P, B, C), final cost (P,).
+    """
+    x = x0.clone().requires_grad_(True)
+    ylog = torch.zeros_like(onehot).requires_grad_(True)  # (P, B, C)
+    joint = bool(learn.any())
+    pdict = _param_dict(fm, probs.params)
+    argnums = (0, 1) if joint else 0
+    step = vmap(grad_and_value(objective, argnums=argnums, has_aux=True))
+    opt = torch.optim.Adam([x, ylog] if joint else [x], lr=sched.lr)
+    n = sched.steps
+    milestones = [int(n / 2.667), int(n / 1.6), int(n / 1.142)] if sched.decay else []
+    lr_sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
+    args = (onehot, learn, pdict, probs.target, probs.mask, probs.sign)
+    for _ in range(n):
+        grads, _ = step(x.detach(), ylog.detach(), *args)
+        gx, gy = grads if joint else (grads, None)
+        x.grad = gx.sign() if sched.signed else gx
+        if joint:
+            ylog.grad = (gy.sign() if sched.signed else gy) * learn[:, None, None]
+        opt.step()
+        lr_sched.step()
+        if sched.boxed:
+            with torch.no_grad():
+                x.clamp_(0, 1)
+    with torch.no_grad():
+        _, cost = vmap(objective)(x, ylog, *args)
+        yprob = torch.where(learn[:, None, None], F.softmax(ylog, -1), onehot)
+    return x.detach(), yprob.detach(), cost.detach()
+
+
+def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: bool,
+                 objective: Callable[..., tuple[Tensor, Tensor]], steps: int, lr: float,
+                 max_iter: int, history: int, tol: float,
+                 boxed: bool) -> tuple[Tensor, Tensor, float, str]:
+    """One L-BFGS instance (PyTorch defaults otherwise: no line search), one problem (P = 1).
+
+    Early stop (iDLG): the cost is checked every 10 steps against `tol`.
+
+    Returns:
+        x (1, B, C, H, W), label probabilities (1, B, C), final cost, status.
+    """
+    x = x0.clone().requires_grad_(True)
+    ylog = torch.randn_like(onehot) if learn else torch.zeros_like(onehot)
+    ylog.requires_grad_(learn)
+    lr_t = torch.tensor(learn, device=x.device)
+    pdict = {k: v[0] for k, v in _param_dict(fm, probs.params).items()}
+    args = (onehot[0], lr_t, pdict, probs.target[0], probs.mask[0], probs.sign[0])
+    opt = torch.optim.LBFGS([x, ylog] if learn else [x], lr=lr, max_iter=max_iter,
+                            history_size=history)
+
+    def closure() -> Tensor:
+        # plain autograd through the functional per-problem objective (no vmap for P = 1)
+        opt.zero_grad()
+        tot, _ = objective(x[0], ylog[0], *args)
+        tot.backward()
+        return tot.detach()
+
+    status = "ok"
+    last = (x.detach().clone(), ylog.detach().clone())
+    for it in range(steps):
+        opt.step(closure)
+        if boxed:
+            with torch.no_grad():
+                x.clamp_(0, 1)
+        if not (torch.isfinite(x).all() and torch.isfinite(ylog).all()):
+            status = f"diverged at L-BFGS step {it} (kept the last finite iterate)"
+            break
+        last = (x.detach().clone(), ylog.detach().clone())
+        if (it + 1) % 10 == 0 and tol > 0:
+            _, cost = objective(last[0][0], last[1][0], *args)
+            if float(cost) < tol:
+                break
+    xs, yl = last
+    _, cost = objective(xs[0], yl[0], *args)
+    yprob = torch.where(lr_t, F.softmax(yl, -1), onehot)
+    c = float(cost)
+    if not math.isfinite(c):
+        status = "diverged (non-finite gradient-matching loss)"
+    return xs, yprob, c, status
+
+
+def select_restarts(cost: Tensor, k: int, r: int) -> tuple[Tensor, Tensor]:
+    """Best restart per target by gradient-matching cost (never by ground truth).
+
+    Args:
+        cost: (K * r,) final costs, restart-major within a target.
+
+    Returns:
+        index (K,) into the K * r problems, and the (K, r) cost table.
+    """
+    table = cost.reshape(k, r).nan_to_num(nan=math.inf)
+    best = table.argmin(dim=1)
+    return torch.arange(k, device=cost.device) * r + best, table
+
+
+def labels_for(fm: FlatModel, probs: Problems, num_classes: int, mode: str,
+               ) -> tuple[Tensor, Tensor, list[str]]:
+    """Fixed labels (K, B) and learn (K,) flags for a label mode ("infer" or "joint")."""
+    k, b = probs.k, probs.batch_size
+    if mode == "joint":
+        return (torch.zeros(k, b, dtype=torch.long, device=probs.params.device),
+                torch.ones(k, dtype=torch.bool, device=probs.params.device), ["joint"] * k)
+    if mode != "infer":
+        raise ValueError(f"unknown label mode {mode!r}; accepted: infer, joint")
+    labels, ok = infer_labels(fm, probs, num_classes)
+    rule = "idlg" if b == 1 else "llg-simple"
+    src = [rule if o else "joint (last layer not observed)" for o in ok.tolist()]
+    return labels, ~ok, src
+
+
+def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shape,
+                     num_classes: int, device: torch.device, gen: torch.Generator, *,
+                     restarts: int, init: str, cost: str, tv: float, label_mode: str,
+                     sched: AdamSchedule, name: str, cfg: Any,
+                     precision: str = "float32") -> Reconstruction:
+    """The Adam-based attack for K views x R restarts in one vectorized program."""
+    start = time.perf_counter()
+    dtype = DTYPES[precision]
+    probs = stack_views(views, device, dtype)
+    k, b = probs.k, probs.batch_size
+    labels, learn, src = labels_for(fm, probs, num_classes, label_mode)
+    onehot = F.one_hot(labels, num_classes).to(dtype)  # (K, B, C)
+    rep = probs.repeat(restarts)
+    x0 = init_dummy((k * restarts, b, *input_shape), init, gen, device, dtype)
+    x, yprob, cost_p = adam_batched(fm, rep, x0, onehot.repeat_interleave(restarts, 0),
+                                    learn.repeat_interleave(restarts, 0),
+                                    make_objective(fm, cost, tv), sched)
+    idx, table = select_restarts(cost_p, k, restarts)
+    status = [f"ok (labels: {s})" if math.isfinite(c) else "diverged (non-finite loss)"
+              for s, c in zip(src, table.gather(1, (idx % restarts)[:, None])[:, 0].tolist(),
+                              strict=True)]
+    return Reconstruction(x[idx].clamp(0, 1).float(), yprob[idx].argmax(-1), cost_p[idx], status,
+                          table,
+                          time.perf_counter() - start,
+                          {"attack": name, "config": _cfg_dict(cfg), "labels": src})
+
+
+def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_classes: int,
+              device: torch.device, gen: torch.Generator, *, restarts: int, init: str, cost: str,
+              tv: float, label_mode: str, steps: int, lr: float, max_iter: int, history: int,
+              tol: float, boxed: bool, name: str, cfg: Any,
+              precision: str = "float32") -> Reconstruction:
+    """The L-BFGS attack: one instance per target and restart (a Python loop, §4)."""
+    start = time.perf_counter()
+    dtype = DTYPES[precision]
+    probs = stack_views(views, device, dtype)
+    k, b = probs.k, probs.batch_size
+    labels, learn, src = labels_for(fm, probs, num_classes, label_mode)
+    onehot = F.one_hot(labels, num_classes).to(dtype)  # (K, B, C)
+    objective = make_objective(fm, cost, tv)
+    x0 = init_dummy((k * restarts, b, *input_shape), init, gen, device, dtype)
+    xs, ys, costs, stats = [], [], [], []
+    for p in range(k * restarts):
+        i = p // restarts
+        one = Problems(probs.params[i:i + 1], probs.target[i:i + 1], probs.mask[i:i + 1],
+                       probs.sign[i:i + 1], b)
+        x, y, c, s = lbfgs_single(fm, one, x0[p:p + 1], onehot[i:i + 1], bool(learn[i]),
+                                  objective, steps, lr, max_iter, history, tol, boxed)
+        xs.append(x[0])
+        ys.append(y[0])
+        costs.append(c)
+        stats.append(s)
+    cost_p = torch.tensor(costs)
+    idx, table = select_restarts(cost_p, k, restarts)
+    x_all, y_all = torch.stack(xs), torch.stack(ys)
+    status = [f"{stats[j]} (labels: {src[i]})" for i, j in enumerate(idx.tolist())]
+    return Reconstruction(x_all[idx].clamp(0, 1).float(), y_all[idx].argmax(-1), cost_p[idx],
+                          status, table, time.perf_counter() - start,
+                          {"attack": name, "config": _cfg_dict(cfg), "labels": src})
+
+
+def _cfg_dict(cfg: Any) -> dict[str, Any]:
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(cfg) if is_dataclass(cfg) else {}
+
+
+class InversionAttack:
+    """Base of the registered inversion attacks: `Config` + `reconstruct` (see module docstring).
+
+    Args:
+        cfg: the attack's frozen `Config` (None: defaults).
+    """
+
+    Config: type
+    name: str = ""
+
+    def __init__(self, cfg: Any = None) -> None:
+        self.cfg = cfg if cfg is not None else self.Config()
+
+    def reconstruct(self, views: list[GradientView], fm: FlatModel, input_shape: Shape,
+                    num_classes: int, device: torch.device,
+                    gen: torch.Generator) -> Reconstruction:
+        """Reconstruct the batches behind K gradient views (same batch size)."""
+        raise NotImplementedError
+
+
+def synthetic_views(k: int, batch_size: int, seed: int = 0, model: str = "lenet",
+                    ) -> tuple[list[GradientView], FlatModel, Tensor, Tensor]:
+    """K exact gradient views of known digits batches at independent random models (for tests
+    and benchmarks; the returned images/labels are the truth, never passed to an attack).
+
+    Returns:
+        views, the FlatModel, images (K, B, 1, 8, 8) and labels (K, B).
+    """
+    from privbench.data import load_digits
+    from privbench.engine import batch_grads
+    from privbench.models import build_model
+
+    ds = load_digits()
+    fm = build_model(model, ds.input_shape, ds.num_classes)
+    g = torch.Generator().manual_seed(seed)
+    params = torch.stack([fm.init(g) for _ in range(k)])  # (K, d)
+    idx = torch.randperm(len(ds.y_train), generator=g)[: k * batch_size].view(k, batch_size)
+    x, y = ds.x_train[idx], ds.y_train[idx]  # (K, B, 1, 8, 8), (K, B)
+    grads = batch_grads(fm, params, x, y)  # (K, d)
+    views = [GradientView(0, i, params[i], grads[i], "gradient", None, batch_size, "synthetic")
+             for i in range(k)]
+    return views, fm, x, y
+
+
+def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps: int = 25,
+                  batch_size: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+    """Throughput of K Geiping attacks batched (one vmapped program) vs a sequential loop.
+
+    Both run the same K problems (synthetic exact views, LeNet, digits) for `steps` iterations;
+    the ratio is sequential / batched wall time (after a warm-up).
+
+    Returns:
+        one row per K: k, steps, batch_size, batched_s, sequential_s, ratio, device.
+    """
+    from attacks.geiping import Geiping, GeipingConfig
+
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    attack = Geiping(GeipingConfig(steps=steps))
+    rows = []
+    for k in k_values:
+        views, fm, _, _ = synthetic_views(k, batch_size, seed)
+        fm.to(device)
+        shape = (1, 8, 8)  # digits
+        gen = torch.Generator().manual_seed(seed)
+        Geiping(GeipingConfig(steps=2)).reconstruct(views[:1], fm, shape, 10, device, gen)
+        sync()
+        t0 = time.perf_counter()
+        attack.reconstruct(views, fm, shape, 10, device, gen)
+        sync()
+        t1 = time.perf_counter()
+        for v in views:
+            attack.reconstruct([v], fm, shape, 10, device, gen)
+        sync()
+        t2 = time.perf_counter()
+        rows.append({"k": k, "steps": steps, "batch_size": batch_size,
+                     "batched_s": t1 - t0, "sequential_s": t2 - t1,
+                     "ratio": (t2 - t1) / (t1 - t0), "device": str(device)})
+    return rows
