@@ -161,7 +161,8 @@ def stack_views(views: list[GradientView], device: torch.device,
     target = torch.stack([v.gradient.detach() for v in views]).to(device, dtype)  # (K, d)
     sign = torch.tensor([v.kind == "sign" for v in views], device=device)  # (K,)
     target = torch.where(sign[:, None], target.sign(), target)
-    mask = torch.stack([v.mask.to(dtype) if (v.kind == "partial" and v.mask is not None)
+    # A mask restricts matching for partial views and for sign views of sparse (rand-k) messages.
+    mask = torch.stack([v.mask.to(dtype) if (v.kind in ("partial", "sign") and v.mask is not None)
                         else torch.ones_like(v.gradient, dtype=dtype)
                         for v in views]).to(device)  # (K, d)
     return Problems(params, target, mask, sign, sizes.pop())

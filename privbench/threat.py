@@ -107,7 +107,8 @@ class GradientView:
             for DP defenses); for kind "sign" its signs carry the information.
         kind: "gradient" (all coordinates), "sign" (sign-only message) or "partial" (only the
             coordinates in `mask` are observed, e.g. DPPS's shared layers).
-        mask: (d,) bool observed coordinates for "partial", else None.
+        mask: (d,) bool observed coordinates for "partial" (and for "sign" views of sparse
+            messages, e.g. DeFL-VP's rand-k updates), else None.
         batch_size: the victim's (public or expected) batch size in that round.
         source: how it was derived (e.g. "(x_i^t - x_i^{t+1/2}) / lr").
         exact: whether it equals the released quantity exactly (False for estimates).
