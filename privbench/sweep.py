@@ -232,6 +232,17 @@ class Sweep:
     def cell_dir(self, defense: str, eps: float | None) -> Path:
         return self.out / "cells" / f"{defense}@{_eps_key(eps)}"
 
+    def overrides_for(self, defense: str) -> dict[str, Any]:
+        """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
+        key applies to every defense whose config has that field, and must fit at least one)."""
+        fields = {f.name for f in dataclasses.fields(DEFENSES.get(defense).Config)}
+        for key in self.overrides:
+            if not any(key in {f.name for f in dataclasses.fields(DEFENSES.get(d).Config)}
+                       for d in self.audit.defenses):
+                raise ConfigError(f"unknown defense key {key!r} for "
+                                  f"{', '.join(self.audit.defenses)}")
+        return {k: v for k, v in self.overrides.items() if k in fields}
+
     def grid(self) -> list[tuple[str, float | None]]:
         """The (defense, ε) cells in their fixed order."""
         cells = []
@@ -284,7 +295,8 @@ class Sweep:
     def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
             return self._load_messages(defense, run)
-        built = build(run, defense, self.overrides, policy=_needed_rounds(run, self.audit))
+        built = build(run, defense, self.overrides_for(defense),
+                      policy=_needed_rounds(run, self.audit))
         from tqdm import tqdm
 
         eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"

@@ -1,0 +1,269 @@
+"""ADP-VRSGP: adaptive DP via variance-reduced stochastic gradient push.
+
+Wu, Liu, Wang, Yang, Yu, "ADP-VRSGP: Decentralized Learning with Adaptive Differential Privacy via
+Variance-Reduced Stochastic Gradient Push", arXiv:2510.20157, 2025. Implementation card:
+shared/cards/card-adp-vrsgp.md (the paper's Algorithm boxes are missing from the seed text; the
+loop below is the card's reconstruction, §1.3). Each iteration t = 0..T-1, all nodes at once:
+
+    B_i^t ~ Poisson(q_i), q_i = |B| / |D_i|                               (§1.3 step 1, §3.4)
+    g_{i,b} = grad f(z_i^t; b),  z_i^t = x_i^t / w_i^t                      (step 2)
+    ghat_{i,b} = g_{i,b} min(1, G_t / ||g_{i,b}||)                          (step 3, §2.4)
+    gbar_i^t = (sum_b ghat_{i,b} + alpha(T-t) sigma_hat_i G_t u_i^t) / |B|   (step 4, §2.1, §7.3)
+    gtil_i^t = (1 - vartheta) gbar_i^t + vartheta gtil_i^{t-1}, reset gtil = gbar at t = 0 and
+               whenever alpha(T-t) changes                                  (step 5, PGF §2.3)
+    x_i^{t+1/2} = x_i^t - (eta / beta^t) gtil_i^t,  eta = K sqrt(n) / T^p   (step 6, eq. (2), §2.2)
+    x^{t+1} = P^t x^{t+1/2},  w^{t+1} = P^t w^t  (push-sum, column-stochastic P^t)   (steps 7-9)
+    G <- psi G at the end of each noise block                              (step 10, §7.11)
+
+with alpha(k) = (floor(k/tau) + 10)^s and beta^t = alpha(t) alpha(T-t) for t <= Xi T, alpha(t)^2
+after (eq. (2)). sigma_hat_i (the base multiplier per unit of the current G) is calibrated per node
+for its own (epsilon_i, delta_i) and q_i by the rigorous accountant over the heterogeneous schedule
+(card §3.4; `privbench.accounting` plan "adp_vrsgp"); the Theorem 1 closed form (c2 fitted to RDP
+at alpha == 1, §3.3) is reported as the `paper` epsilon. Messages (§1.4): `model`
+(P_ji x_i^{t+1/2}, d floats) and `weight` (P_ji w_i^t), both covered by post-processing (§1.5).
+
+Reductions (§1.6): vartheta = 0 switches PGF off ("DP-SGP with SDLR"); noise_schedule="constant",
+lr_schedule="constant", lr_rule="run", psi = 1 and vartheta = 0 is exactly `dp_sgp` (the noise is
+then calibrated with the dp_sgp plan, so the same seed gives the same models).
+
+Gradient view (card §9): x_i^t - x_i^{t+1/2} = eta_t gtil_i^t, with x_i^t rebuilt from the victim's
+and its in-neighbours' round t-1 messages (eavesdropper, or a colluding in-neighbourhood); the EMA
+is then undone, gbar^t = (gtil^t - vartheta gtil^{t-1}) / (1 - vartheta), giving exactly the
+released per-step noisy clipped gradient. A single curious neighbour that does not see all of node
+i's inputs gets NotApplicable.
+
+Choices and deviations (card §7 item numbers):
+- Per-sample L2 clipping (7.2); noise on the SUM, divided by the expected batch |B| = the run's
+  batch_size (7.3); Poisson sampling with add/remove adjacency, the batch compacted to its largest
+  realised size with padding masked (7.4).
+- sigma_hat calibrated numerically (7.5) over the multipliers actually applied, alpha(T-t) (7.6).
+- PGF reset at t = 0 and at every change of floor((T-t)/tau) (7.7), i.e. exactly when alpha(T-t)
+  changes; with noise_schedule="constant" the same tau-blocks are kept so that vartheta keeps its
+  meaning in the alpha == 1 ablation.
+- K = 1, Xi = 0.5, p = 1/2 - 2s by default (7.9, 7.10); lr_rule="run" uses the run's lr as eta.
+  With the default lr_rule="paper" the run's `lr` is NOT used.
+- G decays once per noise block (7.11, clip_decay="block"), or every iteration ("iteration"); the
+  noise std follows the current G (§2.4).
+- Per-node budgets via `epsilons`/`deltas` (7.18); plain SGD, no momentum or weight decay (7.16).
+- The graph is the run's topology (default random_out: non-regular directed, so w really moves);
+  the paper's ring / exponential graphs are regular and leave w == 1 (§4, 7.13).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from defenses.dp_sgp import (
+    model_message_kinds,
+    node_plans,
+    plan_reports,
+    poisson_batch,
+    sample_rates,
+)
+from privbench.accounting import adp_vrsgp_alpha, adp_vrsgp_noise_factors
+from privbench.config import RunConfig
+from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+
+
+@dataclass(frozen=True)
+class ADPVRSGPConfig:
+    """ADP-VRSGP hyper-parameters (card §2, §7); defaults are the card's.
+
+    Attributes:
+        clip: initial per-sample clip bound G_0 (§2.4; 0.1).
+        psi: clip decay factor (§2.4; 0.99; 1 = constant clip).
+        clip_decay: "block" (G <- psi G once per noise block, §7.11) or "iteration".
+        tau: noise-step interval = PGF reset interval (§2.1, §2.3; 5).
+        s: noise-growth exponent in alpha(k) = (floor(k/tau) + 10)^s (§2.1; 0.2).
+        vartheta: PGF history weight, in [0, 1) (§2.3; 0.5; 0 = no fusion).
+        xi: breakpoint fraction Xi of the piecewise beta, eq. (2) (§2.2, §7.10; 0.5).
+        lr_constant: K in eta = K sqrt(n) / T^p (§2.2, §7.10; 1).
+        lr_exponent: p (None: p = 1/2 - 2s, §7.9).
+        lr_rule: "paper" (eta = K sqrt(n) / T^p) or "run" (eta = the run's lr).
+        noise_schedule: "stepwise" (alpha(T - t)) or "constant" (alpha == 1 ablation).
+        lr_schedule: "sdlr" (eta_t = eta / beta^t, eq. (2)) or "constant" (beta == 1 ablation).
+        epsilons: per-node epsilon_i (empty: the run's epsilon for all; §3.1 personalised).
+        deltas: per-node delta_i (empty: the run's delta for all).
+        accountant: "pld" or "rdp" for calibration and the calibrated report (§3.4).
+        calibrate_with: "calibrated" (default) or "paper" (Theorem 1 noise, under-noises, §3.4).
+    """
+
+    clip: float = 0.1
+    psi: float = 0.99
+    clip_decay: str = "block"
+    tau: int = 5
+    s: float = 0.2
+    vartheta: float = 0.5
+    xi: float = 0.5
+    lr_constant: float = 1.0
+    lr_exponent: float | None = None
+    lr_rule: str = "paper"
+    noise_schedule: str = "stepwise"
+    lr_schedule: str = "sdlr"
+    epsilons: tuple[float, ...] = ()
+    deltas: tuple[float, ...] = ()
+    accountant: str = "pld"
+    calibrate_with: str = "calibrated"
+
+    def __post_init__(self) -> None:
+        choices = {"clip_decay": ("block", "iteration"), "lr_rule": ("paper", "run"),
+                   "noise_schedule": ("stepwise", "constant"), "lr_schedule": ("sdlr", "constant")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"defense.{name} must be one of {', '.join(allowed)}, "
+                                  f"got {getattr(self, name)!r}")
+        checks = [(self.clip > 0, "clip must be > 0"), (0 < self.psi <= 1, "psi must be in (0, 1]"),
+                  (self.tau >= 1, "tau must be >= 1"), (self.s >= 0, "s must be >= 0"),
+                  (0 <= self.vartheta < 1, "vartheta must be in [0, 1)"),
+                  (0 <= self.xi <= 1, "xi must be in [0, 1]"),
+                  (self.lr_constant > 0, "lr_constant must be > 0")]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"defense.{message}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The public per-iteration schedules (all (T,) numpy arrays).
+
+    Attributes:
+        noise_factor: alpha(T - t) (ones for the constant ablation).
+        lr: eta_t = eta / beta^t.
+        reset: True where PGF restarts (gtil = gbar).
+        clip: G_t, the clip bound used at iteration t.
+    """
+
+    noise_factor: np.ndarray
+    lr: np.ndarray
+    reset: np.ndarray
+    clip: np.ndarray
+
+
+def schedule(cfg: ADPVRSGPConfig, run: RunConfig) -> Schedule:
+    """Card §1.2 (Algorithm 1, SDLR) and §2: every public schedule for T = run.rounds."""
+    T = run.rounds
+    t = np.arange(T)
+    if cfg.noise_schedule == "stepwise":
+        factor = adp_vrsgp_noise_factors(T, cfg.tau, cfg.s)  # alpha(T - t)
+    else:
+        factor = np.ones(T)
+    if cfg.lr_schedule == "sdlr":
+        a_t, a_rev = adp_vrsgp_alpha(t, cfg.tau, cfg.s), adp_vrsgp_alpha(T - t, cfg.tau, cfg.s)
+        beta = np.where(t <= cfg.xi * T, a_t * a_rev, a_t * a_t)  # eq. (2)
+    else:
+        beta = np.ones(T)
+    if cfg.lr_rule == "paper":
+        p = 0.5 - 2 * cfg.s if cfg.lr_exponent is None else cfg.lr_exponent
+        eta = cfg.lr_constant * math.sqrt(run.nodes) / T**p
+    else:
+        eta = run.lr
+    block = (T - t) // cfg.tau
+    reset = np.ones(T, dtype=bool)
+    reset[1:] = block[1:] != block[:-1]
+    decays = np.cumsum(reset) - 1 if cfg.clip_decay == "block" else t  # decays before step t
+    return Schedule(factor, eta / beta, reset, cfg.clip * cfg.psi ** decays.astype(float))
+
+
+@DEFENSES.register("adp_vrsgp")
+class ADPVRSGP(Trainer):
+    """ADP-VRSGP over push-sum, one calibrated sigma_hat_i per node."""
+
+    Config = ADPVRSGPConfig
+    kinds: tuple[MessageKind, ...] = model_message_kinds("noisy PGF")
+    mixing = "column"
+    private = True
+
+    def __init__(self, cfg: ADPVRSGPConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
+        self.sched = schedule(cfg, ctx.run)
+        if cfg.noise_schedule == "stepwise":
+            self.plans = node_plans(ctx, "adp_vrsgp", cfg.epsilons, cfg.deltas, cfg.accountant,
+                                    cfg.calibrate_with, tau=cfg.tau, s=cfg.s)
+            base = [p.noise["sigma_hat"] for p in self.plans]
+        else:  # alpha == 1: constant-noise DP-SGD accounting
+            self.plans = node_plans(ctx, "dp_sgp", cfg.epsilons, cfg.deltas, cfg.accountant,
+                                    cfg.calibrate_with)
+            base = [p.noise["sigma"] for p in self.plans]
+        self.sigma_hat = torch.tensor(base, dtype=torch.float64)  # (n,) per unit of G_t
+        self.rates = torch.tensor(sample_rates(ctx), device=ctx.device)[:, None]  # (n, 1)
+        self.x = self.init_params()  # (n, d) push-sum numerators
+        self.w = torch.ones(ctx.n, device=ctx.device)  # (n,) push-sum weights
+        self.gtil = torch.zeros_like(self.x)  # (n, d) PGF buffer
+        self.debug_released: dict[int, Tensor] | None = None  # round -> (n, d) gbar, tests only
+
+    def models(self) -> Tensor:
+        """(n, d) de-biased models z = x / w."""
+        return self.x / self.w[:, None]
+
+    def noise_std(self, t: int) -> Tensor:
+        """(n, 1) std of the noise on the clipped SUM at step t: alpha(T-t) sigma_hat_i G_t."""
+        level = float(self.sched.noise_factor[t]) * float(self.sched.clip[t])
+        return (self.sigma_hat * level).to(self.ctx.device, torch.float32)[:, None]
+
+    def round(self, t: int) -> None:
+        """Card §1.3 steps 1-10 for every node at once."""
+        ctx, th = self.ctx, self.cfg.vartheta
+        z = self.models()  # (n, d)
+        x, y, mask = poisson_batch(ctx, t, self.rates)  # (n, k, ...), (n, k), (n, k)
+        g, _ = clip_l2(per_sample_grads(ctx.fm, z, x, y), float(self.sched.clip[t]))  # (n, k, d)
+        u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
+                        dtype=z.dtype)  # (n, d)
+        gbar = (masked_sum(g, mask) + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
+        if self.debug_released is not None:
+            self.debug_released[t] = gbar.detach().clone()
+        self.gtil = gbar if self.sched.reset[t] else (1 - th) * gbar + th * self.gtil  # (n, d)
+        x_half = self.x - float(self.sched.lr[t]) * self.gtil  # (n, d)
+        self.x, self.w = push_sum(ctx.bus, self.mixer, t, x_half, self.w)
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: the paper (Theorem 1) and calibrated epsilon of its noise schedule."""
+        return plan_reports(self.plans)
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
+        """The released per-step noisy clipped gradient gbar_i^t, by momentum inversion (§9).
+
+        gtil_i^t = (x_i^t - x_i^{t+1/2}) / eta_t (eta_t public), then
+        gbar_i^t = (gtil_i^t - vartheta gtil_i^{t-1}) / (1 - vartheta) inside a PGF block and
+        gbar_i^t = gtil_i^t at a reset.
+
+        Raises:
+            NotApplicable: when x_i^t (round t-1 messages of the victim and all its
+                in-neighbours) or the victim's round-t message is not observed: e.g. a single
+                curious neighbour that does not receive all of the victim's inputs.
+        """
+        cfg: ADPVRSGPConfig = obs.defense_cfg
+        sched = schedule(cfg, obs.run)
+
+        def fused(t: int) -> tuple[Tensor, Tensor]:
+            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
+            rec = obs.log.get(t, "model")
+            x_half = rec.sent_by(victim) if rec is not None else None
+            if x_half is None:
+                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed")
+            return (x_pre - x_half) / float(sched.lr[t]), x_pre / w_pre
+
+        views = []
+        for t in rounds:
+            gtil, z = fused(t)
+            if sched.reset[t] or cfg.vartheta == 0:
+                gbar, how = gtil, "(x_i^t - x_i^{t+1/2}) / eta_t (PGF reset step)"
+            else:
+                gbar = (gtil - cfg.vartheta * fused(t - 1)[0]) / (1 - cfg.vartheta)
+                how = ("(gtil^t - vartheta gtil^{t-1}) / (1 - vartheta), "
+                       "gtil = (x^t - x^{t+1/2}) / eta_t")
+            views.append(GradientView(victim, t, z, gbar, "gradient", None, obs.run.batch_size,
+                                      how))
+        return views

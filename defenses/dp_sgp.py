@@ -1,0 +1,213 @@
+"""DP-SGP: constant-noise DP-SGD inside Stochastic Gradient Push (the DP push-sum baseline).
+
+The baseline of card-adp-vrsgp.md §1.6 ("alpha == 1, beta == 1 and psi = 1 recover DP-SGD + SGP
+with constant noise", with theta = 0) and §3.4 (its noise multiplier is the card's z_const column):
+DP-SGD (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) run inside push-sum
+(Assran et al., "Stochastic Gradient Push for Distributed Deep Learning", ICML 2019). Each round,
+for every node i at once:
+
+    B_i^t ~ Poisson(q_i) over D_i, q_i = |B| / |D_i|           (card §3.4 item 1)
+    g_{i,b} = grad f(z_i^t; b),  z_i^t = x_i^t / w_i^t         (gradient at the de-biased model)
+    gbar_i^t = (sum_b clip(g_{i,b}, G) + sigma_i G u_i^t) / |B|,  u ~ N(0, I_d)   (card §7 item 3)
+    x_i^{t+1/2} = x_i^t - lr * gbar_i^t
+    x^{t+1} = P^t x^{t+1/2},  w^{t+1} = P^t w^t                (push-sum, P column-stochastic)
+
+sigma_i is calibrated per node for its own (epsilon_i, delta_i) and sampling rate q_i with the
+rigorous accountant (`privbench.accounting` plan "dp_sgp"); the paper-mode epsilon is the RDP
+(moments-accountant) reading of the same noise. Messages: `model` (P_ji x_i^{t+1/2}) and `weight`
+(P_ji w_i), both covered by post-processing.
+
+Design choice (documented for issue 4): this is a clean standalone trainer, not an alias of
+`adp_vrsgp`; `tests/defenses/test_adp_vrsgp.py` checks that ADP-VRSGP with theta = 0,
+alpha == beta == 1, psi = 1 produces exactly the same models as this trainer for the same seed.
+Other DP push-sum defenses may reuse `poisson_batch` and `node_budgets`.
+
+Choices: |B| (the normaliser and the expected batch) is the run's batch_size; the Poisson batch is
+compacted to its largest realised size (padding masked), so no sample slot is truncated; clip
+defaults to card-adp-vrsgp.md's G_0 = 0.1 so that the baseline matches ADP-VRSGP's clipping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from privbench.accounting import PrivacyPlan, make_plan
+from privbench.config import RunConfig
+from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+
+
+@dataclass(frozen=True)
+class DPSGPConfig:
+    """DP-SGP hyper-parameters beyond the run's lr, batch size, epsilon and delta.
+
+    Attributes:
+        clip: per-sample L2 clip bound G (card-adp-vrsgp.md §2.4 G_0).
+        epsilons: per-node budgets epsilon_i (empty: every node uses the run's epsilon).
+        deltas: per-node delta_i (empty: every node uses the run's delta).
+        accountant: rigorous accountant for calibration, "pld" or "rdp" (card §3.4 item 2).
+        calibrate_with: "calibrated" (rigorous accountant, default) or "paper" (RDP reading).
+    """
+
+    clip: float = 0.1
+    epsilons: tuple[float, ...] = ()
+    deltas: tuple[float, ...] = ()
+    accountant: str = "pld"
+    calibrate_with: str = "calibrated"
+
+
+def node_budgets(run: RunConfig, n: int, epsilons: tuple[float, ...],
+                 deltas: tuple[float, ...]) -> tuple[list[float], list[float]]:
+    """Per-node (epsilon_i, delta_i): the config's tuples, or the run's target for every node."""
+    def expand(values: tuple[float, ...], default: float, name: str) -> list[float]:
+        if not values:
+            return [float(default)] * n
+        if len(values) == 1:
+            return [float(values[0])] * n
+        if len(values) != n:
+            raise ConfigError(f"defense.{name} needs 1 or n={n} values, got {len(values)}")
+        return [float(v) for v in values]
+
+    return expand(epsilons, run.epsilon, "epsilons"), expand(deltas, run.delta, "deltas")
+
+
+def sample_rates(ctx: Context) -> list[float]:
+    """Poisson rates q_i = |B| / |D_i| (card §3.4 item 1), one per node."""
+    counts = ctx.data.counts.tolist()
+    if min(counts) < ctx.run.batch_size:
+        raise ConfigError(f"batch_size {ctx.run.batch_size} exceeds the smallest local dataset "
+                          f"({min(counts)} members); Poisson rate q_i = |B|/|D_i| must be <= 1")
+    return [ctx.run.batch_size / c for c in counts]
+
+
+@lru_cache(maxsize=256)
+def cached_plan(name: str, epsilon: float, delta: float, rounds: int, rate: float,
+                accountant: str, calibrate_with: str, options: tuple[tuple[str, Any], ...] = ()
+                ) -> PrivacyPlan:
+    """`make_plan` memoised (calibration costs seconds; nodes with equal budgets share it)."""
+    return make_plan(name, epsilon, delta, rounds, rate, accountant,
+                     calibrate_with=calibrate_with, **dict(options))
+
+
+def node_plans(ctx: Context, name: str, epsilons: tuple[float, ...], deltas: tuple[float, ...],
+               accountant: str, calibrate_with: str, **options: Any) -> list[PrivacyPlan]:
+    """One privacy plan per node for its own budget and sampling rate."""
+    eps, dels = node_budgets(ctx.run, ctx.n, epsilons, deltas)
+    opts = tuple(sorted(options.items()))
+    return [cached_plan(name, e, d, ctx.run.rounds, q, accountant, calibrate_with, opts)
+            for e, d, q in zip(eps, dels, sample_rates(ctx), strict=True)]
+
+
+def plan_reports(plans: list[PrivacyPlan]) -> list[dict[str, Any]]:
+    """Per node, the paper and calibrated `EpsilonReport`s as dicts (with node and target)."""
+    out = []
+    for i, plan in enumerate(plans):
+        for rep in plan.reports:
+            out.append({**rep.to_dict(), "node": i, "target_epsilon": plan.epsilon,
+                        "sample_rate": plan.sample_rate,
+                        "noise": {k: float(v) for k, v in plan.noise.items()}})
+    return out
+
+
+def poisson_batch(ctx: Context, t: int, rates: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Round t's Poisson batches for every node, compacted and recorded as ground truth.
+
+    Args:
+        rates: (n, 1) per-node sampling rates.
+
+    Returns:
+        x (n, k, C, H, W), y (n, k), mask (n, k), k = the largest realised batch (>= 1).
+    """
+    slots, mask = ctx.data.poisson(rates, ctx.streams.get("batch"))  # (n, M), (n, M)
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # sampled slots first
+    k = max(1, int(mask.sum(dim=1).max()))
+    slots = slots.gather(1, order[:, :k])  # (n, k)
+    mask = mask.gather(1, order[:, :k])  # (n, k)
+    ctx.truth.record(t, slots, mask)
+    x, y = ctx.data.gather(slots)
+    return x, y, mask
+
+
+def model_message_kinds(note: str) -> tuple[MessageKind, ...]:
+    """The push-sum `model` and `weight` kinds, covered by post-processing."""
+    return (
+        MessageKind("model", covered=True,
+                    description=f"P_ji * x_i^{{t+1/2}}, push-sum numerator after the {note} step"),
+        MessageKind("weight", covered=True, data_dependent=False,
+                    description="P_ji * w_i^t, push-sum weight"),
+    )
+
+
+@DEFENSES.register("dp_sgp")
+class DPSGP(Trainer):
+    """Constant-noise DP-SGD inside push-sum, one sigma_i per node."""
+
+    Config = DPSGPConfig
+    kinds = model_message_kinds("constant-noise DP-SGD")
+    mixing = "column"
+    private = True
+
+    def __init__(self, cfg: DPSGPConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        if cfg.clip <= 0:
+            raise ConfigError(f"defense.clip must be > 0, got {cfg.clip}")
+        self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
+        self.plans = node_plans(ctx, "dp_sgp", cfg.epsilons, cfg.deltas, cfg.accountant,
+                                cfg.calibrate_with)
+        self.rates = torch.tensor(sample_rates(ctx), device=ctx.device)[:, None]  # (n, 1)
+        sigma = torch.tensor([p.noise["sigma"] for p in self.plans], dtype=torch.float64)
+        self.noise_std = (sigma * cfg.clip).to(ctx.device, torch.float32)[:, None]  # (n, 1)
+        self.x = self.init_params()  # (n, d)
+        self.w = torch.ones(ctx.n, device=ctx.device)  # (n,)
+        self.debug_released: dict[int, Tensor] | None = None  # round -> (n, d) gbar, tests only
+
+    def models(self) -> Tensor:
+        """(n, d) de-biased models z = x / w."""
+        return self.x / self.w[:, None]
+
+    def round(self, t: int) -> None:
+        """Poisson batch -> clipped, noised gradient at z -> local step -> push-sum."""
+        ctx = self.ctx
+        z = self.models()  # (n, d)
+        x, y, mask = poisson_batch(ctx, t, self.rates)
+        g, _ = clip_l2(per_sample_grads(ctx.fm, z, x, y), self.cfg.clip)  # (n, k, d)
+        u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
+                        dtype=z.dtype)  # (n, d)
+        gbar = (masked_sum(g, mask) + self.noise_std * u) / ctx.run.batch_size  # (n, d)
+        if self.debug_released is not None:
+            self.debug_released[t] = gbar.detach().clone()
+        x_half = self.x - ctx.run.lr * gbar
+        self.x, self.w = push_sum(ctx.bus, self.mixer, t, x_half, self.w)
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: the paper (RDP) and calibrated epsilon of its sigma_i."""
+        return plan_reports(self.plans)
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
+        """The released noisy clipped mean gradient gbar_i^t = (x_i^t - x_i^{t+1/2}) / lr.
+
+        Raises:
+            NotApplicable: when the threat model cannot rebuild x_i^t (it must see the victim's
+                and all its in-neighbours' round t-1 messages) or the victim's round-t message.
+        """
+        views = []
+        for t in rounds:
+            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
+            rec = obs.log.get(t, "model")
+            x_half = rec.sent_by(victim) if rec is not None else None
+            if x_half is None:
+                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed")
+            views.append(GradientView(victim, t, x_pre / w_pre, (x_pre - x_half) / obs.run.lr,
+                                      "gradient", None, obs.run.batch_size,
+                                      "(x_i^t - x_i^{t+1/2}) / lr"))
+        return views
