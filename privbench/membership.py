@@ -1,0 +1,531 @@
+"""Membership inference glue: candidates, observed models, reference runs, scores -> JSON.
+
+What the CLI / runner calls to grade a membership attack against a victim node (or several,
+pooled: each candidate is scored against its own node, which buys the non-members needed to
+resolve low FPRs):
+
+* candidates: the victim's members `NodeData.x[v, :counts[v]]` (label 1) and its held-out samples
+  `NodeData.x_out[v, :counts_out[v]]` (label 0), the foundation's split;
+* the target model *as the attacker observes it* (`observed_model`): from the recorded messages,
+  push-sum `model` payload / `weight` payload of the victim's last recorded round (the de-biased
+  model z = x^{t+1/2} / w the victim broadcast), or the gossip `model` payload;
+* model-level attacks (mia_threshold, lira, rmia) get signals of that model and, when they need
+  them, of reference models; message-level attacks (mia_message) get the defense's
+  `gradient_views` of the victim for every observed round;
+* the result: AUC, TPR at 0.1% / 1% FPR (resolved or not), downsampled ROC curves, the empirical
+  epsilon lower bound (Clopper-Pearson over the ROC) next to the victim's claimed epsilon (paper and
+  calibrated, from `trainer.privacy()`), n_members, n_nonmembers.
+
+This module is composition (like the runner): it imports the registries' attacks and defenses
+through `load_plugins` and `attacks._mia`'s signal helpers.
+
+Reference models (the faithful choice, documented for issue 10). The victim's model is not a model
+trained alone on its data: it is one node of a decentralized run, mixing every node's updates. A
+reference model must be produced by the same process, so each reference model is one whole copy of
+the victim's system: the same defense and hyper-parameters, the same (public) topology, the same
+number of nodes with the same local dataset sizes, trained for the same rounds, and read off the
+same way (`observed_model` of the victim's slot). In copy k each victim's slot trains on a random
+subset of that victim's candidates of its member count (online: each candidate is IN for about
+half the copies when holdout = 0.5, in_mask records which; offline: population samples only), and
+every other slot on samples of the attacker's population: the dataset's training split minus the
+victims' candidates. All K copies are trained
+at once as ONE run of K * n nodes on a block-diagonal topology (K disjoint copies of the victim's
+graph), so node state is stacked (K n, d) and nothing loops over reference models. Offline
+attacks use only the OUT entries of the same reference set (as LiRA's reference code does).
+RMIA's population z is the dataset's test split, which no model trains on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from privbench.config import RunConfig, replace_checked
+from privbench.data import NodeData, load_dataset
+from privbench.engine import Context
+from privbench.errors import ConfigError
+from privbench.messages import GroundTruth, MessageBus, RecordPolicy
+from privbench.metrics.audit import eps_lower_bound_roc
+from privbench.metrics.roc import roc_summary
+from privbench.registry import ATTACKS, DEFENSES, load_plugins
+from privbench.seeding import Streams
+from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.topology import Topology
+
+DEFAULT_REFERENCE_MODELS = 16
+
+
+# ----------------------------------------------------------------------------------- observation
+def observe(built: Any, threat: ThreatModel) -> Observation:
+    """The `Observation` a threat model gets from a built (trained) run."""
+    trainer, ctx = built.trainer, built.ctx
+    x0 = ctx.fm.init(ctx.streams.fresh("init", device="cpu"))  # the shared public init (d,)
+    public = trainer.public() if hasattr(trainer, "public") else None
+    return Observation(ctx.bus.log.observed_by(threat.receivers()), threat, ctx.run,
+                       built.defense, trainer.cfg, ctx.fm, ctx.topology, x0, public)
+
+
+def default_threat(topology: Topology, victim: int, t: int = 0) -> ThreatModel:
+    """A curious neighbour: the victim's first out-neighbour in round t."""
+    outs = topology.out_neighbours(t, victim)
+    if not outs:
+        raise ConfigError(f"node {victim} has no out-neighbour in round {t}")
+    return ThreatModel("neighbour", (outs[0],))
+
+
+MODEL_KINDS = ("model", "shared")
+
+
+def observed_model(obs: Observation, victim: int, round: int | None = None,
+                   model_kind: str | None = None, weight_kind: str = "weight") -> Tensor:
+    """The victim's model as the attacker sees it in messages.
+
+    Push-sum (a `weight` record exists for the round): the victim's model payload divided by its
+    `weight` payload (x_i^{t+1/2} / w_i^t, the de-biased model it broadcast). Gossip: the model
+    payload itself. The model payload is the `model` kind, else `shared` (DPPS, whose `shared`
+    numerator is the whole model when every layer is shared). `round=None` takes the last round
+    in which the victim's model is observed.
+
+    Raises:
+        NotApplicable: when no model message of the victim is observed (in that round), or the
+            message carries only part of the model (PartPSP's shared layers).
+    """
+    kind = model_kind or next((k for k in MODEL_KINDS if obs.log.rounds(k)), MODEL_KINDS[0])
+    rounds = obs.log.rounds(kind) if round is None else [round]
+    for t in reversed(rounds):
+        rec = obs.log.get(t, kind)
+        x = rec.sent_by(victim) if rec is not None else None
+        if x is None:
+            continue
+        if x.numel() != obs.fm.d:
+            raise NotApplicable(f"node {victim}'s {kind!r} message holds {x.numel()} of the "
+                                f"model's {obs.fm.d} parameters, not a whole model")
+        wrec = obs.log.get(t, weight_kind)
+        if wrec is None:
+            return x.float()
+        w = wrec.sent_by(victim)
+        if w is None:
+            raise NotApplicable(f"node {victim}'s round-{t} {weight_kind!r} message is not "
+                                "observed, so its de-biased model is unknown")
+        return (x / w.reshape(-1)[0]).float()
+    where = "any round" if round is None else f"round {round}"
+    raise NotApplicable(f"no {kind!r} message of node {victim} is observed in {where}")
+
+
+def last_observed_round(obs: Observation, victim: int, model_kind: str | None = None) -> int:
+    """The last round in which a model message of the victim is observed."""
+    kind = model_kind or next((k for k in MODEL_KINDS if obs.log.rounds(k)), MODEL_KINDS[0])
+    for t in reversed(obs.log.rounds(kind)):
+        rec = obs.log.get(t, kind)
+        if rec is not None and rec.sent_by(victim) is not None:
+            return t
+    raise NotApplicable(f"no {kind!r} message of node {victim} is observed")
+
+
+def candidates(data: NodeData, victim: int) -> tuple[Tensor, Tensor, np.ndarray]:
+    """The victim's members then held-out samples.
+
+    Returns:
+        x (N, C, H, W), y (N,), labels (N,) True for members.
+    """
+    c, co = int(data.counts[victim]), int(data.counts_out[victim])
+    if c == 0 or co == 0:
+        raise ConfigError(f"node {victim} needs members and held-out samples for membership "
+                          f"inference (has {c} and {co}; set holdout > 0)")
+    x = torch.cat([data.x[victim, :c], data.x_out[victim, :co]])
+    y = torch.cat([data.y[victim, :c], data.y_out[victim, :co]])
+    return x, y, np.r_[np.ones(c, dtype=bool), np.zeros(co, dtype=bool)]
+
+
+# ------------------------------------------------------------------------------ reference runs
+def block_topology(topo: Topology, copies: int) -> Topology:
+    """`copies` disjoint copies of `topo` (node k * n + i is node i of copy k)."""
+    graphs = torch.stack([torch.block_diag(*([g] * copies)) for g in topo.graphs])
+    return Topology(f"{topo.name}x{copies}", topo.n * copies, graphs, topo.undirected)
+
+
+def _stack(xs: list[Tensor], ys: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """Pad per-node sample lists to (m, M, ...) with counts."""
+    m = max(len(y) for y in ys)
+    x = torch.zeros(len(xs), m, *xs[0].shape[1:], dtype=xs[0].dtype)
+    y = torch.zeros(len(ys), m, dtype=torch.int64)
+    for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
+        x[i, :len(yi)], y[i, :len(yi)] = xi, yi
+    return x, y, torch.tensor([len(v) for v in ys])
+
+
+def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: Tensor,
+                   cands: list[tuple[Tensor, Tensor]], copies: int, online: bool,
+                   gen: torch.Generator) -> tuple[NodeData, list[np.ndarray]]:
+    """Node data of `copies` reference systems and, per victim, the (copies, N_v) IN mask.
+
+    Slot (k, v) of a victim trains on a random subset of v's candidates of v's member count
+    (online) or on population samples (offline); every other slot (k, j) on counts[j] population
+    samples, drawn without replacement within a copy.
+    """
+    n = data.n
+    counts = data.counts.cpu().tolist()
+    own = {v: i for i, v in enumerate(victims)} if online else {}
+    need = sum(c for j, c in enumerate(counts) if j not in own)
+    if need > len(pool_y):
+        raise ConfigError(f"reference copies need {need} population samples per copy; the "
+                          f"population holds {len(pool_y)} (lower nodes or max_per_node)")
+    masks = [np.zeros((copies, len(c[1])), dtype=bool) for c in cands]
+    xs, ys = [], []
+    for k in range(copies):  # builds data once per copy; training itself is one stacked run
+        perm = torch.randperm(len(pool_y), generator=gen)
+        pos = 0
+        for j in range(n):
+            if j in own:
+                cx, cy = cands[own[j]]
+                pick = torch.randperm(len(cy), generator=gen)[:counts[j]]
+                masks[own[j]][k, pick.numpy()] = True
+                xs.append(cx[pick])
+                ys.append(cy[pick])
+            else:
+                idx = perm[pos:pos + counts[j]]
+                pos += counts[j]
+                xs.append(pool_x[idx])
+                ys.append(pool_y[idx])
+    x, y, cnt = _stack(xs, ys)
+    empty_i = torch.zeros(n * copies, 0, dtype=torch.int64)
+    nd = NodeData(x, y, torch.full(y.shape, -1), cnt, x[:, :0], empty_i, empty_i,
+                  torch.zeros(n * copies, dtype=torch.int64), data.x_test.cpu(),
+                  data.y_test.cpu(), data.num_classes)
+    return nd, masks
+
+
+def population(run: RunConfig, data: NodeData, victims: list[int]) -> tuple[Tensor, Tensor]:
+    """The attacker's population: the dataset's training split minus the victims' candidates."""
+    ds = load_dataset(run.dataset, run.data_root, run.download)
+    used = torch.cat([torch.cat([data.idx[v], data.idx_out[v]]) for v in victims]).cpu()
+    keep = torch.ones(len(ds.y_train), dtype=torch.bool)
+    keep[used[used >= 0]] = False
+    return ds.x_train[keep], ds.y_train[keep]
+
+
+def train_reference_models(obs: Observation, data: NodeData, victims: list[int], copies: int,
+                           online: bool, gen: torch.Generator, device: torch.device,
+                           observe_round: int | None = None) -> tuple[Tensor, list[np.ndarray]]:
+    """Train `copies` reference systems as one stacked run; return their victims' observed models.
+
+    Returns:
+        (copies, V, d) reference models (read like the target: `observed_model` of each copy's
+        victim slots) and per victim the (copies, N_v) IN mask of its candidates.
+    """
+    load_plugins()
+    run = obs.run
+    cls = DEFENSES.get(obs.defense)
+    cands = [tuple(t.cpu() for t in candidates(data, v)[:2]) for v in victims]
+    pool_x, pool_y = population(run, data, victims)
+    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen)
+    n = data.n
+    t_obs = run.rounds - 1 if observe_round is None else observe_round
+    slots = frozenset(k * n + v for k in range(copies) for v in victims)
+    policy = RecordPolicy(rounds=frozenset({t_obs}), senders=slots)
+    ref_run = replace_checked(run, {"nodes": n * copies})
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+    topo = block_topology(obs.topology, copies)
+    ctx = Context(ref_run, obs.fm, ref_data.to(device), topo, MessageBus(cls.kinds, policy),
+                  GroundTruth(RecordPolicy.none()), Streams(seed, device), device)
+    trainer = cls(obs.defense_cfg, ctx)
+    for t in range(t_obs + 1):
+        trainer.round(t)
+    ref_obs = dataclasses.replace(obs, log=ctx.bus.log, topology=topo,
+                                  threat=ThreatModel("eavesdropper"), run=ref_run)
+    models = torch.stack([torch.stack([observed_model(ref_obs, k * n + v, t_obs)
+                                       for v in victims]) for k in range(copies)])
+    return models, masks  # (copies, V, d)
+
+
+# --------------------------------------------------------------------------------- claims, JSON
+def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Any]:
+    """The victim's claimed epsilon per mode ("paper", "calibrated") from `trainer.privacy()`."""
+    out: dict[str, Any] = {}
+    for rep in privacy:
+        if rep.get("node", victim) != victim:
+            continue
+        mode = rep.get("mode")
+        if mode in ("paper", "calibrated") and mode not in out:
+            eps = rep.get("epsilon")
+            out[mode] = {"epsilon": math.inf if eps == "inf" else float(eps),
+                         "delta": float(rep.get("delta", 0.0)),
+                         "accountant": rep.get("accountant"), "unit": rep.get("unit"),
+                         "uncovered": rep.get("uncovered", [])}
+    return out
+
+
+def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
+          delta: float) -> dict[str, Any]:
+    """ROC summary + empirical epsilon lower bound (JSON-ready)."""
+    out = roc_summary(scores, labels)
+    for f in ("0.1%", "1%"):
+        out[f"tpr_at_{f}_fpr_resolved"] = out[f"tpr_at_{f}_fpr"] is not None
+    d = claimed.get("calibrated", claimed.get("paper", {})).get("delta", delta)
+    out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d)
+    out["claimed_epsilon"] = claimed
+    return out
+
+
+# ------------------------------------------------------------------------------------ the glue
+def membership_scores(observations: dict[int, Observation], data: NodeData, attack: str,
+                      attack_cfg: dict[str, Any] | None, gen: torch.Generator,
+                      device: torch.device, reference_models: int = DEFAULT_REFERENCE_MODELS
+                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Scores of the victims' candidates under `attack` (each scored against its own node).
+
+    Args:
+        observations: victim -> what the attacker of that victim observes (its threat model).
+
+    Returns:
+        scores (N,), labels (N,) and info (attack level, rounds used, ...), candidates ordered
+        victim by victim, members first.
+
+    Raises:
+        NotApplicable: when the threat model cannot observe what the attack needs.
+    """
+    load_plugins()
+    victims = list(observations)
+    obs = observations[victims[0]]  # public context (run, defense, topology, model) is shared
+    cls = ATTACKS.get(attack)
+    atk = cls(replace_checked(cls.Config(), attack_cfg or {}, where="attack"))
+    cands = [candidates(data, v) for v in victims]
+    labels = np.concatenate([c[2] for c in cands])
+    fm = obs.fm
+    scores: list[np.ndarray] = []
+    if atk.level == "message":
+        defense = DEFENSES.get(obs.defense)
+        if not hasattr(defense, "gradient_views"):
+            raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
+        used, skipped = 0, 0
+        for v, (x, y, _) in zip(victims, cands, strict=True):
+            views, reasons = [], []
+            for t in observations[v].log.rounds():
+                try:
+                    views += defense.gradient_views(observations[v], v, [t])
+                except NotApplicable as exc:
+                    reasons.append(str(exc))
+            if not views:
+                raise NotApplicable(reasons[0] if reasons else f"no round of node {v} observed")
+            scores.append(atk.score(fm, views, x.to(device), y.to(device)))
+            used, skipped = used + len(views), skipped + len(reasons)
+        return np.concatenate(scores), labels, {"level": "message", "views": used,
+                                                "rounds_not_applicable": skipped}
+    from attacks._mia import ModelMIAInput, model_signals
+
+    t_obs = max(last_observed_round(observations[v], v) for v in victims)
+    targets = torch.stack([observed_model(observations[v], v, t_obs)
+                           for v in victims]).to(device)  # (V, d)
+    info: dict[str, Any] = {"level": "model", "observed_round": t_obs}
+    refs, masks = None, None
+    if atk.needs_reference:
+        refs, masks = train_reference_models(obs, data, victims, reference_models,
+                                             atk.needs_in_models, gen, device, t_obs)
+        refs = refs.to(device)  # (K, V, d)
+        info.update(reference_models=reference_models, online=atk.needs_in_models)
+    xt, yt = data.x_test.to(device), data.y_test.to(device)
+    for i, (x, y, _) in enumerate(cands):
+        x, y = x.to(device), y.to(device)
+        target = targets[i:i + 1]
+        if refs is None:
+            inp = ModelMIAInput(model_signals(fm, target, x, y))
+        else:
+            in_mask = masks[i] if atk.needs_in_models else np.zeros((reference_models, len(y)),
+                                                                    dtype=bool)
+            inp = ModelMIAInput(model_signals(fm, target, x, y),
+                                model_signals(fm, refs[:, i], x, y), in_mask,
+                                model_signals(fm, target, xt, yt),
+                                model_signals(fm, refs[:, i], xt, yt))
+        scores.append(atk.score(inp))
+    return np.concatenate(scores), labels, info
+
+
+def run_membership(built: Any, victims: int | list[int], attack: str,
+                   attack_cfg: dict[str, Any] | None = None, gen: torch.Generator | None = None,
+                   threat: ThreatModel | None = None,
+                   reference_models: int = DEFAULT_REFERENCE_MODELS,
+                   privacy: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Grade `attack` against one victim node (or several, pooled) of a built, trained run.
+
+    The threat model defaults, for each victim, to a curious neighbour: the victim's first
+    out-neighbour (each victim is attacked by its own neighbour). Pooling victims scores each
+    candidate against its own node's observed model and concatenates, which buys enough
+    non-members to resolve low FPRs. When the threat model cannot observe what the attack needs
+    the result says {"applicable": False, "reason": ...}.
+
+    Returns:
+        JSON-ready dict: auc, tpr_at_0.1%_fpr / tpr_at_1%_fpr (None when unresolved) with
+        *_resolved flags, tpr_at_0_fpr, roc {linear, log}, empirical_epsilon (Clopper-Pearson lower
+        bound), claimed_epsilon {paper, calibrated} of the first victim, claimed_per_victim,
+        n_members, n_nonmembers, and the attack / threat / victims used.
+    """
+    ctx = built.ctx
+    vs = [victims] if isinstance(victims, int) else list(victims)
+    for v in vs:
+        if not 0 <= v < ctx.n:
+            raise ConfigError(f"victim must be a node in [0, {ctx.n - 1}], got {v}")
+    threats = {v: threat or default_threat(ctx.topology, v) for v in vs}
+    gen = gen or ctx.streams.fresh("mia", "attack", device="cpu")
+    observations = {v: observe(built, th) for v, th in threats.items()}
+    privacy = built.trainer.privacy() if privacy is None else privacy
+    per_victim = {str(v): claims(privacy, v) for v in vs}
+    claimed = per_victim[str(vs[0])]
+    head = {"attack": attack, "attack_config": attack_cfg or {}, "defense": built.defense,
+            "victims": vs,
+            "threat": [{"victim": v, "kind": th.kind, "observers": list(th.observers)}
+                       for v, th in threats.items()],
+            "claimed_per_victim": per_victim}
+    try:
+        scores, labels, info = membership_scores(observations, ctx.data, attack, attack_cfg, gen,
+                                                 ctx.device, reference_models)
+    except NotApplicable as exc:
+        return {**head, "applicable": False, "reason": str(exc), "claimed_epsilon": claimed}
+    if not np.isfinite(scores).all():
+        return {**head, "applicable": False, "claimed_epsilon": claimed, **info,
+                "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
+                          "model or messages are not finite (training diverged)"}
+    return {**head, "applicable": True, **info,
+            **grade(scores, labels, claimed, ctx.run.delta)}
+
+
+def run_membership_saved(folder: str | Path, victims: int | list[int], attack: str,
+                         attack_cfg: dict[str, Any] | None = None,
+                         gen: torch.Generator | None = None, threat: ThreatModel | None = None,
+                         reference_models: int = DEFAULT_REFERENCE_MODELS,
+                         device: str | None = None) -> dict[str, Any]:
+    """`run_membership` on a run saved by `privbench train --out folder`.
+
+    The public context (data split, model, topology, shared initialisation) is rebuilt from the
+    saved run configuration (all deterministic in its seed), the message log is read from
+    `messages.safetensors`, and the claims from the saved `privacy` entries. Nothing is trained
+    except reference models.
+    """
+    from privbench.messages import MessageLog
+    from privbench.results import read_results
+    from privbench.runner import build
+
+    folder = Path(folder)
+    saved = read_results(folder / "results.json")
+    over = {} if device is None else {"device": device}
+    run = replace_checked(RunConfig(), {**saved["run"], **over}, where="run")
+    built = build(run, saved["defense"], saved.get("defense_config") or {})
+    built.ctx.bus.log = MessageLog.load(folder)
+    return run_membership(built, victims, attack, attack_cfg, gen, threat, reference_models,
+                          privacy=saved.get("privacy") or [])
+
+
+# ------------------------------------------------------------------------- one-run canary audit
+def with_extra_members(data: NodeData, victim: int, x_extra: Tensor, y_extra: Tensor) -> NodeData:
+    """A copy of `data` where node `victim` also trains on x_extra (k, C, H, W), y_extra (k,)."""
+    c = int(data.counts[victim])
+    k = len(y_extra)
+    m = max(data.x.shape[1], c + k)
+    pad = m - data.x.shape[1]
+    x = torch.cat([data.x, data.x.new_zeros(data.n, pad, *data.x.shape[2:])], dim=1)
+    y = torch.cat([data.y, data.y.new_zeros(data.n, pad)], dim=1)
+    idx = torch.cat([data.idx, data.idx.new_full((data.n, pad), -1)], dim=1)
+    x[victim, c:c + k] = x_extra.to(x)
+    y[victim, c:c + k] = y_extra.to(y)
+    idx[victim, c:c + k] = -1  # canaries are not dataset members
+    counts = data.counts.clone()
+    counts[victim] = c + k
+    return dataclasses.replace(data, x=x, y=y, idx=idx, counts=counts)
+
+
+def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
+                 attack: str = "mia_message", attack_cfg: dict[str, Any] | None = None,
+                 overrides: dict[str, Any] | None = None, gen: torch.Generator | None = None,
+                 threat: ThreatModel | None = None, k_plus: int | None = None,
+                 k_minus: int | None = None, mislabel: bool = True) -> dict[str, Any]:
+    """One-run audit (Steinke, Nasr, Jagielski 2023) of node `victim`'s sample-level claim.
+
+    `canaries` samples that no node holds (the dataset's training split minus every node's share),
+    relabelled to a random wrong class when `mislabel` (the strongest input-space canary in ML
+    Privacy Meter's table, reference §3.6), are each added to the victim's training data with
+    probability 1/2; the run is trained once; `attack` (one without reference models: mia_threshold
+    or mia_message) scores every canary; the top k+ are guessed "in", the bottom k- "out" (fixed
+    a priori: m / 4 each by default), and the exact binomial test gives the epsilon lower bound at
+    the claim's delta. The victim's claim is re-read from the trained defense (its local dataset
+    grew, so its sampling rate and calibration changed accordingly).
+
+    Returns:
+        JSON-ready dict: applicable, one_run (`one_run_audit` result), one_run_sweep (best over a
+        (k+, k-) grid; optimistic), claimed_epsilon, canaries, included, attack, threat (or
+        applicable False with the reason when the run diverged).
+    """
+    from privbench.engine import train
+    from privbench.metrics.audit import one_run_audit, one_run_audit_sweep
+    from privbench.runner import Built, build
+
+    load_plugins()
+    cls_atk = ATTACKS.get(attack)
+    atk = cls_atk(replace_checked(cls_atk.Config(), attack_cfg or {}, where="attack"))
+    if getattr(atk, "needs_reference", False):
+        raise ConfigError(f"the canary audit runs one training: attack {attack!r} needs reference "
+                          "models (use mia_threshold or mia_message)")
+    base = build(run, defense, overrides)
+    ctx, data = base.ctx, base.ctx.data
+    gen = gen or ctx.streams.fresh("mia", "canary", device="cpu")
+    ds = load_dataset(run.dataset, run.data_root, run.download)
+    used = torch.cat([data.idx.flatten(), data.idx_out.flatten()]).cpu()
+    free = torch.ones(len(ds.y_train), dtype=torch.bool)
+    free[used[used >= 0]] = False
+    pool = torch.nonzero(free).flatten()
+    if len(pool) < canaries:
+        raise ConfigError(f"{canaries} canaries need {canaries} samples no node holds; only "
+                          f"{len(pool)} are free (lower nodes or max_per_node)")
+    pick = pool[torch.randperm(len(pool), generator=gen)[:canaries]]
+    cx, cy = ds.x_train[pick], ds.y_train[pick].clone()
+    if mislabel:
+        shift = torch.randint(1, data.num_classes, (canaries,), generator=gen)
+        cy = (cy + shift) % data.num_classes
+    included = (torch.rand(canaries, generator=gen) < 0.5).numpy()
+    inc = torch.from_numpy(included)
+    new_data = with_extra_members(data.to(torch.device("cpu")), victim, cx[inc],
+                                  cy[inc]).to(ctx.device)
+    cls = DEFENSES.get(defense)
+    policy = ctx.bus.policy
+    ctx2 = dataclasses.replace(ctx, data=new_data, bus=MessageBus(cls.kinds, policy),
+                               truth=GroundTruth(policy), streams=Streams(run.seed, ctx.device))
+    built = Built(cls(base.trainer.cfg, ctx2), ctx2, defense)
+    train(built.trainer)
+    threat = threat or default_threat(ctx2.topology, victim)
+    obs = observe(built, threat)
+    x, y = cx.to(ctx.device), cy.to(ctx.device)
+    if atk.level == "message":
+        if not hasattr(cls, "gradient_views"):
+            raise NotApplicable(f"defense {defense!r} provides no gradient views")
+        views = []
+        for t in obs.log.rounds():
+            try:
+                views += cls.gradient_views(obs, victim, [t])
+            except NotApplicable:
+                continue
+        if not views:
+            raise NotApplicable(f"no gradient view of node {victim} is observed")
+        scores = atk.score(ctx.fm, views, x, y)
+    else:
+        from attacks._mia import ModelMIAInput, model_signals
+
+        target = observed_model(obs, victim).to(ctx.device)[None]
+        scores = atk.score(ModelMIAInput(model_signals(ctx.fm, target, x, y)))
+    claimed = claims(built.trainer.privacy(), victim)
+    delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
+    kp = canaries // 4 if k_plus is None else k_plus
+    km = canaries // 4 if k_minus is None else k_minus
+    head = {"attack": attack, "defense": defense, "victim": victim, "canaries": canaries,
+            "included": int(included.sum()), "mislabelled": mislabel,
+            "threat": {"kind": threat.kind, "observers": list(threat.observers)},
+            "claimed_epsilon": claimed}
+    if not np.isfinite(scores).all():
+        return {**head, "applicable": False,
+                "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
+    return {**head, "applicable": True,
+            "one_run": one_run_audit(scores, included, kp, km, delta),
+            "one_run_sweep": one_run_audit_sweep(scores, included, delta)}

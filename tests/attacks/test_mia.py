@@ -1,0 +1,342 @@
+"""Membership inference: attacks on synthetic signals, the glue on tiny runs, privacy checks.
+
+Default tests are small (digits, 4-16 nodes, 10-40 rounds; about 45 s on one CPU core). The
+regression baselines of `mia_baselines.json` are `slow` (about 2 minutes: 1,000 rounds plus two
+reference-model runs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attacks._mia import ModelMIAInput, Signals, model_signals
+from privbench.config import RunConfig
+from privbench.engine import train
+from privbench.membership import (
+    block_topology,
+    canary_audit,
+    candidates,
+    observe,
+    observed_model,
+    reference_data,
+    run_membership,
+    run_membership_saved,
+    with_extra_members,
+)
+from privbench.registry import ATTACKS, DEFENSES, load_plugins
+from privbench.runner import build
+from privbench.threat import NotApplicable, ThreatModel
+
+BASELINES = Path(__file__).with_name("mia_baselines.json")
+
+
+def _sig(logit: np.ndarray) -> Signals:
+    prob = 1 / (1 + np.exp(-logit))
+    return Signals(-np.log(prob), prob, logit)
+
+
+def _synthetic(seed: int = 0, k: int = 16, n: int = 400) -> tuple[ModelMIAInput, np.ndarray]:
+    """Per-example Gaussians: phi_in = mu_x + 2, phi_out = mu_x, sd 0.5; half are members."""
+    rng = np.random.default_rng(seed)
+    mu = rng.normal(0, 3, n)  # per-example difficulty, which a global threshold cannot remove
+    member = np.arange(n) < n // 2
+    in_mask = rng.random((k, n)) < 0.5
+    ref = mu[None] + 2 * in_mask + rng.normal(0, 0.5, (k, n))
+    tgt = mu + 2 * member + rng.normal(0, 0.5, n)
+    pop_t = rng.normal(0, 3, 200)
+    pop_r = pop_t[None] + rng.normal(0, 0.5, (k, 200))
+    return ModelMIAInput(_sig(tgt[None]), _sig(ref), in_mask, _sig(pop_t[None]),
+                         _sig(pop_r)), member
+
+
+def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    from privbench.metrics.roc import roc_curve
+
+    return roc_curve(scores, labels).auc
+
+
+def test_attacks_registered() -> None:
+    load_plugins()
+    for name in ("mia_threshold", "lira", "rmia", "mia_message"):
+        assert name in ATTACKS
+
+
+@pytest.mark.parametrize("cfg", [{}, {"fixed_variance": True}, {"online": False},
+                                 {"online": False, "fixed_variance": True}])
+def test_lira_uses_per_example_calibration(cfg: dict) -> None:
+    inp, member = _synthetic()
+    lira = ATTACKS.get("lira")(ATTACKS.get("lira").Config(**cfg))
+    thr = ATTACKS.get("mia_threshold")(ATTACKS.get("mia_threshold").Config(signal="logit"))
+    # With per-example difficulty spread 3 >> signal 2, reference models are what separates:
+    # LiRA ~0.99 AUC, the global threshold ~0.68 (400 targets; failure probability negligible).
+    assert _auc(lira.score(inp), member) > 0.95
+    assert _auc(thr.score(inp), member) < 0.8
+
+
+def test_lira_handles_candidates_without_in_models() -> None:
+    inp, _ = _synthetic(1)
+    mask = inp.in_mask.copy()
+    mask[:, :5] = False  # five candidates never IN: fall back to the pooled IN shift
+    inp2 = ModelMIAInput(inp.target, inp.reference, mask, inp.pop_target, inp.pop_reference)
+    s = ATTACKS.get("lira")().score(inp2)
+    assert np.isfinite(s).all()
+
+
+def test_rmia_offline_scores() -> None:
+    inp, member = _synthetic(2)
+    rmia = ATTACKS.get("rmia")()
+    s = rmia.score(inp)
+    assert ((s >= 0) & (s <= 1)).all()
+    assert _auc(s, member) > 0.8  # OUT-only calibration still removes per-example difficulty
+
+
+def test_model_signals_stable_logit() -> None:
+    load_plugins()
+    built = build(RunConfig(nodes=3, rounds=1, device="cpu"), "sgp")
+    fm = built.ctx.fm
+    params = built.trainer.models()  # (3, d)
+    x, y = built.ctx.data.x[0, :5], built.ctx.data.y[0, :5]
+    sig = model_signals(fm, params, x, y)
+    assert sig.loss.shape == (3, 5)
+    p = sig.prob
+    np.testing.assert_allclose(sig.logit, np.log(p / (1 - p)), rtol=1e-6, atol=1e-8)
+
+
+def _tiny(defense: str = "sgp", **kw) -> object:
+    base = dict(nodes=4, rounds=12, max_per_node=24, holdout=0.5, batch_size=8, device="cpu",
+                eval_every=12)
+    built = build(RunConfig(**{**base, **kw}), defense)
+    train(built.trainer)
+    return built
+
+
+def test_observed_model_push_sum_matches_gradient_view() -> None:
+    built = _tiny("sgp")
+    obs = observe(built, ThreatModel("eavesdropper"))
+    t, v = built.ctx.run.rounds - 1, 1
+    z = observed_model(obs, v)  # x^{t+1/2} / w^t
+    view = DEFENSES.get("sgp").gradient_views(obs, v, [t])[0]
+    rec_w = obs.log.get(t, "weight").sent_by(v)[0]
+    # x^{t+1/2} = x^t - lr g  and  z = x^{t+1/2} / w^t
+    x_pre = view.params * rec_w
+    torch.testing.assert_close(z * rec_w, x_pre - built.ctx.run.lr * view.gradient,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_observed_model_gossip_is_payload() -> None:
+    built = _tiny("d_psgd")
+    obs = observe(built, ThreatModel("eavesdropper"))
+    t = built.ctx.run.rounds - 1
+    torch.testing.assert_close(observed_model(obs, 2), obs.log.get(t, "model").sent_by(2))
+
+
+def test_observed_model_not_applicable() -> None:
+    built = _tiny("sgp")
+    adj = built.ctx.topology.adjacency(0)
+    outsider = next(j for j in range(4) if j != 0 and not adj[j, 0])
+    obs = observe(built, ThreatModel("neighbour", (outsider,)))
+    with pytest.raises(NotApplicable):
+        observed_model(obs, 0)
+
+
+def test_reference_runs_are_stacked_copies() -> None:
+    built = _tiny("sgp")
+    topo = block_topology(built.ctx.topology, 3)
+    assert topo.n == 12
+    assert torch.equal(topo.adjacency(0)[4:8, 4:8], built.ctx.topology.adjacency(0))
+    assert not topo.adjacency(0)[:4, 4:].any()
+    data = built.ctx.data
+    cx, cy, _ = candidates(data, 1)
+    pool_x, pool_y = data.x_test, data.y_test
+    nd, masks = reference_data(data, [1], pool_x, pool_y, [(cx, cy)], 3, True,
+                               torch.Generator().manual_seed(0))
+    assert nd.n == 12 and nd.counts.tolist() == data.counts.tolist() * 3
+    assert (masks[0].sum(axis=1) == int(data.counts[1])).all()
+    # the victim slot of copy k trains exactly on its IN candidates
+    k = 2
+    ins = cx[torch.from_numpy(masks[0][k])]
+    got = nd.x[k * 4 + 1, : int(data.counts[1])]
+    assert sorted(map(float, ins.sum(dim=(1, 2, 3)))) == sorted(map(float, got.sum(dim=(1, 2, 3))))
+
+
+@pytest.mark.parametrize("attack,cfg", [("mia_threshold", {}), ("lira", {"fixed_variance": "true"}),
+                                        ("rmia", {}), ("mia_message", {})])
+def test_run_membership_json(attack: str, cfg: dict) -> None:
+    built = _tiny("sgp")
+    res = run_membership(built, [0, 1], attack, cfg, torch.Generator().manual_seed(0),
+                         ThreatModel("eavesdropper"), reference_models=2)
+    assert res["applicable"], res.get("reason")
+    json.dumps(res)
+    assert res["n_members"] == 24 and res["n_nonmembers"] == 24
+    assert 0 <= res["auc"] <= 1
+    assert res["tpr_at_1%_fpr"] is None and not res["tpr_at_1%_fpr_resolved"]  # 24 < 100
+    assert res["empirical_epsilon"]["epsilon_lb"] >= 0
+    assert len(res["roc"]["log"]["fpr"]) == 101
+
+
+def test_run_membership_saved_matches_live(tmp_path: Path) -> None:
+    from privbench.engine import train as train_loop
+    from privbench.runner import save_run
+
+    built = build(RunConfig(nodes=4, rounds=12, max_per_node=24, holdout=0.5, batch_size=8,
+                            device="cpu", eval_every=12), "sgp")
+    res = train_loop(built.trainer)
+    save_run(built, res, tmp_path)
+    eav = ThreatModel("eavesdropper")
+    for attack in ("mia_threshold", "mia_message"):
+        live = run_membership(built, [0, 1], attack, threat=eav)
+        saved = run_membership_saved(tmp_path, [0, 1], attack, threat=eav)
+        assert saved["auc"] == pytest.approx(live["auc"])
+
+
+def test_message_attack_not_applicable_for_lone_neighbour() -> None:
+    # SGP's gradient view needs every in-neighbour's message into the victim: one neighbour that
+    # is not all of them cannot derive it, and the glue says so instead of inventing data.
+    built = _tiny("sgp", topology="ring", time_varying=False)
+    res = run_membership(built, 0, "mia_message")  # node 1, one of the victim's two in-neighbours
+    # round 0 starts from the public x^0, so only that round's view exists
+    assert res["applicable"] and res["views"] == 1
+    assert res["rounds_not_applicable"] == built.ctx.run.rounds - 1
+    far = run_membership(built, 0, "mia_message", threat=ThreatModel("neighbour", (2,)))
+    assert not far["applicable"] and "not observed" in far["reason"]
+
+
+# ------------------------------------------------------------------ DP: empirical eps <= claimed
+# 8 nodes x (8 members + 8 held-out): 64 / 64 candidates. Perfect separation would give a
+# Bonferroni-corrected bound of ~1.87, so the audit can detect a defense leaking like SGP at eps = 1
+# (test_epsilon_check_has_power runs the same audit on SGP).
+DP_RUN = dict(nodes=8, rounds=10, max_per_node=16, holdout=0.5, batch_size=8, lr=0.2,
+              epsilon=1.0, device="cpu", eval_every=10)
+
+
+def _private_defenses() -> list[str]:
+    load_plugins()
+    return [d for d in DEFENSES.names() if DEFENSES.get(d).private]
+
+
+@pytest.mark.parametrize("defense", _private_defenses())
+def test_empirical_epsilon_below_calibrated(defense: str) -> None:
+    """At eps = 1 the Clopper-Pearson lower bound (Bonferroni, 95%) of the loss attack on the
+    observed models and of the message attack through the defense's gradient views must not
+    exceed the calibrated epsilon. If it does, the accountant or the defense is wrong: this fails.
+    Failure probability for a correct defense: <= 5% per bound by construction, far less in
+    practice (the bound is Bonferroni-corrected over every threshold)."""
+    try:
+        built = _tiny(defense, **{k: v for k, v in DP_RUN.items()})
+    except Exception as exc:  # a defense that cannot run this setting is reported, not hidden
+        pytest.skip(f"{defense} cannot run the DP audit setting: {exc}")
+    checked, reasons = 0, []
+    for attack in ("mia_threshold", "mia_message"):
+        res = run_membership(built, list(range(8)), attack, None,
+                             torch.Generator().manual_seed(0), ThreatModel("eavesdropper"))
+        if not res["applicable"]:
+            reasons.append(f"{attack}: {res['reason']}")
+            continue
+        checked += 1
+        calibrated = res["claimed_epsilon"].get("calibrated")
+        assert calibrated is not None, f"{defense} reports no calibrated epsilon"
+        uncovered = calibrated.get("uncovered") or []
+        lb = res["empirical_epsilon"]["epsilon_lb"]
+        if attack == "mia_message" and uncovered:
+            continue  # leaks outside the claim are the DeFL-VP finding, tested separately
+        assert lb <= calibrated["epsilon"] + 1e-9, (defense, attack, lb, calibrated)
+    if not checked:
+        pytest.skip(f"{defense}: no attack applicable ({'; '.join(reasons)})")
+
+
+def test_epsilon_check_has_power() -> None:
+    """The same audit on the non-private SGP baseline exceeds eps = 1: a defense leaking like an
+    unprotected one while claiming eps = 1 would fail the check above (the regression statistic
+    recovers the batch exactly from a raw gradient)."""
+    built = _tiny("sgp", **DP_RUN)
+    res = run_membership(built, list(range(8)), "mia_message", None,
+                         torch.Generator().manual_seed(0), ThreatModel("eavesdropper"))
+    assert res["auc"] > 0.99
+    assert res["empirical_epsilon"]["epsilon_lb"] > 1.0
+
+
+# ---------------------------------------------------------------------- slow: baselines, DeFL-VP
+def _baseline_run(entry: dict) -> dict:
+    built = build(RunConfig(**entry["run"]), entry["defense"])
+    train(built.trainer)
+    victims = list(range(built.ctx.n))
+    out = {}
+    for name, spec in entry["attacks"].items():
+        threat = None if entry["threat"] == "neighbour" else ThreatModel(entry["threat"])
+        res = run_membership(built, victims, spec["attack"], spec.get("config"),
+                             torch.Generator().manual_seed(entry["attack_seed"]), threat,
+                             entry["reference_models"])
+        out[name] = res
+    return out
+
+
+@pytest.mark.slow
+def test_mia_regression_baselines() -> None:
+    """Re-measure the committed non-private baselines; AUC within +-0.05 and TPR@1%FPR within
+    +-0.05 absolute (torch CPU kernels may differ across versions), and the must-show floors."""
+    base = json.loads(BASELINES.read_text())
+    for entry in base["entries"]:
+        got = _baseline_run(entry)
+        for name, spec in entry["attacks"].items():
+            r = got[name]
+            assert abs(r["auc"] - spec["auc"]) <= 0.05, (name, r["auc"], spec["auc"])
+            if spec.get("tpr_at_1%_fpr") is not None:
+                assert abs(r["tpr_at_1%_fpr"] - spec["tpr_at_1%_fpr"]) <= 0.05
+            if "min_auc" in spec:
+                assert r["auc"] >= spec["min_auc"]
+            if "min_tpr_at_1%_fpr" in spec:
+                assert r["tpr_at_1%_fpr"] > spec["min_tpr_at_1%_fpr"]
+
+
+def test_defl_vp_control_variates_leak_beyond_epsilon() -> None:
+    """DeFL-VP with unprotected control variates, its epsilon calibrated per run (eps_mode
+    per_run: the calibrated claim is eps = 1 for the whole run): a lone curious neighbour's message
+    attack through the control-variate view (the exact raw gradient) separates members perfectly
+    and its Clopper-Pearson lower bound exceeds the claimed eps = 1. A finding, not a bug here:
+    the control variates are outside the guarantee (their kind is listed as uncovered)."""
+    load_plugins()
+    if "defl_vp" not in DEFENSES:
+        pytest.skip("defl_vp not registered")
+    run = dict(nodes=16, rounds=10, max_per_node=16, holdout=0.5, batch_size=8, epsilon=1.0,
+               device="cpu", eval_every=10)
+    built = build(RunConfig(**run), "defl_vp", {"eps_mode": "per_run"})
+    train(built.trainer)
+    res = run_membership(built, list(range(16)), "mia_message", None,
+                         torch.Generator().manual_seed(0))
+    assert res["applicable"], res.get("reason")
+    assert all(t["kind"] == "neighbour" for t in res["threat"])
+    cal = res["claimed_epsilon"]["calibrated"]
+    assert cal["epsilon"] == pytest.approx(1.0, rel=0.01)
+    assert "control_variate" in cal["uncovered"]
+    assert res["empirical_epsilon"]["epsilon_lb"] > cal["epsilon"], res["empirical_epsilon"]
+
+
+def test_with_extra_members() -> None:
+    built = _tiny("sgp")
+    data = built.ctx.data
+    c = int(data.counts[2])
+    extra_x = torch.ones(30, *data.input_shape)
+    extra_y = torch.full((30,), 3)
+    nd = with_extra_members(data, 2, extra_x, extra_y)
+    assert int(nd.counts[2]) == c + 30 and nd.x.shape[1] == max(data.x.shape[1], c + 30)
+    assert torch.equal(nd.x[2, c:c + 30], extra_x) and (nd.y[2, c:c + 30] == 3).all()
+    assert torch.equal(nd.x[1, : int(data.counts[1])], data.x[1, : int(data.counts[1])])
+
+
+def test_canary_audit_power_and_dp() -> None:
+    """One-run canary audit (Steinke et al. 2023), 100 mislabelled canaries, m/4 guesses each way:
+    SGP (no DP) reaches eps_LB > 1; DP-SGP at eps = 1 stays below its calibrated eps (the test
+    would fail otherwise; p* = 0.05 per audit)."""
+    run = RunConfig(nodes=8, rounds=40, max_per_node=16, holdout=0.5, batch_size=8, lr=0.2,
+                    epsilon=1.0, device="cpu", eval_every=40)
+    eav = ThreatModel("eavesdropper")
+    sgp = canary_audit(run, "sgp", 0, canaries=100, threat=eav)
+    assert sgp["applicable"] and sgp["one_run"]["epsilon_lb"] > 1.0
+    dp = canary_audit(run, "dp_sgp", 0, canaries=100, threat=eav)
+    assert dp["applicable"]
+    assert dp["one_run"]["epsilon_lb"] <= dp["claimed_epsilon"]["calibrated"]["epsilon"]

@@ -1,0 +1,143 @@
+"""Unit tests for privbench.metrics.roc and privbench.metrics.audit against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privbench.errors import ConfigError
+from privbench.metrics.audit import (
+    clopper_pearson,
+    eps_from_rates,
+    eps_lower_bound_roc,
+    one_run_audit,
+    one_run_audit_sweep,
+    steinke_eps_lower_bound,
+    steinke_p_value,
+)
+from privbench.metrics.roc import resolves, roc_curve, roc_points, roc_summary, tpr_at_fpr
+
+
+def test_auc_hand_example() -> None:
+    # scikit-learn's doc example: pairs (pos, neg) ordered correctly 3 of 4 -> AUC 0.75.
+    curve = roc_curve([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+    assert curve.auc == pytest.approx(0.75)
+    assert (curve.n_members, curve.n_nonmembers) == (2, 2)
+
+
+def test_tpr_at_fpr_and_resolution() -> None:
+    # 100 non-members with scores 0..99, 10 members: 5 above every non-member, 5 at the bottom.
+    neg = np.arange(100.0)
+    pos = np.array([200, 201, 202, 203, 204, -1, -2, -3, -4, -5], dtype=float)
+    s = np.concatenate([pos, neg])
+    y = np.r_[np.ones(10), np.zeros(100)]
+    curve = roc_curve(s, y)
+    at1 = tpr_at_fpr(curve, 0.01)
+    assert at1["resolved"] and at1["tpr"] == pytest.approx(0.5)  # FPR 0 already gives 5/10
+    at01 = tpr_at_fpr(curve, 0.001)
+    assert not at01["resolved"] and at01["tpr"] is None and at01["min_nonmembers"] == 1000
+    at10 = tpr_at_fpr(curve, 0.1)  # threshold 90: 10 FP -> FPR 0.1, TPR still 0.5
+    assert at10["tpr"] == pytest.approx(0.5)
+    assert resolves(100, 0.01) and not resolves(99, 0.01)
+    summ = roc_summary(s, y)
+    assert summ["tpr_at_1%_fpr"] == pytest.approx(0.5)
+    assert summ["tpr_at_0.1%_fpr"] is None
+    assert summ["tpr_at_0_fpr"] == pytest.approx(0.5)
+    # AUC: 5 members beat all 100; 5 lose to all -> 0.5
+    assert summ["auc"] == pytest.approx(0.5)
+
+
+def test_roc_points_step_function() -> None:
+    curve = roc_curve([3, 2, 1, 0], [1, 0, 1, 0])  # TPR .5 at FPR 0; 1 at FPR .5
+    pts = roc_points(curve, "linear", 5)  # FPR 0, .25, .5, .75, 1
+    assert pts["tpr"] == pytest.approx([0.5, 0.5, 1.0, 1.0, 1.0])
+    log = roc_points(curve, "log", 3)
+    assert log["fpr"][0] == pytest.approx(0.5) and log["fpr"][-1] == pytest.approx(1.0)
+    with pytest.raises(ConfigError):
+        roc_points(curve, "cubic")
+
+
+def test_roc_rejects_one_class() -> None:
+    with pytest.raises(ConfigError):
+        roc_curve([1, 2], [1, 1])
+
+
+def test_clopper_pearson_hand_values() -> None:
+    # 0 of 10: upper = 1 - (alpha/2)^(1/n) = 1 - 0.025^(0.1) = 0.30850 (closed form).
+    lo, hi = clopper_pearson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1, rel=1e-9)
+    # 10 of 10 mirrors it.
+    lo, hi = clopper_pearson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** 0.1, rel=1e-9)
+    # 5 of 10, textbook value (0.1871, 0.8129).
+    lo, hi = clopper_pearson(5, 10)
+    assert lo == pytest.approx(0.18709, abs=1e-4) and hi == pytest.approx(0.81291, abs=1e-4)
+
+
+def test_eps_from_rates() -> None:
+    assert eps_from_rates(0.5, 0.05) == pytest.approx(math.log(10))
+    assert eps_from_rates(0.9, 0.5) == pytest.approx(math.log(0.5 / 0.1))  # TNR/FNR side
+    assert eps_from_rates(0.3, 0.3) == 0.0
+    assert eps_from_rates(0.5, 0.0) == math.inf
+    assert eps_from_rates(0.5, 0.05, delta=0.1) == pytest.approx(math.log(0.4 / 0.05))
+
+
+def test_eps_lower_bound_roc_perfect_separation() -> None:
+    # 20 members all above 20 non-members. Best threshold: TP = 20, FP = 0.
+    # No correction: TPR_lo = 0.025^(1/20), FPR_hi = 1 - 0.025^(1/20).
+    s = np.r_[np.arange(20) + 100.0, np.arange(20.0)]
+    y = np.r_[np.ones(20), np.zeros(20)]
+    res = eps_lower_bound_roc(s, y, correction="none")
+    b = 0.025 ** (1 / 20)
+    assert res["epsilon_lb"] == pytest.approx(math.log(b / (1 - b)), rel=1e-6)
+    assert res["point_estimate"] == math.inf
+    bonf = eps_lower_bound_roc(s, y)  # 40 distinct thresholds x 2 sides = 80 tests
+    a = 0.05 / 80
+    b2 = (a / 2) ** (1 / 20)
+    assert bonf["tests"] == 80
+    assert bonf["epsilon_lb"] == pytest.approx(math.log(b2 / (1 - b2)), rel=1e-6)
+    assert bonf["epsilon_lb"] < res["epsilon_lb"]
+    # group privacy divides by k
+    assert eps_lower_bound_roc(s, y, correction="none", k=2)["epsilon_lb"] == pytest.approx(
+        res["epsilon_lb"] / 2)
+
+
+def test_eps_lower_bound_roc_no_signal_is_zero() -> None:
+    # Identical member / non-member score multisets: no threshold gives a positive bound.
+    s = np.r_[np.arange(50.0), np.arange(50.0)]
+    y = np.r_[np.ones(50), np.zeros(50)]
+    assert eps_lower_bound_roc(s, y, correction="none")["epsilon_lb"] == 0.0
+
+
+def test_steinke_pure_dp_closed_form() -> None:
+    # delta = 0 and all r guesses right: p(eps) = q^r, so eps_LB = logit(0.05^(1/r)).
+    q = 0.05 ** (1 / 10)
+    expected = math.log(q / (1 - q))  # 1.0517
+    assert steinke_eps_lower_bound(10, 10, m=10) == pytest.approx(expected, abs=1e-5)
+    assert steinke_p_value(10, 10, expected) == pytest.approx(0.05, rel=1e-4)
+    # half right is what eps = 0 gives on average: no bound.
+    assert steinke_eps_lower_bound(10, 5, m=10) == 0.0
+
+
+def test_steinke_delta_term_hand_value() -> None:
+    # r = 2, v = 2, eps = 0 (q = 1/2): beta = 1/4; alpha = max(P[Bin=1], (P[Bin=1] + P[Bin=0])/2)
+    # = max(1/2, 3/8) = 1/2; p = 1/4 + 2 * m * delta * 1/2 with m = 4, delta = 0.01 -> 0.29.
+    assert steinke_p_value(2, 2, 0.0, delta=0.01, m=4) == pytest.approx(0.29)
+    # delta only loosens: the bound with delta > 0 is below the pure one.
+    assert steinke_eps_lower_bound(100, 90, 200, 1e-5) <= steinke_eps_lower_bound(100, 90, 200)
+
+
+def test_one_run_audit_counts() -> None:
+    scores = np.array([9, 8, 7, 6, 5, 4, 3, 2, 1, 0], dtype=float)
+    included = np.array([1, 1, 0, 1, 0, 1, 0, 0, 1, 0], dtype=bool)
+    res = one_run_audit(scores, included, k_plus=3, k_minus=3)
+    # top 3: in, in, out -> 2 right; bottom 3 (scores 2, 1, 0): out, in, out -> 2 right.
+    assert (res["guesses"], res["correct"]) == (6, 4)
+    assert res["epsilon_lb"] == 0.0  # 4 / 6 is not significant
+    perfect = one_run_audit(scores, scores >= 5, k_plus=5, k_minus=5)
+    assert perfect["correct"] == 10
+    assert perfect["epsilon_lb"] == pytest.approx(steinke_eps_lower_bound(10, 10, 10), abs=1e-6)
+    sweep = one_run_audit_sweep(scores, scores >= 5, steps=1)  # grid contains (5, 5)
+    assert sweep["optimistic"] and sweep["epsilon_lb"] >= perfect["epsilon_lb"] - 1e-9
