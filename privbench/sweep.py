@@ -211,7 +211,7 @@ def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
     the whole run for message-level MIA and the last round for model-level MIA."""
     if any(a == "mia_message" for a in audit.attacks):
         return RecordPolicy()
-    rounds = set(range(max(audit.inversion_rounds, default=0) + 1))
+    rounds = set(range(max(audit.inversion_rounds, default=0) + 2))  # gossip views need t+1
     rounds |= {run.rounds - 1, run.rounds - 2}
     return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
 

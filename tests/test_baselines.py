@@ -84,3 +84,25 @@ def test_neighbour_view_exists_exactly_when_every_needed_broadcast_reaches_it():
                 assert derivable and torch.allclose(view.gradient, reference)
                 outcomes.add(True)
     assert False in outcomes  # the graph has pairs where a lone neighbour is blind
+
+
+def test_d_psgd_gradient_view_equals_true_batch_gradient():
+    run = RunConfig(device="cpu", rounds=4, eval_every=4, topology="ring")
+    built = build(run, "d_psgd")
+    tr, ctx = built.trainer, built.ctx
+    truth = {}
+    for t in range(4):
+        x_before = tr.x.clone()
+        tr.round(t)
+        slots, mask = ctx.truth.batches[t]
+        xb, yb = ctx.data.gather(slots)
+        truth[t] = batch_grads(ctx.fm, x_before, xb, yb, mask)
+    obs = Observation(ctx.bus.log, ThreatModel(), run, "d_psgd", tr.cfg, ctx.fm, ctx.topology)
+    for v in type(tr).gradient_views(obs, 2, [0, 1, 2]):
+        assert (v.gradient - truth[v.round][2]).abs().max() < 1e-4
+    try:
+        type(tr).gradient_views(obs, 2, [3])  # round 4's model was never sent
+    except NotApplicable:
+        pass
+    else:
+        raise AssertionError("derived a view from an unrecorded round")
