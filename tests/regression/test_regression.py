@@ -1,0 +1,100 @@
+"""Our privacy regression suite: train tiny, attack, gate against committed policy and baseline.
+
+Every defense runs on a tiny digits setting (4 nodes, 30 rounds, 40 samples per node of which
+half are held out, batch 2, MLP) with Inverting Gradients (round 1, eavesdropper) and the
+message-level membership attack. `policy.toml` demands that the non-private baseline stays
+attackable (PSNR >= 30 dB, AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
+`baseline.json` (a committed run of this suite) catches drifts toward less privacy. A defense
+whose noise is silently disabled (`privbench.testing.disable_noise`, a test-only switch) must make
+the gate fail.
+
+DPPS / PartPSP are not in the suite: calibrated to ε = 1 their sensitivity estimate overflows
+within a few rounds (reported as diverged; see README, Reproductions), leaving nothing to attack.
+DeFL-VP runs with its control variates protected (card §1.7) and with ε read per run (the
+whole run's randomized responses compose to ε = 1); unprotected, its control variates are an
+uncovered data-dependent message and the gate's coverage bound fails (tested below). Under the
+paper's per-coordinate reading (ε = 1 per coordinate and round) the message-level attack reaches
+AUC ≈ 0.98 even with protected control variates: that reading is not a meaningful budget.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from privbench import gate, sweep
+from privbench.config import RunConfig, replace_checked
+from privbench.registry import load_plugins
+from privbench.results import write_json
+from privbench.testing import TINY_RUN, disable_noise
+
+HERE = Path(__file__).parent
+DP_DEFENSES = ("dp_sgp", "dyn_d2p", "adp_vrsgp", "dpdl", "defl_vp")
+RUN = {**TINY_RUN, "rounds": 30, "eval_every": 30, "max_per_node": 40, "holdout": 0.5}
+ATTACKS = ("geiping", "mia_message")
+ATTACK_CONFIG = {"geiping": {"steps": 150}}
+DEFL_VP_CALIBRATED = {"protect_control_variate": True, "eps_mode": "per_run"}
+
+load_plugins()
+
+
+def run_suite(out: Path, defenses: tuple[str, ...], overrides: dict | None = None) -> dict:
+    """The suite's audit of `defenses` (ε = 1 for private ones) written into `out`."""
+    from privbench.registry import DEFENSES
+
+    present = tuple(d for d in defenses if d in DEFENSES)
+    base = replace_checked(RunConfig(), RUN, where="run")
+    cfg = sweep.audit_config("quick", list(present), [1.0], list(ATTACKS), None,
+                             {"attack_config": ATTACK_CONFIG})
+    return sweep.Sweep(base, dict(overrides or {}), cfg, out, progress=False).run()
+
+
+def gate_checks(results: dict, baseline: dict | None = None) -> list[gate.Check]:
+    return gate.run_checks(results, gate.load_policy(HERE / "policy.toml"), baseline)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("regression") / "suite"
+    return run_suite(out, ("sgp", *DP_DEFENSES), DEFL_VP_CALIBRATED)
+
+
+def test_gate_passes_on_the_suite(suite):
+    checks = gate_checks(suite)
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.passed]
+    assert not failed, failed
+
+
+def test_no_drift_toward_less_privacy_against_the_committed_baseline(suite):
+    baseline = json.loads((HERE / "baseline.json").read_text())
+    checks = [c for c in gate_checks(suite, baseline) if "baseline" in c.name]
+    assert checks, "the baseline shares no cell with this run"
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.passed]
+    assert not failed, failed
+
+
+def test_a_defense_with_its_noise_disabled_fails_the_gate(tmp_path):
+    with disable_noise():
+        broken = run_suite(tmp_path / "broken", ("dp_sgp", "dyn_d2p"))
+    checks = gate_checks(broken)
+    by_defense = {d: [c for c in checks if c.name.startswith(f"{d}@") and not c.passed]
+                  for d in ("dp_sgp", "dyn_d2p")}
+    for defense, failed in by_defense.items():
+        assert failed, f"the gate did not catch {defense} without noise"
+
+
+def test_unprotected_control_variates_fail_the_coverage_bound(suite, tmp_path):
+    leaky = run_suite(tmp_path / "leaky", ("defl_vp",), {"eps_mode": "per_run"})
+    failed = [c for c in gate_checks(leaky) if not c.passed]
+    assert any("require_coverage" in c.name and "control_variate" in c.detail for c in failed)
+
+
+def refresh_baseline() -> None:  # pragma: no cover - run by hand after an intended change
+    """python -c 'from tests.regression.test_regression import refresh_baseline as r; r()'"""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run_suite(Path(tmp) / "suite", ("sgp", *DP_DEFENSES), DEFL_VP_CALIBRATED)
+    write_json(HERE / "baseline.json", res)
