@@ -1,34 +1,103 @@
 """`privbench bench`: speed of the vectorized engine against the way peers' code runs.
 
-Section `engine` times one DP round (per-sample gradients, L2 clipping, Gaussian noise, push-sum
-mixing) three ways, on the same samples:
+Sections (each prints a table and, with `--json FILE`, writes it as JSON):
 
-* vectorized: all nodes and samples in one `vmap(vmap(grad))` call (privbench's engine);
-* loop: a Python loop over nodes and, inside, over samples, each a forward/backward of an
-  `nn.Module` (how per-node reference implementations run DP-SGD);
-* floor: non-private batched gradients of the same samples (no per-sample work), mixing included.
+* `engine`: one DP round for n nodes, timed on the same samples as
+  - vectorized: all nodes and samples in one `vmap(vmap(grad))` call (privbench's engine) doing a
+    generic DP-SGD round (per-sample gradients, L2 clipping, Gaussian noise, push-sum mixing),
+    as the defenses call it: `per_sample_grads` -> `clip_l2` -> `masked_sum`;
+  - fused: the same round through `engine.clipped_grad_sum` (no (n, B, d) stack);
+  - loop: a Python loop over nodes and, inside, over samples, each a forward/backward of an
+    `nn.Module` (how per-node reference implementations run DP-SGD); never slowed artificially;
+  - floor: non-private batched gradients of the same samples (no per-sample work), mixing
+    included;
+  - and, for every private defense (`--defense`, default: all registered with `private = True`),
+    one real `trainer.round(t)` of that defense built by `privbench.runner.build` with
+    `RecordPolicy.none()` (same n, model and batch size; its own data split and sampling).
+* `attacks`: K batched Geiping attacks (one vmapped program) vs a sequential loop over the same K
+  problems (`attacks._inversion.bench_attacks`, written by the attack engineer).
+* `audit`: wall time of the default `privbench attack` (in-process, into a temporary `--out`).
+* `scale`: time per round as n grows to 256: the generic DP round through
+  `engine.clipped_grad_sum` (chunked, so memory is bounded in n) and one real defense round
+  (`--defense`, default dp_sgp; skipped where its (n, B, d) per-sample stack would exceed
+  `--max-stack-gib`), with the message log disabled (`RecordPolicy.none()`: the log is what
+  grows with rounds); reports time / n (flat when the cost is linear in n), peak memory, and a
+  PNG plot (`--plot`, dotted line: linear through the largest n).
 
-Times are medians over repeats after a warm-up; ratios are loop / vectorized and vectorized / floor.
+Times are medians over `--repeats` repeats after one warm-up; ratios are loop / vectorized and
+vectorized / floor. Nothing here picks threads: run with `OMP_NUM_THREADS` set as you want it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import io
+import math
+import resource
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from privbench.data import load_digits, split_nodes
+from privbench.data import Dataset, load_dataset, load_digits, split_nodes
 from privbench.device import device_description, resolve_device
-from privbench.engine import batch_grads, clip_l2, masked_sum, per_sample_grads
+from privbench.engine import batch_grads, clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
+from privbench.errors import ConfigError
 from privbench.models import FlatModel, build_model
+from privbench.registry import DATASETS
 from privbench.results import write_json
 from privbench.topology import build_topology
+
+ENGINE_MODELS = ("lenet", "cnn")
+ENGINE_NODES = (4, 16, 64)
+ATTACK_K = (1, 8, 32, 128)
+SCALE_NODES = (4, 16, 64, 128, 256)
+SCALE_DEFENSE = "dp_sgp"
+
+
+def out_degree(n: int) -> int:
+    """Out-degree of the benchmark's `random_out` graphs: max(2, ceil(log2 n)).
+
+    With the default k = 2 a random out-graph on n >= 64 nodes is rarely strongly connected
+    (a node has in-degree 0 with probability about e^-2), so `random_out` gives up; log2 n keeps
+    it connected with high probability. Mixing is a dense (n, n) product either way.
+    """
+    return max(2, math.ceil(math.log2(n)))
+
+
+_TILED: dict[int, Callable[..., Dataset]] = {}
+
+
+def bench_dataset(n: int, batch: int) -> str:
+    """Registry key of the data the benchmark uses at n nodes: digits, or digits' training set
+    tiled k times (`digits_xk`, registered on first use) when n nodes would otherwise hold fewer
+    than 2B members each (digits has 1,437 training images; 75% of a node's share are members).
+
+    Timing only: duplicated images cost exactly what distinct ones do, and private defenses with
+    Poisson sampling need B <= members per node. Accuracies on tiled data mean nothing.
+    """
+    train = len(load_digits().y_train)
+    tiles = max(1, math.ceil(2 * batch * n / (0.75 * train)))
+    if tiles == 1:
+        return "digits"
+    name = f"digits_x{tiles}"
+    if tiles not in _TILED:
+        def loader(root: Any = None, download: bool = False, k: int = tiles) -> Dataset:
+            ds = load_digits()
+            return dataclasses.replace(ds, name=name, x_train=ds.x_train.repeat(k, 1, 1, 1),
+                                       y_train=ds.y_train.repeat(k))
+
+        _TILED[tiles] = loader
+        DATASETS.add(name, loader)
+    return name
 
 
 def _sync(device: torch.device) -> None:
@@ -58,6 +127,14 @@ def _round_vectorized(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Te
     return p @ (params - 0.1 * noisy / y.shape[1])
 
 
+def _round_fused(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
+                 gen: torch.Generator, clip: float = 1.0, sigma: float = 1.0) -> Tensor:
+    mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
+    sums, _ = clipped_grad_sum(fm, params, x, y, mask, clip)  # (n, d), no (n, B, d) stack
+    noisy = sums + sigma * clip * torch.randn(params.shape, generator=gen, device=params.device)
+    return p @ (params - 0.1 * noisy / y.shape[1])
+
+
 def _round_loop(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
                 gen: torch.Generator, clip: float = 1.0, sigma: float = 1.0) -> Tensor:
     module = fm.module
@@ -80,41 +157,292 @@ def _round_floor(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
     return p @ (params - 0.1 * batch_grads(fm, params, x, y))
 
 
-def bench_engine(model: str, n: int, batch: int, repeats: int,
-                 device: torch.device) -> dict[str, Any]:
-    """Time one DP round three ways for `n` nodes of `model` on digits-shaped data."""
-    ds = load_digits()
+def private_defenses() -> list[str]:
+    """Registry keys of every registered defense with `private = True`."""
+    from privbench.registry import DEFENSES, load_plugins
+
+    load_plugins()
+    return [name for name in DEFENSES.names() if DEFENSES.get(name).private]
+
+
+def resolve_defenses(names: list[str] | None) -> list[str]:
+    """`--defense` values (repeatable, comma-separated; "all" / default: every private one,
+    "none": no real defense rounds), each checked against the registry."""
+    from privbench.registry import DEFENSES, load_plugins
+
+    load_plugins()
+    if not names:
+        return private_defenses()
+    out: list[str] = []
+    for item in names:
+        for name in filter(None, (s.strip() for s in item.split(","))):
+            if name == "none":
+                continue
+            if name == "all":
+                out.extend(private_defenses())
+            else:
+                DEFENSES.get(name)  # one-line error listing the known names
+                out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def _build_trainer(defense: str, model: str, n: int, batch: int, device: torch.device) -> Any:
+    from privbench.config import RunConfig
+    from privbench.messages import RecordPolicy
+    from privbench.runner import build
+
+    run = RunConfig(model=model, nodes=n, batch_size=batch, device=str(device), rounds=1000,
+                    eval_every=1000, out_degree=out_degree(n), dataset=bench_dataset(n, batch))
+    return build(run, defense, policy=RecordPolicy.none()).trainer
+
+
+def time_defense_round(defense: str, model: str, n: int, batch: int, repeats: int,
+                       device: torch.device) -> float:
+    """Median seconds of one `trainer.round(t)` of a registered defense (rounds 0, 1, ...)."""
+    trainer = _build_trainer(defense, model, n, batch, device)
+    counter = iter(range(10**9))
+    return _median_time(lambda: trainer.round(next(counter)), repeats, device)
+
+
+def _engine_inputs(model: str, n: int, batch: int, device: torch.device,
+                   ) -> tuple[FlatModel, Tensor, Tensor, Tensor, Tensor, torch.Generator]:
+    ds = load_dataset(bench_dataset(n, batch))
     data = split_nodes(ds, n, seed=0).to(device)
     fm = build_model(model, ds.input_shape, ds.num_classes).to(device)
     gen = torch.Generator(device=device).manual_seed(0)
-    slots, _ = data.sample(batch, gen)
-    x, y = data.gather(slots)
-    params = fm.init(torch.Generator().manual_seed(0)).to(device).expand(n, -1).clone()
-    p = build_topology("random_out", n, torch.Generator().manual_seed(0)).mixing(0).to(device)
+    slots, mask = data.sample(batch, gen)
+    x, y = data.gather(slots)  # (n, B, C, H, W), (n, B)
+    if not bool(mask.all()) or y.shape[1] != batch:  # every node must really hold B samples
+        raise ConfigError(f"bench data holds fewer than {batch} samples on some of {n} nodes")
+    params = fm.init(torch.Generator().manual_seed(0)).to(device).expand(n, -1).clone()  # (n, d)
+    topo = build_topology("random_out", n, torch.Generator().manual_seed(0), k=out_degree(n))
+    p = topo.mixing(0).to(device)  # (n, n) column-stochastic
+    return fm, params, x, y, p, gen
+
+
+def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.device,
+                 defenses: list[str] | None = None, loop: bool = True) -> dict[str, Any]:
+    """Time one DP round three ways (vectorized, loop, floor) for `n` nodes of `model` on digits,
+    plus one real round of every defense in `defenses`.
+
+    Returns:
+        model, nodes, batch, d, vectorized_s (per_sample_grads + clip_l2 + masked_sum, as the
+        defenses call it), fused_s (`engine.clipped_grad_sum`), loop_s (None without `loop`),
+        floor_s, fused_speedup_vs_loop,
+        speedup_vs_loop, slowdown_vs_floor, and `defenses`: one dict per defense with round_s,
+        speedup_vs_loop and slowdown_vs_floor.
+    """
+    fm, params, x, y, p, gen = _engine_inputs(model, n, batch, device)
     with torch.no_grad():
         t_vec = _median_time(lambda: _round_vectorized(fm, params, x, y, p, gen), repeats, device)
+        t_fused = _median_time(lambda: _round_fused(fm, params, x, y, p, gen), repeats, device)
         t_floor = _median_time(lambda: _round_floor(fm, params, x, y, p, gen), repeats, device)
-    t_loop = _median_time(lambda: _round_loop(fm, params, x, y, p, gen), max(1, repeats // 2),
-                          device)
+    t_loop = (_median_time(lambda: _round_loop(fm, params, x, y, p, gen), max(1, repeats // 2),
+                           device) if loop else None)
+    rows = []
+    for name in defenses or []:
+        t = time_defense_round(name, model, n, batch, repeats, device)
+        rows.append({"defense": name, "round_s": t,
+                     "speedup_vs_loop": None if t_loop is None else t_loop / t,
+                     "slowdown_vs_floor": t / t_floor})
     return {"model": model, "nodes": n, "batch": batch, "d": fm.d,
-            "vectorized_s": t_vec, "loop_s": t_loop, "floor_s": t_floor,
-            "speedup_vs_loop": t_loop / t_vec, "slowdown_vs_floor": t_vec / t_floor}
+            "dataset": bench_dataset(n, batch), "out_degree": out_degree(n),
+            "vectorized_s": t_vec, "fused_s": t_fused, "loop_s": t_loop, "floor_s": t_floor,
+            "speedup_vs_loop": None if t_loop is None else t_loop / t_vec,
+            "fused_speedup_vs_loop": None if t_loop is None else t_loop / t_fused,
+            "slowdown_vs_floor": t_vec / t_floor, "defenses": rows}
+
+
+def _peak_memory(device: torch.device) -> float:
+    """Peak memory in MiB: CUDA allocator peak, else the process's max RSS (never decreases)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _time_fused(model: str, n: int, batch: int, repeats: int,
+                device: torch.device) -> tuple[FlatModel, float]:
+    fm, params, x, y, p, gen = _engine_inputs(model, n, batch, device)
+    with torch.no_grad():
+        return fm, _median_time(lambda: _round_fused(fm, params, x, y, p, gen), repeats, device)
+
+
+def stack_gib(model: str, n: int, batch: int) -> float:
+    """GiB of one float32 (n, B, d) per-sample gradient stack for `model` on digits."""
+    ds = load_digits()
+    d = build_model(model, ds.input_shape, ds.num_classes).d
+    return n * batch * d * 4 / 2**30
+
+
+def bench_scale(model: str, n: int, batch: int, repeats: int, device: torch.device,
+                defense: str | None = SCALE_DEFENSE, max_stack_gib: float = 2.0,
+                ) -> dict[str, Any]:
+    """Seconds per round at n nodes: the generic DP round through `clipped_grad_sum` (chunked,
+    memory bounded in n) and one real defense round (message log off), with the peak memory
+    seen so far. The defense round is skipped (None, with a reason) when its (n, B, d)
+    per-sample stack would exceed `max_stack_gib`."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    fm, t_vec = _time_fused(model, n, batch, repeats, device)
+    gib = stack_gib(model, n, batch)
+    skipped = None
+    t_def = None
+    if defense and gib <= max_stack_gib:
+        t_def = time_defense_round(defense, model, n, batch, repeats, device)
+    elif defense:
+        skipped = f"(n, B, d) stack needs {gib:.1f} GiB > --max-stack-gib {max_stack_gib:g}"
+    return {"model": model, "nodes": n, "batch": batch, "d": fm.d,
+            "dataset": bench_dataset(n, batch), "out_degree": out_degree(n), "fused_s": t_vec,
+            "fused_per_node_ms": t_vec / n * 1e3, "defense": defense, "defense_s": t_def,
+            "defense_per_node_ms": None if t_def is None else t_def / n * 1e3,
+            "defense_skipped": skipped, "stack_gib": gib, "peak_mib": _peak_memory(device)}
+
+
+def bench_audit(device: torch.device, extra: list[str] | None = None) -> dict[str, Any]:
+    """Wall time of `privbench attack` (default preset unless `extra` says otherwise), run
+    in-process into a temporary folder; includes the per-cell timings the sweep writes."""
+    import json
+
+    from privbench.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = ["attack", "--out", tmp, "--device", str(device), "--quiet", *(extra or [])]
+        buf = io.StringIO()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(buf):
+            rc = main(argv)
+        seconds = time.perf_counter() - start
+        timings_file = Path(tmp) / "timings.json"
+        timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
+    if rc != 0:
+        raise ConfigError(f"`privbench {' '.join(argv[:1] + (extra or []))}` exited with {rc}")
+    return {"argv": ["privbench", *argv[:1], *argv[3:]], "seconds": seconds, "cells": timings}
+
+
+def _fmt(v: float | None, scale: float = 1e3, digits: int = 1, unit: str = "ms") -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}{unit}"
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}x"
+
+
+def _header(section: str, device: torch.device) -> str:
+    return (f"{section}: device {device_description(device)}, torch {torch.__version__}, "
+            f"threads {torch.get_num_threads()}")
+
+
+def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    defenses = resolve_defenses(args.defense)
+    rows = [bench_engine(m, n, args.batch_size, args.repeats, device, defenses,
+                         loop=not args.no_loop)
+            for m in (args.model or ENGINE_MODELS) for n in (args.nodes or ENGINE_NODES)]
+    print(_header("engine: one DP round (generic: per-sample grads + clip + noise + push-sum)",
+                  device))
+    print(f"{'model':6} {'n':>4} {'B':>3} {'round':<16} {'time':>10} {'loop':>10} {'floor':>9} "
+          f"{'loop/x':>8} {'x/floor':>8}")
+    for r in rows:
+        lead = f"{r['model']:6} {r['nodes']:>4} {r['batch']:>3}"
+        print(f"{lead} {'generic vmap':<16} {_fmt(r['vectorized_s']):>10} "
+              f"{_fmt(r['loop_s'], digits=0):>10} {_fmt(r['floor_s']):>9} "
+              f"{_ratio(r['speedup_vs_loop']):>8} {_ratio(r['slowdown_vs_floor']):>8}")
+        print(f"{lead} {'generic fused':<16} {_fmt(r['fused_s']):>10} {'':>10} {'':>9} "
+              f"{_ratio(r['fused_speedup_vs_loop']):>8} "
+              f"{_ratio(r['fused_s'] / r['floor_s']):>8}")
+        for d in r["defenses"]:
+            print(f"{lead} {d['defense']:<16} {_fmt(d['round_s']):>10} {'':>10} {'':>9} "
+                  f"{_ratio(d['speedup_vs_loop']):>8} {_ratio(d['slowdown_vs_floor']):>8}")
+    return {"rows": rows}
+
+
+def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    from attacks._inversion import bench_attacks
+
+    rows = bench_attacks(list(args.k or ATTACK_K), device, steps=args.steps)
+    print(_header(f"attacks: K Geiping attacks, {args.steps} steps, batched vs sequential",
+                  device))
+    print(f"{'K':>5} {'batched':>10} {'sequential':>11} {'seq/batched':>12}")
+    for r in rows:
+        print(f"{r['k']:>5} {_fmt(r['batched_s']):>10} {_fmt(r['sequential_s']):>11} "
+              f"{_ratio(r['ratio']):>12}")
+    return {"rows": rows}
+
+
+def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    res = bench_audit(device, args.audit_arg)
+    print(_header("audit: wall time of `privbench attack`", device))
+    print(f"{' '.join(res['argv'])}: {res['seconds']:.1f} s")
+    for cell, t in res["cells"].items():
+        parts = " ".join(f"{k}={v:.1f}s" for k, v in t.items() if isinstance(v, int | float))
+        print(f"  {cell:<20} {parts}")
+    return res
+
+
+def run_scale(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    defenses = resolve_defenses(args.defense) if args.defense else [SCALE_DEFENSE]
+    defense = defenses[0] if defenses else None
+    rows = [bench_scale(m, n, args.batch_size, args.repeats, device, defense, args.max_stack_gib)
+            for m in (args.model or ENGINE_MODELS) for n in sorted(args.nodes or SCALE_NODES)]
+    print(_header(f"scale: seconds per round vs n (message log off; defense {defense})", device))
+    print(f"{'model':6} {'n':>4} {'fused':>10} {'/node':>9} {'defense':>10} {'/node':>9} "
+          f"{'peak MiB':>9}")
+    for r in rows:
+        print(f"{r['model']:6} {r['nodes']:>4} {_fmt(r['fused_s']):>10} "
+              f"{_fmt(r['fused_per_node_ms'], 1, 2):>9} {_fmt(r['defense_s']):>10} "
+              f"{_fmt(r['defense_per_node_ms'], 1, 2):>9} {r['peak_mib']:>9.0f}"
+              + (f"  {defense}: skipped, {r['defense_skipped']}" if r["defense_skipped"] else ""))
+    if args.plot:
+        plot_scale(rows, args.plot, device_description(device))
+        print(f"wrote {args.plot}")
+    return {"rows": rows, "defense": defense}
+
+
+def plot_scale(rows: list[dict[str, Any]], path: str | Path, device: str) -> None:
+    """Log-log plot of seconds per round vs n, one line per model and round kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        ns = [r["nodes"] for r in mine]
+        ax.plot(ns, [r["fused_s"] for r in mine], "o-", label=f"{model} generic DP round (fused)")
+        done = [r for r in mine if r["defense_s"] is not None]
+        if done:
+            ax.plot([r["nodes"] for r in done], [r["defense_s"] for r in done], "s--",
+                    label=f"{model} {done[0]['defense']}")
+        t0, n0 = mine[-1]["fused_s"], ns[-1]
+        ax.plot(ns, [t0 * k / n0 for k in ns], ":", color="grey", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("simulated nodes n")
+    ax.set_ylabel("seconds per round")
+    ax.set_title(f"time per round vs n (dotted: linear)\n{device}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], dict[str, Any]]] = {
+    "engine": run_engine, "attacks": run_attacks, "audit": run_audit, "scale": run_scale,
+}
 
 
 def run_bench(args: argparse.Namespace) -> int:
     """Run the chosen section, print a table, optionally write JSON."""
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP-order warnings
     device = resolve_device(args.device)
-    rows = [bench_engine(m, n, args.batch_size, args.repeats, device)
-            for m in (args.model or ["lenet"]) for n in (args.nodes or [16])]
-    print(f"engine: one DP round (per-sample grads + clip + noise + push-sum), "
-          f"device {device_description(device)}, torch {torch.__version__}")
-    print(f"{'model':8} {'n':>4} {'B':>4} {'vectorized':>11} {'loop':>9} {'floor':>9} "
-          f"{'loop/vec':>9} {'vec/floor':>9}")
-    for r in rows:
-        print(f"{r['model']:8} {r['nodes']:>4} {r['batch']:>4} {r['vectorized_s'] * 1e3:>9.1f}ms "
-              f"{r['loop_s'] * 1e3:>7.0f}ms {r['floor_s'] * 1e3:>7.1f}ms "
-              f"{r['speedup_vs_loop']:>8.1f}x {r['slowdown_vs_floor']:>8.1f}x")
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
+    payload = SECTIONS[args.section](args, device)
     if args.json_out:
-        write_json(args.json_out, {"section": "engine", "device": device_description(device),
-                                   "torch": torch.__version__, "rows": rows})
+        write_json(args.json_out, {"section": args.section, "device": device_description(device),
+                                   "torch": torch.__version__,
+                                   "threads": torch.get_num_threads(), **payload})
+        print(f"wrote {args.json_out}")
     return 0

@@ -214,17 +214,37 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privbench bench` (declared here so that parsing never imports torch)."""
-    p.add_argument("section", choices=["engine"], help="what to measure")
-    p.add_argument("--model", action="append", help="model(s) (default lenet)")
-    p.add_argument("--nodes", type=int, action="append", help="node count(s) (default 16)")
+    p.add_argument("section", choices=["engine", "attacks", "audit", "scale"],
+                   help="engine: one DP round, vectorized vs per-node loop vs non-private floor; "
+                        "attacks: batched vs sequential inversion; audit: wall time of "
+                        "`privbench attack`; scale: time per round vs n")
+    p.add_argument("--model", action="append", help="model(s), repeatable (default lenet, cnn)")
+    p.add_argument("--nodes", type=int, action="append",
+                   help="node count(s), repeatable (default 4, 16, 64; scale: up to 256)")
+    p.add_argument("--defense", action="append",
+                   help="defense(s) whose real round is timed, repeatable or comma-separated "
+                        "(default: every private one; 'none': only the generic round; scale: "
+                        "the first one, default dp_sgp)")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
+    p.add_argument("--no-loop", dest="no_loop", action="store_true",
+                   help="engine: skip the (slow) per-node, per-sample loop")
+    p.add_argument("--k", type=int, action="append",
+                   help="attacks: number of attacks K, repeatable (default 1, 8, 32, 128)")
+    p.add_argument("--steps", type=int, default=25, help="attacks: optimisation steps")
+    p.add_argument("--audit-arg", dest="audit_arg", action="append", metavar="ARG",
+                   help="audit: extra argument for `privbench attack`, repeatable "
+                        "(e.g. --audit-arg=--defense=sgp)")
+    p.add_argument("--plot", help="scale: write a PNG plot of time per round vs n here")
+    p.add_argument("--max-stack-gib", dest="max_stack_gib", type=float, default=2.0,
+                   help="scale: skip the defense round where its (n, B, d) per-sample gradient "
+                        "stack would exceed this many GiB (default 2)")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """`privbench bench SECTION`: speed measurements."""
+    """`privbench bench SECTION`: speed measurements (see privbench/bench.py)."""
     from privbench.bench import run_bench
 
     return run_bench(args)
@@ -330,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run a command, turning bad input into a one-line error and exit code 2."""
+    import logging
+
+    # dp-accounting logs (via absl) every RDP order it drops at high sampling rates: noise for a
+    # user, the ε it returns already accounts for it.
+    logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         args = build_parser().parse_args(argv)
         args._argv = list(sys.argv[1:] if argv is None else argv)

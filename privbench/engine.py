@@ -41,6 +41,16 @@ def _dict_to_rows(fm: FlatModel, grads: dict[str, Tensor], lead: int) -> Tensor:
     return torch.cat([grads[s.name].flatten(start_dim=lead) for s in fm.specs], dim=-1)
 
 
+def _per_sample_dict(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> dict[str, Tensor]:
+    """{name: (m, B, *shape)} per-sample gradients, one tensor per parameter (no flat copy)."""
+
+    def loss(p: dict[str, Tensor], xs: Tensor, ys: Tensor) -> Tensor:
+        return F.cross_entropy(functional_call(fm.module, p, (xs[None],)), ys[None])
+
+    g = vmap(vmap(grad(loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+    return g(_rows_to_dict(fm, params), x, y)
+
+
 def per_sample_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> Tensor:
     """Per-sample gradients for m parameter rows at once.
 
@@ -52,13 +62,53 @@ def per_sample_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> Ten
 
     Returns:
         (m, B, d) gradients of each sample's loss at its row's parameters.
+
+    DP steps that only need the clipped sum should call `clipped_grad_sum`: it never builds this
+    (m, B, d) stack (2-3x faster for the CNN on CPU, and memory bounded in m).
     """
+    return _dict_to_rows(fm, _per_sample_dict(fm, params, x, y), lead=2)
 
-    def loss(p: dict[str, Tensor], xs: Tensor, ys: Tensor) -> Tensor:
-        return F.cross_entropy(functional_call(fm.module, p, (xs[None],)), ys[None])
 
-    g = vmap(vmap(grad(loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
-    return _dict_to_rows(fm, g(_rows_to_dict(fm, params), x, y), lead=2)
+def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: Tensor,
+                     bound: Tensor | float, max_bytes: int | None = None,
+                     ) -> tuple[Tensor, Tensor]:
+    """Sum over real samples of L2-clipped per-sample gradients, without the (m, B, d) stack.
+
+    Equals `masked_sum(clip_l2(per_sample_grads(fm, params, x, y), bound)[0], mask)` (same
+    factor min(1, bound / (||g|| + 1e-12))), but norms and the weighted sum are taken per
+    parameter tensor, so the per-sample gradients are never concatenated into one (m, B, d)
+    tensor, never rescaled in a separate pass, and rows are processed in chunks of at most
+    `max_bytes` of per-sample gradients (at least one row per chunk), so memory is bounded in m.
+    On CPU the per-sample gradients of a large model (the CNN: d = 189k, B = 32 is 24 MB per
+    row) are bound by memory traffic, not arithmetic: small chunks that stay in cache made one
+    CNN round about 3x faster than one (m, B, d) stack (bench section `engine`).
+
+    Args:
+        params: (m, d); x: (m, B, C, H, W); y: (m, B); mask: (m, B) bool, True for real samples.
+        bound: clipping bound, a float or a tensor broadcastable to (m, B).
+        max_bytes: per-chunk budget for per-sample gradients; None: 16 MiB on CPU (cache-sized),
+            1 GiB on accelerators (fewer, larger kernels).
+
+    Returns:
+        (m, d) clipped sums and (m, B) the per-sample gradient norms before clipping.
+    """
+    m, b = y.shape
+    if max_bytes is None:
+        max_bytes = 16 * 2**20 if params.device.type == "cpu" else 2**30
+    step = max(1, min(m, max_bytes // max(1, b * fm.d * params.element_size())))
+    bound_t = torch.as_tensor(bound, dtype=params.dtype, device=params.device)
+    bound_t = bound_t.expand(m, b) if bound_t.dim() else bound_t
+    sums, norms = [], []
+    for s in range(0, m, step):  # chunks of rows (one chunk unless memory would exceed max_bytes)
+        g = _per_sample_dict(fm, params[s:s + step], x[s:s + step], y[s:s + step])
+        sq = sum(v.flatten(start_dim=2).pow(2).sum(dim=-1) for v in g.values())  # (m', B)
+        nrm = sq.sqrt()
+        bnd = bound_t[s:s + step] if bound_t.dim() else bound_t
+        w = (bnd / (nrm + 1e-12)).clamp(max=1.0) * mask[s:s + step].to(nrm.dtype)  # (m', B)
+        sums.append(torch.cat([torch.einsum("mbk,mb->mk", g[sp.name].flatten(start_dim=2), w)
+                               for sp in fm.specs], dim=-1))  # (m', d)
+        norms.append(nrm)
+    return torch.cat(sums), torch.cat(norms)
 
 
 def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,

@@ -62,10 +62,22 @@ def finite_or_none(x: Any) -> float | None:
 
 
 def claimed_eps(cell: dict[str, Any], mode: str) -> float | None:
-    """The largest per-node ε of a cell in `mode` ("paper" or "calibrated"), or None."""
-    values = [finite_or_none(r.get("epsilon")) for r in cell.get("privacy", [])
-              if r.get("mode") == mode]
-    values = [v for v in values if v is not None]
+    """The largest over nodes of each node's primary ε in `mode` ("paper" or "calibrated").
+
+    A defense may report several readings per mode (e.g. DeFL-VP's per-coordinate and
+    per-vector paper readings); the first one of each node is its headline claim, the others
+    appear in the report's privacy table. An infinite claim is returned as inf.
+    """
+    first: dict[Any, Any] = {}
+    for r in cell.get("privacy", []):
+        if r.get("mode") == mode:
+            first.setdefault(r.get("node", 0), r.get("epsilon"))
+    values = []
+    for v in first.values():
+        if v in ("inf", float("inf")):
+            return float("inf")
+        if finite_or_none(v) is not None:
+            values.append(float(v))
     return max(values) if values else None
 
 

@@ -362,7 +362,7 @@ def summary_table(results: dict[str, Any]) -> str:
     from privbench.results import attack_metric, claimed_eps
 
     def f(v: float | None, d: int = 3) -> str:
-        return "-" if v is None else f"{v:.{d}f}"
+        return "-" if v is None else "inf" if v == float("inf") else f"{v:.{d}f}"
 
     head = (f"{'defense':<12} {'eps':>5} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
             f"{'AUC':>6} {'TPR@1%':>7} {'eps_paper':>9} {'eps_cal':>8} {'eps_emp':>8}  status")

@@ -119,6 +119,8 @@ def _message_map(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
+    if x == float("inf") or x == "inf":
+        return "∞"
     v = finite_or_none(x)
     return "–" if v is None else f"{v:.{digits}f}"
 
