@@ -1,0 +1,214 @@
+"""DP-DPSGD: decentralized parallel SGD with per-sample clipping and Gaussian noise (baseline).
+
+DPDL's baseline "DP-DPSGD" (card-dpdl.md §9, ref. [26]: Xu, Zhang, Wang, "Decentralized
+Stochastic Gradient Descent with Differential Privacy" (A(DP)^2SGD), TPAMI 2021), run
+synchronously as the card's hint says:
+
+    x_i^{t+1} = sum_j w_ij x_j^t - eta (1/B) (sum_b clip_C(grad l(x_i^t; xi_{i,b})) + z_i^t),
+    z_i^t ~ N(0, sigma^2 C^2 I_d)
+
+Message: `model` x_i^t (broadcast), a post-processing of the node's earlier noisy gradients.
+Every round is one Poisson(q_i)-subsampled Gaussian release with noise multiplier sigma per node
+(q_i = min(1, B / |D_i|)); sigma is the smallest with max_i eps_i <= the run's target, the same
+rule and accountant (RDP, integer orders 2..256) as `defenses/dpdl.py`, so the two are compared
+at equal budgets. Graph and weights: `defenses.dpdl.mixing_matrix` (card §7: CGA weights on
+two_hub, Metropolis-Hastings otherwise, identical to the card's on ring and complete).
+
+`sigma_rule="per_node"` (a deviation shared with DPDL's option) gives node i its own sigma_i, the
+smallest with eps_i <= target.
+
+Choices (card §12): fixed-size batches by default (`sampling="fixed"`, accounted as Poisson;
+`"poisson"` matches the accountant exactly); optional heavy-ball `momentum` (0 = the card's
+plain step). DP-CGA (card §9, a quadratic program per agent) is not implemented.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from defenses.dpdl import RDP_OPTIONS, calibrate_max_node, graph_periods, mixing_matrix
+from privbench.accounting import (
+    AccountantOptions,
+    EpsilonReport,
+    GaussianEvent,
+    PrivacyLedger,
+    account,
+)
+from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+
+
+@dataclass(frozen=True)
+class DPDPSGDConfig:
+    """DP-DPSGD hyper-parameters beyond the run's lr, batch size, epsilon and delta.
+
+    Attributes:
+        clip: per-sample L2 clipping threshold C (card §8: 1.0).
+        momentum: heavy-ball momentum on the noisy gradient (0: the card's plain step).
+        sigma: noise multiplier; None calibrates it to the run's (epsilon, delta); 0 = no noise.
+        sigma_rule: "max" (one sigma, max_i eps_i <= target) or "per_node" (sigma_i per agent).
+        accountant: "rdp" (integer orders 2..256, as DPDL) or "pld".
+        sampling: "fixed" or "poisson" (as in DPDL).
+        weights: "card" or "metropolis" (as in DPDL).
+    """
+
+    clip: float = 1.0
+    momentum: float = 0.0
+    sigma: float | None = None
+    sigma_rule: str = "max"
+    accountant: str = "rdp"
+    sampling: str = "fixed"
+    weights: str = "card"
+
+    def __post_init__(self) -> None:
+        choices = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
+                   "sampling": ("fixed", "poisson"), "weights": ("card", "metropolis")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"dp_dpsgd {name} must be one of {', '.join(allowed)}, "
+                                  f"got {getattr(self, name)!r}")
+        if not self.clip > 0:
+            raise ConfigError(f"dp_dpsgd clip must be > 0, got {self.clip}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"dp_dpsgd momentum must be in [0, 1), got {self.momentum}")
+        if self.sigma is not None and not self.sigma >= 0:
+            raise ConfigError(f"dp_dpsgd sigma must be >= 0, got {self.sigma}")
+
+
+@DEFENSES.register("dp_dpsgd")
+class DPDPSGD(Trainer):
+    """Gossip SGD with DP-SGD gradients (card-dpdl.md §9)."""
+
+    Config = DPDPSGDConfig
+    kinds = (MessageKind("model", covered=True, description="x_i^t, the current model; "
+                         "post-processing of the node's earlier noisy gradients"),)
+    mixing = "doubly"
+    private = True
+
+    def __init__(self, cfg: DPDPSGDConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        if not ctx.topology.undirected:
+            raise ConfigError("dp_dpsgd needs an undirected topology")
+        self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
+        run = ctx.run
+        self.counts = ctx.data.counts.to(ctx.device)  # (n,)
+        self.rates = (run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)  # (n,)
+        rates = self.rates.tolist()
+        opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
+        if cfg.sigma is not None:
+            sigma = [float(cfg.sigma)] * ctx.n
+        elif cfg.sigma_rule == "max":
+            sigma = [calibrate_max_node(run.epsilon, run.delta, run.rounds, rates, [1.0] * ctx.n,
+                                        cfg.accountant, opts)] * ctx.n
+        else:
+            z = {q: calibrate_max_node(run.epsilon, run.delta, run.rounds, [q], [1.0],
+                                       cfg.accountant, opts) for q in set(rates)}
+            sigma = [z[q] for q in rates]
+        self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (n,)
+        self.x = self.init_params()  # (n, d)
+        self.buf = torch.zeros_like(self.x)  # (n, d)
+        self.taps: dict[str, Tensor] = {}
+        self._reports: list[dict[str, Any]] | None = None
+
+    def models(self) -> Tensor:
+        """(n, d) current models."""
+        return self.x
+
+    def _batch(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """x (n, B', ...), y (n, B'), mask (n, B'), divisors (n,): same sampling as DPDL."""
+        data, gen = self.ctx.data, self.ctx.streams.get("batch")
+        if self.cfg.sampling == "fixed":
+            slots, mask = data.sample(self.ctx.run.batch_size, gen)
+            denom = mask.sum(dim=1).clamp(min=1).to(self.x.dtype)
+        else:
+            n, m = data.y.shape
+            keys = torch.rand(n, m, generator=gen, device=data.y.device)  # (n, M)
+            take = (keys < self.rates[:, None].to(keys.dtype)) & ~data.arange_mask()
+            k = max(1, int(take.sum(dim=1).max()))
+            slots = torch.where(take, keys, keys + 2.0).argsort(dim=1)[:, :k]
+            mask = torch.gather(take, 1, slots)
+            denom = (self.rates * self.counts).to(self.x.dtype)
+        self.ctx.truth.record(t, slots, mask)
+        x, y = data.gather(slots)
+        return x, y, mask, denom
+
+    def round(self, t: int) -> None:
+        """Noisy clipped gradient at x_i^t, gossip of x^t, then the step."""
+        ctx, cfg = self.ctx, self.cfg
+        w, adj, _, _ = self.graphs[t % len(self.graphs)]
+        xb, yb, mask, denom = self._batch(t)
+        g = per_sample_grads(ctx.fm, self.x, xb, yb)  # (n, B', d)
+        sums = masked_sum(clip_l2(g, cfg.clip)[0], mask)  # (n, d)
+        noise = torch.zeros_like(sums)
+        if bool((self.sigma > 0).any()):
+            scale = (self.sigma * cfg.clip)[:, None]  # (n, 1)
+            noise = torch.randn(sums.shape, generator=ctx.streams.get("noise"),
+                                device=sums.device, dtype=sums.dtype) * scale
+        noisy = (sums + noise) / denom[:, None]  # (n, d)
+        self.buf = cfg.momentum * self.buf + noisy
+        self.taps = {"sums": sums, "noise": noise, "denom": denom, "noisy": noisy}
+        self.x = w @ ctx.bus.broadcast(t, "model", self.x, adj) - ctx.run.lr * self.buf
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: the RDP (paper) report and the configured accountant's (calibrated)."""
+        if self._reports is None:
+            run, out = self.ctx.run, []
+            for i, (q, sig) in enumerate(zip(self.rates.tolist(), self.sigma.tolist(),
+                                             strict=True)):
+                for mode, acc in (("paper", "rdp"), ("calibrated", self.cfg.accountant)):
+                    if sig == 0:
+                        rep = EpsilonReport(math.inf, run.delta, acc, mode, "sample-level",
+                                            note="sigma = 0: no noise")
+                    else:
+                        ledger = PrivacyLedger(node=i).record(
+                            GaussianEvent(sig, q, run.rounds))
+                        rep = account(ledger, run.delta, acc, mode=mode, options=RDP_OPTIONS
+                                      if acc == "rdp" else AccountantOptions(),
+                                      note="one subsampled Gaussian per round (A(DP)^2SGD)")
+                    out.append({**rep.to_dict(), "node": i, "sigma": sig,
+                                "sample_rate": q})
+            self._reports = out
+        return self._reports
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
+        """g_i^t = (sum_j w_ij x_j^t - x_i^{t+1}) / lr at x_i^t (de-momentumized when needed).
+
+        Raises:
+            NotApplicable: when a neighbour's or the victim's model message is not observed.
+        """
+        cfg, lr = obs.defense_cfg, obs.run.lr
+
+        def model(t: int, k: int) -> Tensor:
+            rec = obs.log.get(t, "model")
+            row = rec.sent_by(k) if rec is not None else None
+            if row is None:
+                if t == 0 and obs.x0 is not None:
+                    return obs.x0
+                raise NotApplicable(f"node {k}'s round-{t} model message is not observed")
+            return row
+
+        def step(t: int) -> Tensor:
+            w = mixing_matrix(obs.topology, t, cfg.weights)
+            mixed = sum(float(w[victim, k]) * model(t, k)
+                        for k in torch.nonzero(w[victim]).flatten().tolist())
+            return (mixed - model(t + 1, victim)) / lr  # type: ignore[operator]
+
+        views = []
+        for t in rounds:
+            g = step(t)
+            if cfg.momentum and t > 0:
+                g = g - cfg.momentum * step(t - 1)
+            views.append(GradientView(victim, t, model(t, victim), g, "gradient", None,
+                                      obs.run.batch_size,
+                                      "(sum_j w_ij x_j^t - x_i^(t+1)) / lr" +
+                                      (", de-momentumized" if cfg.momentum else "")))
+        return views

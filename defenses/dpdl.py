@@ -1,0 +1,565 @@
+"""DPDL: differentially private decentralized learning with calibrated cross-gradients.
+
+Yuan, Xiao, Wang, Li, "DPDL: Towards Differential Privacy Preservation in Decentralized Stochastic
+Learning on Non-IID Data", arXiv 2606.04399 (2026). Implementation card:
+`shared/cards/card-dpdl.md` (sections cited as §N). Equations (paper numbering, bodies from the
+card's [T] transcription, card convention g^{ij} = gradient of i's data at j's model):
+
+    (8)-(10)  ddot g^{ij} = (1/B) (sum_b clip_C(grad l(x_j; xi_{i,b})) + z^{ij}), z ~ N(0, s^2C^2 I)
+    (11)-(13) ddot g^{ii} the same at the agent's own model x_i (never sent, noised because it
+              flows into the broadcast x~_i, v~_i); (14) hat g^{ii} = clean clipped mean
+    (15)      S^{ij} = cos(ddot g^{ji}, hat g^{ii})      (16) c^{ij} = 1 / (1 + exp(S^{ij}))
+    (17)      g~^{ij} = ddot g^{ji} / (sqrt(w_ij) N) + alpha w_ij c^{ij} hat g^{ii}
+    (18)      g~^i = sum_{j in N_i (self included)} g~^{ij}
+    (19)-(20) v~_i = beta v_i + g~^i,  x~_i = x_i - eta v~_i
+    (21)-(22) v_i <- sum_j w_ij v~_j,   x_i <- sum_j w_ij x~_j
+
+One round for all agents, vectorized (§3 "matrix form"): the receivers' models for every directed
+edge i->j are stacked with the agents' own models into one (E + n, d) parameter stack, each row
+paired with its sender's batch, and `privbench.engine.per_sample_grads` is called once on it;
+clipping, noise, cosine calibration (`index_add` over receivers) and mixing (W @ .) are tensor ops.
+
+Messages (card §4 names, used verbatim): `model` x_i^{t-1} (broadcast), `cross_grad`
+ddot g^{ij}_t (per edge, the only Gaussian-noised payload), `half_model` x~_i^t and
+`half_momentum` v~_i^t (broadcast). The issue text calls them cross_gradient / model_half /
+momentum_half and DESIGN.md `cross_gradient` / `momentum`; the card's names win (lead's brief).
+
+Privacy (card §5.3; readings `paper`, `full`, `strict`): per node i, with sample rate
+q_i = min(1, B / |D_i|), mechanism A (its n_i - 1 cross-gradients, one batch, z_A = s/sqrt(n_i-1))
+and mechanism B (x~_i, v~_i through g~^i: sensitivity C (coef_ii + alpha kappa), noise
+s C sqrt(sum_j coef_ij^2) [paper, eq. 40] or s C coef_ii [strict]); A and B share the batch, so
+they are one subsampled Gaussian with 1/z^2 = 1/z_A^2 + 1/z_B^2
+(`privbench.accounting.dpdl_joint_ratio`). The noise multiplier s is the smallest with
+max_i eps_i <= target under `calibrate_with` (exact: eps_i depends only on s * r_i and q_i, so
+s = max_i z*(q_i) / r_i with z* from `privbench.accounting.calibrate_noise_scale`). All three
+readings are reported for every node (results JSON: `privacy`, keys node and reading).
+A noisy node hurts DPDL more than gossip SGD: its cross-gradient noise reaches each neighbour with
+weight 1/(sqrt(w_ij) N) (e.g. 0.30 on a two-hub spoke-hub edge, N = 10), not w_ij (0.11).
+
+Gradient views (`gradient_views(obs, victim, rounds, view=...)`, card §10): "cross_gradient"
+(the message itself, at the receiver's model from that receiver's own `model` broadcast; a
+curious receiver's observation includes what it sends), "momentum" (v~_i^t - beta v_i^{t-1}),
+"momentum_isolated" (minus the observed incoming cross-gradients).
+
+Choices and deviations (card §12 numbers in brackets):
+- Mixing weights (`weights="card"`): §7. On `ring` and `complete` these equal the
+  Metropolis-Hastings weights privbench already builds (1/3, 1/N). On `two_hub` they are the CGA
+  "Bipar" weights (a = floor(100/(N-1))/100, spoke self 1-2a, hub self 1-(N-2)a); privbench's
+  two_hub links the two hubs (nodes 0 and 1) to each other, the CGA graph does not, so that edge
+  gets weight 0 and carries no message [11]. Any other undirected topology (e.g. the default
+  `random_out`, built symmetric for doubly-mixing defenses) uses Metropolis-Hastings.
+  `weights="metropolis"` uses Metropolis-Hastings everywhere. N_i = support of row i of W.
+- alpha: 1.0 on two_hub / complete / other graphs, 0.5 on ring (§8) unless set.
+- eta is the run's `lr`; the card's default is 0.01 (§8).
+- One batch per round shared by every cross-gradient and the self-gradient [5]. `sampling=
+  "fixed"` (card default [6]) draws B samples without replacement and divides by B (by |D_i|
+  when |D_i| < B) while the accountant assumes Poisson(q_i); `sampling="poisson"` samples each
+  member with probability q_i and divides by the expected size q_i |D_i|, matching the accountant.
+- `sigma_rule="max"` (card §5.3) gives every agent the sigma that the worst agent needs (under
+  Dirichlet splits the smallest agent, whose q_i is largest); `"per_node"` (a deviation, not in
+  the card) lets each agent i use its own sigma_i with eps_i <= target, the paper's "each agent
+  satisfies (eps, delta)-DP"; in the paper/full readings a neighbour's sigma_j enters node i's
+  noise (eq. 40), so nodes under target are raised until none is (see `plan_privacy`).
+- Default noise calibration reading is `strict` (privbench's rule: calibrate with the rigorous
+  accountant); the card reproduces the paper with `calibrate_with="paper"` [10].
+- RDP over integer orders 2..256 (§5.3) by default; `accountant="pld"` is tighter.
+- delta = the run's delta (card default 1e-5 [7]). kappa = 1 (§5.2, eq. 53).
+- Time-varying graphs: privacy uses each node's worst period.
+- sigma = 0 and clip = inf give the no-defence variants ND-CG / ND-MM of §10 [15].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from privbench.accounting import (
+    INTEGER_RDP_ORDERS,
+    AccountantOptions,
+    EpsilonReport,
+    GaussianEvent,
+    PrivacyLedger,
+    account,
+    calibrate_noise_scale,
+    dpdl_joint_ratio,
+)
+from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.errors import ConfigError
+from privbench.messages import MessageKind
+from privbench.registry import DEFENSES
+from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.topology import Topology, metropolis_hastings
+
+READINGS = ("paper", "full", "strict")
+RDP_OPTIONS = AccountantOptions(rdp_orders=INTEGER_RDP_ORDERS)
+
+
+@dataclass(frozen=True)
+class DPDLConfig:
+    """DPDL hyper-parameters beyond the run's lr (eta), batch size (B), epsilon and delta.
+
+    Attributes:
+        clip: per-sample L2 clipping threshold C (§8: 1.0); `inf` disables clipping.
+        momentum: beta (§8: 0.9).
+        alpha: calibration weight of eq. (17); None = 1.0, or 0.5 on a ring (§8).
+        kappa: Lipschitz factor of the calibration term in the sensitivity (§5.2, eq. 53).
+        cross_coef: "inv_sqrt_w_over_N" (eq. 17, default) or "w" (ablation, §12 item 2).
+        sigma: noise multiplier; None calibrates it to the run's (epsilon, delta); 0 = no noise.
+        sigma_rule: "max" (card §5.3: one sigma for all, max_i eps_i <= target) or "per_node"
+            (each agent its own sigma_i, every eps_i <= target; a deviation, see the docstring).
+        calibrate_with: reading that sets sigma: "strict" (default), "full" or "paper".
+        accountant: "rdp" (§5.3, integer orders 2..256) or "pld".
+        sampling: "fixed" (§12 item 6) or "poisson" (exactly what the accountant assumes).
+        weights: "card" (§7: CGA weights on two_hub, else Metropolis-Hastings) or "metropolis".
+        row_chunk: per-sample-gradient rows per call (0 = all E + n rows in one call).
+    """
+
+    clip: float = 1.0
+    momentum: float = 0.9
+    alpha: float | None = None
+    kappa: float = 1.0
+    cross_coef: str = "inv_sqrt_w_over_N"
+    sigma: float | None = None
+    sigma_rule: str = "max"
+    calibrate_with: str = "strict"
+    accountant: str = "rdp"
+    sampling: str = "fixed"
+    weights: str = "card"
+    row_chunk: int = 0
+
+    def __post_init__(self) -> None:
+        choices = {"cross_coef": ("inv_sqrt_w_over_N", "w"), "calibrate_with": READINGS,
+                   "sigma_rule": ("max", "per_node"),
+                   "accountant": ("rdp", "pld"), "sampling": ("fixed", "poisson"),
+                   "weights": ("card", "metropolis")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"dpdl {name} must be one of {', '.join(allowed)}, "
+                                  f"got {getattr(self, name)!r}")
+        if not self.clip > 0:
+            raise ConfigError(f"dpdl clip must be > 0, got {self.clip}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"dpdl momentum must be in [0, 1), got {self.momentum}")
+        if self.sigma is not None and not self.sigma >= 0:
+            raise ConfigError(f"dpdl sigma must be >= 0, got {self.sigma}")
+        if self.alpha is not None and not self.alpha >= 0:
+            raise ConfigError(f"dpdl alpha must be >= 0, got {self.alpha}")
+        if math.isinf(self.clip) and self.sigma != 0:
+            raise ConfigError("dpdl clip=inf has unbounded sensitivity: it needs sigma=0")
+        if self.row_chunk < 0:
+            raise ConfigError(f"dpdl row_chunk must be >= 0, got {self.row_chunk}")
+
+
+# ---------------------------------------------------------------- mixing (card §7)
+
+
+def cga_two_hub_weights(n: int) -> Tensor:
+    """(n, n) CGA "Bipar" weights (card §7) with hubs 0 and 1 (privbench's two_hub numbering).
+
+    a = floor(100/(n-1))/100; spoke row: self 1 - 2a, each hub a; hub row: every spoke a, self
+    1 - (n-2)a, other hub 0. Symmetric and doubly stochastic.
+    """
+    if n < 4:
+        raise ConfigError(f"the card's two-hub weights need nodes >= 4 (spoke self-weight "
+                          f"1 - 2a > 0), got {n}; use weights=metropolis")
+    a = math.floor(100 / (n - 1)) / 100
+    w = torch.zeros(n, n)
+    w[2:, :2] = a
+    w[:2, 2:] = a
+    w[2:, 2:] = torch.eye(n - 2) * (1 - 2 * a)
+    w[0, 0] = w[1, 1] = 1 - (n - 2) * a
+    return w
+
+
+def mixing_matrix(topology: Topology, t: int, weights: str = "card") -> Tensor:
+    """(n, n) symmetric doubly-stochastic W of round t (card §7; see the module docstring)."""
+    adj = topology.adjacency(t)
+    if weights == "card" and topology.name == "two_hub":
+        return cga_two_hub_weights(topology.n)
+    return metropolis_hastings(adj)
+
+
+def graph_periods(topology: Topology, weights: str,
+                  device: torch.device) -> list[tuple[Tensor, ...]]:
+    """Per graph period: W (n, n), message adjacency (n, n) bool ([j, i]: i sends to j), and the
+    directed edge list src (E,), dst (E,) of W's off-diagonal support."""
+    out = []
+    eye = torch.eye(topology.n, dtype=torch.bool)
+    for p in range(topology.graphs.shape[0]):
+        w = mixing_matrix(topology, p, weights)
+        adj = (w > 0) & ~eye
+        dst, src = torch.nonzero(adj, as_tuple=True)
+        out.append((w.to(device), adj.to(device), src.to(device), dst.to(device)))
+    return out
+
+
+def cross_coefficient(w: Tensor, n: int, kind: str) -> Tensor:
+    """Coefficient of a received gradient in eq. (17): 1/(sqrt(w) N) (card) or w (ablation)."""
+    return 1.0 / (w.sqrt() * n) if kind == "inv_sqrt_w_over_N" else w
+
+
+def calibration_weight(s: Tensor) -> Tensor:
+    """Eq. (16): c = 1 / (1 + exp(S)) = sigmoid(-S), in [0.2689, 0.7311] for S in [-1, 1]."""
+    return torch.sigmoid(-s)
+
+
+def cosine(a: Tensor, b: Tensor) -> Tensor:
+    """Row-wise cosine similarity of (m, d) tensors (eq. 15, guarded by 1e-12) -> (m,)."""
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1) + 1e-12)
+
+
+def default_alpha(cfg: DPDLConfig, topology_name: str) -> float:
+    """alpha of eq. (17): the config's, or the card's §8 default (0.5 ring, else 1.0)."""
+    if cfg.alpha is not None:
+        return cfg.alpha
+    return 0.5 if topology_name == "ring" else 1.0
+
+
+# ---------------------------------------------------------------- accounting (card §5.3)
+
+
+def node_multipliers(w: Tensor, sigma: np.ndarray, alpha: float, kappa: float,
+                     cross_coef: str) -> list[dict[str, float]]:
+    """Per node, the noise multiplier z of its round release under each reading (card §5.3).
+
+    Node i's data enters mechanism A (its n_i - 1 cross-gradients, one batch: z_A =
+    sigma_i / sqrt(n_i - 1)) and mechanism B (x~_i, v~_i via g~^i: sensitivity
+    C (coef_ii + alpha kappa); noise C sqrt(sum_j coef_ij^2 sigma_j^2) in the paper reading,
+    eq. (40), or C coef_ii sigma_i in the strict one). Joint: `dpdl_joint_ratio`.
+
+    Args:
+        w: (n, n) mixing matrix; N_i = support of row i (self included).
+        sigma: (n,) per-node noise multipliers (> 0).
+
+    Returns:
+        n dicts reading -> z.
+    """
+    n = w.shape[0]
+    sig = torch.as_tensor(sigma, dtype=torch.float64)
+    out = []
+    for i in range(n):  # accounting only, once per run (not in the round)
+        sup = w[i] > 0
+        coef = cross_coefficient(w[i][sup].double(), n, cross_coef)
+        own = float(cross_coefficient(w[i, i].double(), n, cross_coef))
+        sens = own + alpha * kappa
+        deg = int(sup.sum())
+        parts = {"A": math.inf if deg == 1 else float(sig[i]) / math.sqrt(deg - 1),
+                 "B_paper": float((coef * sig[sup]).pow(2).sum().sqrt()) / sens,
+                 "B_strict": own * float(sig[i]) / sens}
+        out.append({r: dpdl_joint_ratio(parts, r) for r in READINGS})
+    return out
+
+
+def worst_multipliers(ws: Sequence[Tensor], sigma: np.ndarray, alpha: float, kappa: float,
+                      cross_coef: str) -> list[dict[str, float]]:
+    """`node_multipliers` minimised over graph periods (time-varying graphs)."""
+    per = [node_multipliers(w.cpu(), sigma, alpha, kappa, cross_coef) for w in ws]
+    return [{r: min(p[i][r] for p in per) for r in READINGS} for i in range(len(sigma))]
+
+
+@dataclass(frozen=True)
+class DPDLPrivacy:
+    """The noise DPDL uses and every node's ledger inputs.
+
+    Attributes:
+        sigma: (n,) noise multipliers sigma_i (noise std sigma_i C on each clipped sum).
+        sample_rates: (n,) q_i.
+        multipliers: per node and reading, the release's noise multiplier z.
+    """
+
+    sigma: tuple[float, ...]
+    sample_rates: tuple[float, ...]
+    multipliers: tuple[dict[str, float], ...]
+
+
+def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
+                       ratios: Sequence[float], accountant: str,
+                       options: AccountantOptions) -> float:
+    """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
+    every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
+    distinct ratio only the largest rate needs calibrating)."""
+    worst: dict[float, float] = {}
+    for q, r in zip(rates, ratios, strict=True):
+        worst[r] = max(worst.get(r, 0.0), q)
+    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options) / r
+               for r, q in worst.items())
+
+
+def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
+                 epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
+    """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`.
+
+    sigma_rule "max" (card §5.3): one sigma, the smallest with max_i eps_i <= epsilon.
+    "per_node": start from sigma_i = z*(q_i) / r_i, each node calibrated as if its neighbours
+    used its own sigma (r_i: its multiplier per unit of a uniform sigma), then raise only the
+    nodes still under target, sigma_i <- sigma_i max(1, z*(q_i) / z_i(sigma)), until none is
+    (z_i is increasing in every sigma_j and at least coef_ii sigma_i / sens_i, so this is
+    monotone and bounded); a last common factor >= 1 removes the tolerance. (Lowering sigmas
+    as well is ill-posed in the paper reading: a hub's noise comes from its neighbours, so its
+    own sigma_i would shrink to 0.)
+    """
+    n = len(counts)
+    rates = tuple(min(1.0, batch_size / max(c, 1)) for c in counts)
+    ones = np.ones(n)
+    unit = worst_multipliers(ws, ones, alpha, cfg.kappa, cfg.cross_coef)
+    read = cfg.calibrate_with
+    if cfg.sigma is not None:
+        sigma = np.full(n, float(cfg.sigma))
+    else:
+        acc = "rdp" if read == "paper" else cfg.accountant
+        opts = RDP_OPTIONS if acc == "rdp" else AccountantOptions()
+        if cfg.sigma_rule == "max":
+            sigma = ones * calibrate_max_node(epsilon, delta, rounds, rates,
+                                              [u[read] for u in unit], acc, opts)
+        else:
+            target = {q: calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, acc, opts)
+                      for q in set(rates)}
+            z_star = np.array([target[q] for q in rates])
+            sigma = z_star / np.array([u[read] for u in unit])  # as if neighbours matched
+            for _ in range(1000):  # raise only the nodes under target (monotone, bounded)
+                z = np.array([m[read] for m in
+                              worst_multipliers(ws, sigma, alpha, cfg.kappa, cfg.cross_coef)])
+                if np.max(z_star / z) <= 1 + 1e-6:
+                    break
+                sigma = sigma * np.maximum(z_star / z, 1.0)
+            sigma = sigma * max(1.0, float(np.max(z_star / z)))  # never under target
+    mult = (tuple({r: 0.0 for r in READINGS} for _ in range(n)) if not sigma.all() else
+            tuple(worst_multipliers(ws, sigma, alpha, cfg.kappa, cfg.cross_coef)))
+    return DPDLPrivacy(tuple(float(s) for s in sigma), rates, mult)
+
+
+def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
+                    rounds: int) -> list[dict[str, Any]]:
+    """Per node, one report per reading (paper, full, strict), each with node / reading keys."""
+    notes = {"paper": "paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)",
+             "full": "full reading: cross-gradients + broadcast, paper noise (card §5.3)",
+             "strict": "strict reading: cross-gradients + broadcast, only the node's own noise"}
+    sampling = ("" if cfg.sampling == "poisson" else
+                "; accounted as Poisson(q_i) sampling, trained with fixed-size batches (§12 #6)")
+    out = []
+    for i, (q, m) in enumerate(zip(plan.sample_rates, plan.multipliers, strict=True)):
+        for reading in READINGS:
+            mode = "calibrated" if reading == "strict" else "paper"
+            acc = "rdp" if reading == "paper" else cfg.accountant
+            uncovered = ("cross_grad",) if reading == "paper" else ()
+            if m[reading] == 0:
+                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level", uncovered,
+                                    note="sigma = 0: no noise")
+            else:
+                ledger = PrivacyLedger(node=i, uncovered=uncovered).record(
+                    GaussianEvent(m[reading], q, rounds))
+                rep = account(ledger, delta, acc, mode=mode, note=notes[reading] + sampling,
+                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions())
+            out.append({**rep.to_dict(), "node": i, "reading": reading,
+                        "sigma": plan.sigma[i], "sample_rate": q,
+                        "noise_multiplier": m[reading]})
+    return out
+
+
+# ---------------------------------------------------------------- trainer
+
+
+@DEFENSES.register("dpdl")
+class DPDL(Trainer):
+    """DPDL (card §3): DP cross-gradients, cosine calibration, momentum, gossip of x~ and v~."""
+
+    Config = DPDLConfig
+    kinds = (
+        MessageKind("model", covered=True, description="x_i^{t-1}, the mixed model (step 1); "
+                    "post-processing of earlier releases"),
+        MessageKind("cross_grad", covered=True, per_edge=True,
+                    description="ddot g^{ij}_t: noisy mean of i's clipped per-sample gradients at "
+                    "x_j^{t-1}, noise N(0, sigma^2 C^2)/B (eq. 10); mechanism A (full, strict "
+                    "readings; not counted by the paper reading)"),
+        MessageKind("half_model", covered=True, description="x~_i^t = x_i^{t-1} - eta v~_i^t "
+                    "(eq. 20); post-processing of g~^i_t (mechanism B)"),
+        MessageKind("half_momentum", covered=True, description="v~_i^t = beta v_i^{t-1} + "
+                    "g~^i_t (eq. 19); post-processing of g~^i_t (mechanism B)"),
+    )
+    mixing = "doubly"
+    private = True
+
+    def __init__(self, cfg: DPDLConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        if not ctx.topology.undirected:
+            raise ConfigError("dpdl needs an undirected topology (ring, complete, two_hub, "
+                              "random_out with symmetric=true)")
+        self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
+        self.alpha = default_alpha(cfg, ctx.topology.name)
+        run = ctx.run
+        self.counts = ctx.data.counts.to(ctx.device)  # (n,)
+        self.rates = (run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)  # (n,)
+        self.plan = plan_privacy(cfg, [g[0] for g in self.graphs], ctx.data.counts.tolist(),
+                                 run.batch_size, run.epsilon, run.delta, run.rounds, self.alpha)
+        self.sigma = torch.tensor(self.plan.sigma, dtype=torch.float32, device=ctx.device)  # (n,)
+        self.x = self.init_params()  # (n, d) x_i^{t-1}
+        self.v = torch.zeros_like(self.x)  # (n, d) v_i^{t-1}
+        self.taps: dict[str, Tensor] = {}  # last round's internals (oracle taps, card §4)
+        self._reports: list[dict[str, Any]] | None = None
+
+    def models(self) -> Tensor:
+        """(n, d) the agents' mixed models x_i^t."""
+        return self.x
+
+    def _batch(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Round t's batches x (n, B', ...), y (n, B'), mask (n, B') and divisors (n,)."""
+        data, gen = self.ctx.data, self.ctx.streams.get("batch")
+        if self.cfg.sampling == "fixed":
+            slots, mask = data.sample(self.ctx.run.batch_size, gen)
+            denom = mask.sum(dim=1).clamp(min=1).to(self.x.dtype)  # B (|D_i| if smaller)
+        else:
+            n, m = data.y.shape
+            keys = torch.rand(n, m, generator=gen, device=data.y.device)  # (n, M)
+            take = (keys < self.rates[:, None].to(keys.dtype)) & ~data.arange_mask()
+            k = max(1, int(take.sum(dim=1).max()))
+            slots = torch.where(take, keys, keys + 2.0).argsort(dim=1)[:, :k]  # sampled first
+            mask = torch.gather(take, 1, slots)
+            denom = (self.rates * self.counts).to(self.x.dtype)  # expected size q_i |D_i|
+        self.ctx.truth.record(t, slots, mask)
+        x, y = data.gather(slots)
+        return x, y, mask, denom
+
+    def _clipped_sums(self, params: Tensor, x: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+        """(m, d) sums of clipped per-sample gradients (eqs. 8-9, 11-12), optionally chunked."""
+        fm, c, step = self.ctx.fm, self.cfg.clip, self.cfg.row_chunk or params.shape[0]
+        out = []
+        for s in range(0, params.shape[0], step):  # chunks of rows (memory), not nodes
+            g = per_sample_grads(fm, params[s:s + step], x[s:s + step], y[s:s + step])
+            out.append(masked_sum(clip_l2(g, c)[0], mask[s:s + step]))  # (m', d)
+        return torch.cat(out)
+
+    def round(self, t: int) -> None:
+        """One DPDL round for all agents (card §3 steps 1-15)."""
+        ctx, n, cfg = self.ctx, self.ctx.n, self.cfg
+        w, adj, src, dst = self.graphs[t % len(self.graphs)]  # (n,n), (n,n), (E,), (E,)
+        e = src.numel()
+        x_recv = ctx.bus.broadcast(t, "model", self.x, adj)  # (n, d) step 1
+        xb, yb, mask, denom = self._batch(t)
+        owner = torch.cat([src, torch.arange(n, device=src.device)])  # (E + n,) data owner
+        params = torch.cat([x_recv[dst], self.x])  # (E + n, d): receiver's model, then own
+        sums = self._clipped_sums(params, xb[owner], yb[owner], mask[owner])  # (E + n, d)
+        noise = torch.zeros_like(sums)
+        if bool((self.sigma > 0).any()):
+            scale = (self.sigma[owner] * cfg.clip)[:, None]  # (E + n, 1) the sender's sigma C
+            noise = torch.randn(sums.shape, generator=ctx.streams.get("noise"),
+                                device=sums.device, dtype=sums.dtype) * scale
+        noisy = (sums + noise) / denom[owner, None]  # (E + n, d) eqs. (10), (13)
+        clean = sums[e:] / denom[:, None]  # (n, d) hat g^{ii}, eq. (14)
+        cross = ctx.bus.per_edge(t, "cross_grad", noisy[:e], src, dst)  # (E, d) step 5
+        self_noisy = noisy[e:]  # (n, d)
+        s_edge = cosine(cross, clean[dst])  # (E,) receiver dst's S, eq. (15)
+        s_self = cosine(self_noisy, clean)  # (n,)
+        c_edge, c_self = calibration_weight(s_edge), calibration_weight(s_self)  # eq. (16)
+        w_edge, w_self = w[dst, src], torch.diagonal(w)  # (E,), (n,) receiver's weights
+        k_edge = cross_coefficient(w_edge, n, cfg.cross_coef)  # (E,)
+        k_self = cross_coefficient(w_self, n, cfg.cross_coef)  # (n,)
+        agg = (k_self[:, None] * self_noisy).index_add(0, dst, k_edge[:, None] * cross)  # (n, d)
+        cbar = (w_self * c_self).index_add(0, dst, w_edge * c_edge)  # (n,)
+        agg = agg + self.alpha * cbar[:, None] * clean  # eqs. (17)-(18)
+        v_half = cfg.momentum * self.v + agg  # (n, d) eq. (19)
+        x_half = self.x - ctx.run.lr * v_half  # (n, d) eq. (20)
+        xh = ctx.bus.broadcast(t, "half_model", x_half, adj)
+        vh = ctx.bus.broadcast(t, "half_momentum", v_half, adj)
+        self.taps = {"src": src, "dst": dst, "sums": sums, "noise": noise, "denom": denom,
+                     "cross": noisy[:e], "self_grad_noisy": self_noisy, "self_grad_clean": clean,
+                     "cos_edge": s_edge, "cos_self": s_self, "calib_edge": c_edge,
+                     "calib_self": c_self, "agg_grad": agg, "x_prev": self.x, "v_prev": self.v,
+                     "half_model": x_half, "half_momentum": v_half}
+        self.v = w @ vh  # eq. (21)
+        self.x = w @ xh  # eq. (22)
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per node: paper, full and strict readings (card §5.3) for the sigma used."""
+        if self._reports is None:
+            run = self.ctx.run
+            self._reports = privacy_reports(self.plan, self.cfg, run.delta, run.rounds)
+        return self._reports
+
+    @classmethod
+    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int],
+                       view: str = "cross_gradient") -> list[GradientView]:
+        """The victim's released gradients, derived from observed messages only (card §10).
+
+        Args:
+            obs: the observation.
+            victim: agent i.
+            rounds: rounds t.
+            view: "cross_gradient": ddot g^{ij}_t itself (already a batch-mean gradient of the
+                victim's batch) at the receiver's model x_j^{t-1}, taken from the `model` message
+                j broadcast in round t; the receiver is the lowest-numbered observed one.
+                "momentum": g~^i_t = v~_i^t - beta v_i^{t-1} at x_i^{t-1}, with
+                v_i^{t-1} = sum_k w_ik v~_k^{t-1} (0 at t = 0), the card's MM target (raw).
+                "momentum_isolated": the same minus the observed incoming cross-gradients
+                sum_{j != i} coef_ij ddot g^{ji}_t (card §10.2).
+
+        Raises:
+            NotApplicable: when a needed message is not observed (e.g. the momentum view for a
+                curious neighbour that does not receive every neighbour's v~ of round t-1).
+        """
+        if view not in ("cross_gradient", "momentum", "momentum_isolated"):
+            raise NotApplicable(f"unknown dpdl view {view!r}")
+        cfg = obs.defense_cfg
+        if view == "cross_gradient":
+            return [_cross_view(obs, victim, t) for t in rounds]
+        return [_momentum_view(obs, cfg, victim, t, view == "momentum_isolated") for t in rounds]
+
+
+def _need(obs: Observation, t: int, kind: str, sender: int) -> Tensor:
+    rec = obs.log.get(t, kind)
+    row = rec.sent_by(sender) if rec is not None else None
+    if row is None:
+        raise NotApplicable(f"node {sender}'s round-{t} {kind} message is not observed by the "
+                            f"{obs.threat.kind} threat model (or not recorded)")
+    return row
+
+
+def _cross_view(obs: Observation, victim: int, t: int) -> GradientView:
+    rec = obs.log.get(t, "cross_grad")
+    if rec is None:
+        raise NotApplicable(f"round-{t} cross_grad messages are not observed/recorded")
+    hit = torch.nonzero(rec.edges[:, 0] == victim).flatten()
+    if not len(hit):
+        raise NotApplicable(f"no cross_grad sent by node {victim} in round {t} is observed")
+    models = obs.log.get(t, "model")
+    for e in hit.tolist():
+        j = int(rec.edges[e, 1])
+        x_j = models.sent_by(j) if models is not None else None
+        if x_j is None and t == 0 and obs.x0 is not None:
+            x_j = obs.x0  # round 0: every model is the shared public initialisation
+        if x_j is not None:
+            return GradientView(victim, t, x_j, rec.payload[e], "gradient", None,
+                                obs.run.batch_size,
+                                f"cross_grad {victim}->{j} (eq. 10) at x_{j}^(t-1)")
+    raise NotApplicable(f"the receivers' round-{t} model messages are not observed")
+
+
+def _momentum_view(obs: Observation, cfg: DPDLConfig, victim: int, t: int,
+                   isolated: bool) -> GradientView:
+    n = obs.topology.n
+    v_half = _need(obs, t, "half_momentum", victim)
+    x_prev = (obs.x0 if t == 0 and obs.x0 is not None else _need(obs, t, "model", victim))
+    g = v_half.clone()
+    if t > 0 and cfg.momentum:
+        w = mixing_matrix(obs.topology, t - 1, cfg.weights)
+        for k in torch.nonzero(w[victim]).flatten().tolist():  # victim's neighbourhood
+            g -= cfg.momentum * float(w[victim, k]) * _need(obs, t - 1, "half_momentum", k)
+    src = "v~_i^t - beta v_i^(t-1), v_i^(t-1) = sum_k w_ik v~_k^(t-1) (eq. 19, 21)"
+    if isolated:
+        w = mixing_matrix(obs.topology, t, cfg.weights)
+        rec = obs.log.get(t, "cross_grad")
+        nbrs = [k for k in torch.nonzero(w[victim]).flatten().tolist() if k != victim]
+        for k in nbrs:
+            hit = (torch.nonzero((rec.edges[:, 0] == k) & (rec.edges[:, 1] == victim)).flatten()
+                   if rec is not None else [])
+            if not len(hit):
+                raise NotApplicable(f"cross_grad {k}->{victim} of round {t} is not observed")
+            coef = cross_coefficient(w[victim, k], n, cfg.cross_coef)
+            g -= float(coef) * rec.payload[hit[0]]
+        src += " minus the incoming cross-gradients (isolated)"
+    return GradientView(victim, t, x_prev, g, "gradient", None, obs.run.batch_size, src)
