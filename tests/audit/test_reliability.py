@@ -73,3 +73,22 @@ def test_a_diverging_cell_is_reported_and_the_sweep_goes_on(tmp_path, capsys):
         for att in cell["attacks"].values():
             assert att["status"].startswith("skipped: training diverged")
     assert "diverged" in capsys.readouterr().out
+
+
+def test_an_attack_that_blows_up_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path,
+                                                                           monkeypatch):
+    import privbench.inversion
+
+    def exploding(*args, **kwargs):
+        raise FloatingPointError("gradient matching diverged to NaN")
+
+    monkeypatch.setattr(privbench.inversion, "invert", exploding)
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "run"
+    assert main(["attack", "--config", str(cfg), "--out", str(out), *ARGS]) == 0
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    for cell in cells:
+        status = cell["attacks"]["idlg"]["status"]
+        assert status.startswith("failed: FloatingPointError: gradient matching diverged")
+        assert cell["attacks"]["mia_threshold"]["status"] == "ok"  # the other attack still ran
