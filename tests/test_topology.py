@@ -70,7 +70,7 @@ def test_two_hub_and_ring_shapes():
 
 
 def test_bad_topologies_are_config_errors():
-    with pytest.raises(UnknownNameError, match="known: .*complete, exponential"):
+    with pytest.raises(UnknownNameError, match=r"known: .*complete, exponential"):
         build_topology("star", 4, torch.Generator())
     with pytest.raises(ConfigError, match="nodes must be >= 2"):
         build_topology("ring", 1, torch.Generator())
