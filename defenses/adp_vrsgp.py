@@ -71,9 +71,9 @@ from privbench.config import RunConfig
 from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat import GradientView, Observation
 
 
 @dataclass(frozen=True)
@@ -248,12 +248,7 @@ class ADPVRSGP(Trainer):
         sched = schedule(cfg, obs.run)
 
         def fused(t: int) -> tuple[Tensor, Tensor]:
-            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
-            rec = obs.log.get(t, "model")
-            x_half = rec.sent_by(victim) if rec is not None else None
-            if x_half is None:
-                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed")
-            return (x_pre - x_half) / float(sched.lr[t]), x_pre / w_pre
+            return push_sum_release(obs, victim, t, float(sched.lr[t]))
 
         views = []
         for t in rounds:

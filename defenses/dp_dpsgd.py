@@ -31,7 +31,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from defenses.dpdl import RDP_OPTIONS, calibrate_max_node, graph_periods, mixing_matrix
+from defenses.dpdl import (
+    RDP_OPTIONS,
+    calibrate_max_node,
+    graph_periods,
+    mixing_matrix,
+    sample_round,
+)
 from privbench.accounting import (
     AccountantOptions,
     EpsilonReport,
@@ -123,22 +129,9 @@ class DPDPSGD(Trainer):
         return self.x
 
     def _batch(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """x (n, B', ...), y (n, B'), mask (n, B'), divisors (n,): same sampling as DPDL."""
-        data, gen = self.ctx.data, self.ctx.streams.get("batch")
-        if self.cfg.sampling == "fixed":
-            slots, mask = data.sample(self.ctx.run.batch_size, gen)
-            denom = mask.sum(dim=1).clamp(min=1).to(self.x.dtype)
-        else:
-            n, m = data.y.shape
-            keys = torch.rand(n, m, generator=gen, device=data.y.device)  # (n, M)
-            take = (keys < self.rates[:, None].to(keys.dtype)) & ~data.arange_mask()
-            k = max(1, int(take.sum(dim=1).max()))
-            slots = torch.where(take, keys, keys + 2.0).argsort(dim=1)[:, :k]
-            mask = torch.gather(take, 1, slots)
-            denom = (self.rates * self.counts).to(self.x.dtype)
-        self.ctx.truth.record(t, slots, mask)
-        x, y = data.gather(slots)
-        return x, y, mask, denom
+        """x (n, B', ...), y (n, B'), mask (n, B'), divisors (n,): the same sampling as DPDL."""
+        return sample_round(self.ctx, t, self.cfg.sampling, self.rates, self.counts,
+                            self.x.dtype)
 
     def round(self, t: int) -> None:
         """Noisy clipped gradient at x_i^t, gossip of x^t, then the step."""

@@ -41,9 +41,9 @@ from privbench.config import RunConfig
 from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat import GradientView, Observation
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,7 @@ def poisson_batch(ctx: Context, t: int, rates: Tensor) -> tuple[Tensor, Tensor, 
     Returns:
         x (n, k, C, H, W), y (n, k), mask (n, k), k = the largest realised batch (>= 1).
     """
-    slots, mask = ctx.data.poisson(rates, ctx.streams.get("batch"))  # (n, M), (n, M)
-    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # sampled slots first
-    k = max(1, int(mask.sum(dim=1).max()))
-    slots = slots.gather(1, order[:, :k])  # (n, k)
-    mask = mask.gather(1, order[:, :k])  # (n, k)
+    slots, mask = ctx.data.poisson(rates, ctx.streams.get("batch"))  # (n, k), sampled first
     ctx.truth.record(t, slots, mask)
     x, y = ctx.data.gather(slots)
     return x, y, mask
@@ -202,12 +198,8 @@ class DPSGP(Trainer):
         """
         views = []
         for t in rounds:
-            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
-            rec = obs.log.get(t, "model")
-            x_half = rec.sent_by(victim) if rec is not None else None
-            if x_half is None:
-                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed")
-            views.append(GradientView(victim, t, x_pre / w_pre, (x_pre - x_half) / obs.run.lr,
+            step, z = push_sum_release(obs, victim, t, obs.run.lr)
+            views.append(GradientView(victim, t, z, step,
                                       "gradient", None, obs.run.batch_size,
                                       "(x_i^t - x_i^{t+1/2}) / lr"))
         return views

@@ -365,6 +365,30 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
 # ---------------------------------------------------------------- trainer
 
 
+def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Tensor,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Round t's batches for every agent, recorded as ground truth (shared with DP-DPSGD).
+
+    Args:
+        sampling: "fixed" (B without replacement, card §12 #6) or "poisson" (rates q_i).
+        rates: (n,) Poisson rates q_i = B / |D_i|; counts: (n,) |D_i|.
+
+    Returns:
+        x (n, B', ...), y (n, B'), mask (n, B') and the divisors (n,): the realised batch size
+        for "fixed", the expected size q_i |D_i| for "poisson".
+    """
+    data, gen = ctx.data, ctx.streams.get("batch")
+    if sampling == "fixed":
+        slots, mask = data.sample(ctx.run.batch_size, gen)
+        denom = mask.sum(dim=1).clamp(min=1).to(dtype)  # B (|D_i| if smaller)
+    else:
+        slots, mask = data.poisson(rates, gen)  # (n, B'), sampled first
+        denom = (rates * counts).to(dtype)  # expected size q_i |D_i|
+    ctx.truth.record(t, slots, mask)
+    x, y = data.gather(slots)
+    return x, y, mask, denom
+
+
 @DEFENSES.register("dpdl")
 class DPDL(Trainer):
     """DPDL (card §3): DP cross-gradients, cosine calibration, momentum, gossip of x~ and v~."""
@@ -409,21 +433,8 @@ class DPDL(Trainer):
 
     def _batch(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Round t's batches x (n, B', ...), y (n, B'), mask (n, B') and divisors (n,)."""
-        data, gen = self.ctx.data, self.ctx.streams.get("batch")
-        if self.cfg.sampling == "fixed":
-            slots, mask = data.sample(self.ctx.run.batch_size, gen)
-            denom = mask.sum(dim=1).clamp(min=1).to(self.x.dtype)  # B (|D_i| if smaller)
-        else:
-            n, m = data.y.shape
-            keys = torch.rand(n, m, generator=gen, device=data.y.device)  # (n, M)
-            take = (keys < self.rates[:, None].to(keys.dtype)) & ~data.arange_mask()
-            k = max(1, int(take.sum(dim=1).max()))
-            slots = torch.where(take, keys, keys + 2.0).argsort(dim=1)[:, :k]  # sampled first
-            mask = torch.gather(take, 1, slots)
-            denom = (self.rates * self.counts).to(self.x.dtype)  # expected size q_i |D_i|
-        self.ctx.truth.record(t, slots, mask)
-        x, y = data.gather(slots)
-        return x, y, mask, denom
+        return sample_round(self.ctx, t, self.cfg.sampling, self.rates, self.counts,
+                            self.x.dtype)
 
     def _clipped_sums(self, params: Tensor, x: Tensor, y: Tensor, mask: Tensor) -> Tensor:
         """(m, d) sums of clipped per-sample gradients (eqs. 8-9, 11-12), optionally chunked."""

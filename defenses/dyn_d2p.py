@@ -78,9 +78,9 @@ from privbench.accounting import (
 from privbench.engine import Context, Trainer, masked_sum, per_sample_grads
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat import GradientView, Observation
 
 VARIANTS = ("dyn", "dyn_c", "dyn_mu", "const")
 SAMPLINGS = ("poisson", "one_sample")
@@ -287,11 +287,7 @@ class DynD2P(Trainer):
         if self.cfg.sampling == "one_sample":
             slots, mask = data.sample(1, gen)  # (n, 1)
         else:
-            slots, mask = data.poisson(self._rate, gen)  # type: ignore[arg-type]  # (n, M)
-            width = max(1, int(mask.sum(dim=1).max()))
-            order = torch.sort(mask.to(torch.uint8), dim=1, descending=True,
-                               stable=True).indices[:, :width]  # sampled slots first
-            slots, mask = slots.gather(1, order), mask.gather(1, order)  # (n, B')
+            slots, mask = data.poisson(self._rate, gen)  # type: ignore[arg-type]  # (n, B')
         self.ctx.truth.record(t, slots, mask)
         x, y = data.gather(slots)
         return x, y, mask
@@ -369,13 +365,8 @@ class DynD2P(Trainer):
         batch = 1 if getattr(cfg, "sampling", "poisson") == "one_sample" else obs.run.batch_size
         views = []
         for t in rounds:
-            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
-            rec = obs.log.get(t, "model")
-            x_half = rec.sent_by(victim) if rec is not None else None
-            if x_half is None:
-                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed "
-                                    f"by the {obs.threat.kind} threat model")
-            views.append(GradientView(victim, t, x_pre / w_pre, (x_pre - x_half) / lr, "gradient",
+            step, z = push_sum_release(obs, victim, t, lr)
+            views.append(GradientView(victim, t, z, step, "gradient",
                                       None, batch, "(x_i^t - x_i^{t+1/2}) / lr = "
                                       "(sum_j clip(g_j, C_t) + N(0, sigma_t^2 I)) / B"))
         return views

@@ -22,9 +22,9 @@ from torch import Tensor
 
 from privbench.engine import Context, Trainer, batch_grads
 from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_pre_step
+from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat import GradientView, Observation
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,7 @@ class SGP(Trainer):
         lr, m = obs.run.lr, obs.defense_cfg.momentum
 
         def buffer(t: int) -> tuple[Tensor, Tensor]:
-            x_pre, w_pre = push_sum_pre_step(obs, victim, t)
-            rec = obs.log.get(t, "model")
-            x_half = rec.sent_by(victim) if rec is not None else None
-            if x_half is None:
-                raise NotApplicable(f"node {victim}'s round-{t} model message is not observed")
-            return (x_pre - x_half) / lr, x_pre / w_pre
+            return push_sum_release(obs, victim, t, lr)
 
         views = []
         for t in rounds:

@@ -235,19 +235,30 @@ class NodeData:
         mask = torch.arange(min(batch_size, m), device=self.y.device)[None] < self.counts[:, None]
         return slots, mask
 
-    def poisson(self, rate: float, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    def poisson(self, rate: float | Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """Poisson sampling (each member independently with probability `rate`), as DP-SGD needs.
 
-        All M slots are returned with a mask, so the batch size varies per node and round exactly
-        as the accountant assumes (no truncation).
+        The batch size varies per node and round exactly as the accountant assumes (nothing is
+        truncated): the sampled members of each node come first, padded to the largest realised
+        batch B' of the round, so per-sample work is done for B' slots, not all M.
+
+        Args:
+            rate: the sampling rate, a float or a per-node tensor (n,) or (n, 1).
+            gen: the batch stream's generator.
 
         Returns:
-            slots (n, M) = arange(M) per node, and mask (n, M) of the sampled members.
+            slots (n, B') positions into each node's members and mask (n, B') of real samples;
+            B' >= 1.
         """
         n, m = self.y.shape
-        mask = (torch.rand(n, m, generator=gen, device=self.y.device) < rate) & ~self.arange_mask()
-        slots = torch.arange(m, device=self.y.device).expand(n, m)
-        return slots, mask
+        if isinstance(rate, Tensor):
+            rate = rate.reshape(-1, 1).to(self.y.device)
+        take = (torch.rand(n, m, generator=gen, device=self.y.device) < rate)
+        take &= ~self.arange_mask()  # (n, M)
+        width = max(1, int(take.sum(dim=1).max()))
+        order = torch.sort(take.to(torch.uint8), dim=1, descending=True,
+                           stable=True).indices[:, :width]  # sampled slots first, (n, B')
+        return order, take.gather(1, order)
 
     def arange_mask(self) -> Tensor:
         """(n, M) True at padding positions."""

@@ -98,3 +98,22 @@ def push_sum_pre_step(obs: Observation, victim: int, t: int, model_kind: str = "
         x = p[victim, k] * xk if x is None else x + p[victim, k] * xk
         w = p[victim, k] * wk[0] if w is None else w + p[victim, k] * wk[0]
     return x, w  # type: ignore[return-value]
+
+
+def push_sum_release(obs: Observation, victim: int, t: int, lr: float,
+                     model_kind: str = "model") -> tuple[Tensor, Tensor]:
+    """What a push-sum node released in round t, as a step: ((x_i^t - x_i^{t+1/2}) / lr, z_i^t).
+
+    The pre-step numerator x_i^t and weight w_i^t come from `push_sum_pre_step`; the half-step
+    numerator x_i^{t+1/2} is the victim's own round-t message.
+
+    Raises:
+        NotApplicable: when any of these messages is not observed.
+    """
+    x_pre, w_pre = push_sum_pre_step(obs, victim, t, model_kind)
+    rec = obs.log.get(t, model_kind)
+    x_half = rec.sent_by(victim) if rec is not None else None
+    if x_half is None:
+        raise NotApplicable(f"node {victim}'s round-{t} {model_kind} message is not observed "
+                            f"by the {obs.threat.kind} threat model")
+    return (x_pre - x_half) / lr, x_pre / w_pre

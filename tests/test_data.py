@@ -64,12 +64,18 @@ def test_uniform_batches_respect_counts(digits):
 
 def test_poisson_sampling_rate(digits):
     data = split_nodes(digits, 4, seed=0)
-    _, mask = data.poisson(0.1, torch.Generator().manual_seed(0))
+    slots, mask = data.poisson(0.1, torch.Generator().manual_seed(0))
     rate = mask.sum().item() / data.counts.sum().item()
     # binomial with >1000 trials: 5 sigma band, failure probability < 1e-6
     sd = (0.1 * 0.9 / data.counts.sum().item()) ** 0.5
     assert abs(rate - 0.1) < 5 * sd
-    assert not (mask & data.arange_mask()).any()
+    assert mask.shape[1] == mask.sum(dim=1).max()  # packed to the largest realised batch
+    for i in range(data.n):  # sampled slots are distinct real members, listed first
+        real = slots[i][mask[i]]
+        assert torch.all(real < data.counts[i]) and len(set(real.tolist())) == len(real)
+        assert torch.all(mask[i][: len(real)])
+    _, m2 = data.poisson(torch.tensor([0.0, 1.0, 0.0, 1.0]), torch.Generator())
+    assert m2[0].sum() == 0 and m2[1].sum() == data.counts[1]
 
 
 def _write_idx(path, arr, magic):
