@@ -319,7 +319,10 @@ class DeFLVP(Trainer):
         self._count_bytes(t)
 
     def _gen(self, purpose: str) -> torch.Generator:
-        return self.ctx.streams.get("noise", purpose)
+        # Randomized response draws from the DP "noise" stream; the rand-k compressor's
+        # randomness is not a privacy mechanism and has its own stream.
+        return self.ctx.streams.get("noise", purpose) if purpose == "rr" else \
+            self.ctx.streams.get(purpose)
 
     def _local_gradient(self, t: int, x: Tensor) -> Tensor:
         """g_i^t for every node (card §1.3): (n, d)."""
