@@ -24,7 +24,14 @@ Sections (each prints a table and, with `--json FILE`, writes it as JSON):
   grows with rounds); reports time / n (flat when the cost is linear in n), peak memory, and a
   PNG plot (`--plot`, dotted line: linear through the largest n).
 
-Times are medians over `--repeats` repeats after one warm-up; ratios are loop / vectorized and
+Data and graph: digits (its training set tiled k times, `digits_xk`, where n nodes would hold
+fewer than 2B members each, so every node has a full batch of B at n = 64 and 256), on a
+`random_out` graph of out-degree max(2, ceil(log2 n)) (k = 2 cannot be drawn strongly connected
+at n >= 64). On CPU the process's address space is capped (`--memory-limit-gib`), so a defense
+round that would not fit is reported as skipped instead of waking the OOM killer.
+
+Times are medians over `--repeats` repeats after one warm-up (a call slower than
+`--round-budget-s` is timed once, by its warm-up run); ratios are loop / vectorized and
 vectorized / floor. Nothing here picks threads: run with `OMP_NUM_THREADS` set as you want it.
 """
 
@@ -105,9 +112,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# A call slower than this many seconds is timed once: its warm-up run is the measurement
+# (set by --round-budget-s; keeps pathological rows, e.g. DPDL's per-edge gradients of the CNN at
+# n = 64, from taking the whole session).
+ROUND_BUDGET_S = 5.0
+
+
 def _median_time(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    start = time.perf_counter()
     fn()  # warm-up (allocations, kernel selection)
     _sync(device)
+    first = time.perf_counter() - start
+    if first > ROUND_BUDGET_S:
+        return first
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -226,31 +243,53 @@ def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.dev
     plus one real round of every defense in `defenses`.
 
     Returns:
-        model, nodes, batch, d, vectorized_s (per_sample_grads + clip_l2 + masked_sum, as the
-        defenses call it), fused_s (`engine.clipped_grad_sum`), loop_s (None without `loop`),
-        floor_s, fused_speedup_vs_loop,
-        speedup_vs_loop, slowdown_vs_floor, and `defenses`: one dict per defense with round_s,
-        speedup_vs_loop and slowdown_vs_floor.
+        model, nodes, batch, d, dataset, out_degree, vectorized_s (per_sample_grads + clip_l2
+        + masked_sum, as the defenses call it), fused_s (`engine.clipped_grad_sum`), loop_s
+        (None without `loop`), floor_s, speedup_vs_loop (loop / vectorized),
+        fused_speedup_vs_loop, slowdown_vs_floor (vectorized / floor), and `defenses`: one dict
+        per defense with round_s (None when skipped), skipped (why, or None), speedup_vs_loop
+        and slowdown_vs_floor.
     """
     fm, params, x, y, p, gen = _engine_inputs(model, n, batch, device)
     with torch.no_grad():
         t_vec = _median_time(lambda: _round_vectorized(fm, params, x, y, p, gen), repeats, device)
         t_fused = _median_time(lambda: _round_fused(fm, params, x, y, p, gen), repeats, device)
         t_floor = _median_time(lambda: _round_floor(fm, params, x, y, p, gen), repeats, device)
-    t_loop = (_median_time(lambda: _round_loop(fm, params, x, y, p, gen), max(1, repeats // 2),
-                           device) if loop else None)
+    t_loop = (_median_time(lambda: _round_loop(fm, params, x, y, p, gen), repeats, device)
+              if loop else None)
     rows = []
     for name in defenses or []:
-        t = time_defense_round(name, model, n, batch, repeats, device)
-        rows.append({"defense": name, "round_s": t,
-                     "speedup_vs_loop": None if t_loop is None else t_loop / t,
-                     "slowdown_vs_floor": t / t_floor})
+        try:
+            t: float | None = time_defense_round(name, model, n, batch, repeats, device)
+            skipped = None
+        except (RuntimeError, MemoryError) as exc:
+            if not _out_of_memory(exc):
+                raise
+            t, skipped = None, "out of memory (see --memory-limit-gib)"
+        rows.append({"defense": name, "round_s": t, "skipped": skipped,
+                     "speedup_vs_loop": None if t_loop is None or t is None else t_loop / t,
+                     "slowdown_vs_floor": None if t is None else t / t_floor})
     return {"model": model, "nodes": n, "batch": batch, "d": fm.d,
             "dataset": bench_dataset(n, batch), "out_degree": out_degree(n),
             "vectorized_s": t_vec, "fused_s": t_fused, "loop_s": t_loop, "floor_s": t_floor,
             "speedup_vs_loop": None if t_loop is None else t_loop / t_vec,
             "fused_speedup_vs_loop": None if t_loop is None else t_loop / t_fused,
             "slowdown_vs_floor": t_vec / t_floor, "defenses": rows}
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception is an allocation failure (CPU allocator, CUDA, or Python)."""
+    return (isinstance(exc, MemoryError | torch.OutOfMemoryError)
+            or "can't allocate memory" in str(exc) or "out of memory" in str(exc))
+
+
+def limit_memory(gib: float) -> None:
+    """Cap this process's address space at `gib` GiB (CPU runs), so an allocation that would
+    not fit raises (and the row is reported as skipped) instead of invoking the OOM killer on a
+    shared machine. The baseline of an imported torch is about 3 GiB of address space."""
+    if gib > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (int(gib * 2**30), hard))
 
 
 def _peak_memory(device: torch.device) -> float:
@@ -333,34 +372,47 @@ def _header(section: str, device: torch.device) -> str:
 
 
 def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Section `engine`: print and return the table."""
     defenses = resolve_defenses(args.defense)
-    rows = [bench_engine(m, n, args.batch_size, args.repeats, device, defenses,
-                         loop=not args.no_loop)
-            for m in (args.model or ENGINE_MODELS) for n in (args.nodes or ENGINE_NODES)]
     print(_header("engine: one DP round (generic: per-sample grads + clip + noise + push-sum)",
                   device))
     print(f"{'model':6} {'n':>4} {'B':>3} {'round':<16} {'time':>10} {'loop':>10} {'floor':>9} "
-          f"{'loop/x':>8} {'x/floor':>8}")
-    for r in rows:
-        lead = f"{r['model']:6} {r['nodes']:>4} {r['batch']:>3}"
-        print(f"{lead} {'generic vmap':<16} {_fmt(r['vectorized_s']):>10} "
-              f"{_fmt(r['loop_s'], digits=0):>10} {_fmt(r['floor_s']):>9} "
-              f"{_ratio(r['speedup_vs_loop']):>8} {_ratio(r['slowdown_vs_floor']):>8}")
-        print(f"{lead} {'generic fused':<16} {_fmt(r['fused_s']):>10} {'':>10} {'':>9} "
-              f"{_ratio(r['fused_speedup_vs_loop']):>8} "
-              f"{_ratio(r['fused_s'] / r['floor_s']):>8}")
-        for d in r["defenses"]:
-            print(f"{lead} {d['defense']:<16} {_fmt(d['round_s']):>10} {'':>10} {'':>9} "
-                  f"{_ratio(d['speedup_vs_loop']):>8} {_ratio(d['slowdown_vs_floor']):>8}")
+          f"{'loop/x':>8} {'x/floor':>8}", flush=True)
+    rows = []
+    for m in args.model or ENGINE_MODELS:
+        for n in args.nodes or ENGINE_NODES:  # print each row as soon as it is measured
+            r = bench_engine(m, n, args.batch_size, args.repeats, device, defenses,
+                             loop=not args.no_loop)
+            rows.append(r)
+            lead = f"{r['model']:6} {r['nodes']:>4} {r['batch']:>3}"
+            print(f"{lead} {'generic vmap':<16} {_fmt(r['vectorized_s']):>10} "
+                  f"{_fmt(r['loop_s'], digits=0):>10} {_fmt(r['floor_s']):>9} "
+                  f"{_ratio(r['speedup_vs_loop']):>8} {_ratio(r['slowdown_vs_floor']):>8}")
+            print(f"{lead} {'generic fused':<16} {_fmt(r['fused_s']):>10} {'':>10} {'':>9} "
+                  f"{_ratio(r['fused_speedup_vs_loop']):>8} "
+                  f"{_ratio(r['fused_s'] / r['floor_s']):>8}")
+            for d in r["defenses"]:
+                print(f"{lead} {d['defense']:<16} {_fmt(d['round_s']):>10} {'':>10} {'':>9} "
+                      f"{_ratio(d['speedup_vs_loop']):>8} {_ratio(d['slowdown_vs_floor']):>8}"
+                      + (f"  skipped: {d['skipped']}" if d["skipped"] else ""), flush=True)
     return {"rows": rows}
 
 
 def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Section `attacks`: medians of `bench_attacks` per K."""
     from attacks._inversion import bench_attacks
 
-    rows = bench_attacks(list(args.k or ATTACK_K), device, steps=args.steps)
-    print(_header(f"attacks: K Geiping attacks, {args.steps} steps, batched vs sequential",
-                  device))
+    rows = []
+    for k in args.k or ATTACK_K:  # medians over --repeats calls (each warms up once itself)
+        runs = [bench_attacks([k], device, steps=args.steps)[0] for _ in range(args.repeats)]
+        row = dict(runs[0])
+        for key in ("batched_s", "sequential_s"):
+            row[key] = statistics.median(r[key] for r in runs)
+        row["ratio"] = row["sequential_s"] / row["batched_s"]
+        row["repeats"] = args.repeats
+        rows.append(row)
+    print(_header(f"attacks: K Geiping attacks, {args.steps} steps, batched vs sequential, "
+                  f"median of {args.repeats}", device))
     print(f"{'K':>5} {'batched':>10} {'sequential':>11} {'seq/batched':>12}")
     for r in rows:
         print(f"{r['k']:>5} {_fmt(r['batched_s']):>10} {_fmt(r['sequential_s']):>11} "
@@ -369,6 +421,7 @@ def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any
 
 
 def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Section `audit`: time `privbench attack` in-process."""
     res = bench_audit(device, args.audit_arg)
     print(_header("audit: wall time of `privbench attack`", device))
     print(f"{' '.join(res['argv'])}: {res['seconds']:.1f} s")
@@ -379,6 +432,7 @@ def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
 
 
 def run_scale(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Section `scale`: time per round vs n, optional PNG plot."""
     defenses = resolve_defenses(args.defense) if args.defense else [SCALE_DEFENSE]
     defense = defenses[0] if defenses else None
     rows = [bench_scale(m, n, args.batch_size, args.repeats, device, defense, args.max_stack_gib)
@@ -439,7 +493,15 @@ def run_bench(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
-    payload = SECTIONS[args.section](args, device)
+    global ROUND_BUDGET_S
+    ROUND_BUDGET_S = args.round_budget_s
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        if device.type == "cpu":
+            limit_memory(args.memory_limit_gib)
+        payload = SECTIONS[args.section](args, device)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)  # in-process callers (tests) get it back
     if args.json_out:
         write_json(args.json_out, {"section": args.section, "device": device_description(device),
                                    "torch": torch.__version__,

@@ -239,6 +239,11 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-stack-gib", dest="max_stack_gib", type=float, default=2.0,
                    help="scale: skip the defense round where its (n, B, d) per-sample gradient "
                         "stack would exceed this many GiB (default 2)")
+    p.add_argument("--round-budget-s", dest="round_budget_s", type=float, default=5.0,
+                   help="a round slower than this (its warm-up run) is timed once (default 5)")
+    p.add_argument("--memory-limit-gib", dest="memory_limit_gib", type=float, default=12.0,
+                   help="CPU: cap the process's address space (GiB, 0 = no cap); a defense round "
+                        "that would exceed it is reported as skipped (default 12)")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 
