@@ -68,7 +68,11 @@ from defenses.dp_sgp import (
 )
 from privbench.accounting import adp_vrsgp_alpha, adp_vrsgp_noise_factors
 from privbench.config import RunConfig
-from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.engine import (
+    Context,
+    Trainer,
+    clipped_grad_sum,
+)
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_release
@@ -217,10 +221,10 @@ class ADPVRSGP(Trainer):
         ctx, th = self.ctx, self.cfg.vartheta
         z = self.models()  # (n, d)
         x, y, mask = poisson_batch(ctx, t, self.rates)  # (n, k, ...), (n, k), (n, k)
-        g, _ = clip_l2(per_sample_grads(ctx.fm, z, x, y), float(self.sched.clip[t]))  # (n, k, d)
+        sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, float(self.sched.clip[t]))  # (n, d)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                         dtype=z.dtype)  # (n, d)
-        gbar = (masked_sum(g, mask) + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
+        gbar = (sums + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
         if self.debug_released is not None:
             self.debug_released[t] = gbar.detach().clone()
         self.gtil = gbar if self.sched.reset[t] else (1 - th) * gbar + th * self.gtil  # (n, d)

@@ -45,7 +45,11 @@ from privbench.accounting import (
     PrivacyLedger,
     account,
 )
-from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.engine import (
+    Context,
+    Trainer,
+    clipped_grad_sum,
+)
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
 from privbench.registry import DEFENSES
@@ -138,8 +142,7 @@ class DPDPSGD(Trainer):
         ctx, cfg = self.ctx, self.cfg
         w, adj, _, _ = self.graphs[t % len(self.graphs)]
         xb, yb, mask, denom = self._batch(t)
-        g = per_sample_grads(ctx.fm, self.x, xb, yb)  # (n, B', d)
-        sums = masked_sum(clip_l2(g, cfg.clip)[0], mask)  # (n, d)
+        sums, _ = clipped_grad_sum(ctx.fm, self.x, xb, yb, mask, cfg.clip)  # (n, d)
         noise = torch.zeros_like(sums)
         if bool((self.sigma > 0).any()):
             scale = (self.sigma * cfg.clip)[:, None]  # (n, 1)

@@ -38,7 +38,11 @@ from torch import Tensor
 
 from privbench.accounting import PrivacyPlan, make_plan
 from privbench.config import RunConfig
-from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.engine import (
+    Context,
+    Trainer,
+    clipped_grad_sum,
+)
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_release
@@ -175,10 +179,10 @@ class DPSGP(Trainer):
         ctx = self.ctx
         z = self.models()  # (n, d)
         x, y, mask = poisson_batch(ctx, t, self.rates)
-        g, _ = clip_l2(per_sample_grads(ctx.fm, z, x, y), self.cfg.clip)  # (n, k, d)
+        sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)  # (n, d)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                         dtype=z.dtype)  # (n, d)
-        gbar = (masked_sum(g, mask) + self.noise_std * u) / ctx.run.batch_size  # (n, d)
+        gbar = (sums + self.noise_std * u) / ctx.run.batch_size  # (n, d)
         if self.debug_released is not None:
             self.debug_released[t] = gbar.detach().clone()
         x_half = self.x - ctx.run.lr * gbar

@@ -89,7 +89,11 @@ from privbench.accounting import (
     calibrate_noise_scale,
     dpdl_joint_ratio,
 )
-from privbench.engine import Context, Trainer, clip_l2, masked_sum, per_sample_grads
+from privbench.engine import (
+    Context,
+    Trainer,
+    clipped_grad_sum,
+)
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
 from privbench.registry import DEFENSES
@@ -441,8 +445,8 @@ class DPDL(Trainer):
         fm, c, step = self.ctx.fm, self.cfg.clip, self.cfg.row_chunk or params.shape[0]
         out = []
         for s in range(0, params.shape[0], step):  # chunks of rows (memory), not nodes
-            g = per_sample_grads(fm, params[s:s + step], x[s:s + step], y[s:s + step])
-            out.append(masked_sum(clip_l2(g, c)[0], mask[s:s + step]))  # (m', d)
+            out.append(clipped_grad_sum(fm, params[s:s + step], x[s:s + step], y[s:s + step],
+                                        mask[s:s + step], c)[0])  # (m', d)
         return torch.cat(out)
 
     def round(self, t: int) -> None:
