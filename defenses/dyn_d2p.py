@@ -75,7 +75,7 @@ from privbench.accounting import (
     gdp_epsilon,
     make_plan,
 )
-from privbench.engine import Context, Trainer, masked_sum, per_sample_grads
+from privbench.engine import Context, Trainer, clipped_grad_sum
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_release
@@ -188,26 +188,6 @@ def node_plan(cfg: DynD2PConfig, epsilon: float, delta: float, steps: int,
                          rho_mu=rho, calibrate_with=cfg.calibrate_with)
 
 
-def clipped_sum(g: Tensor, mask: Tensor, bound: Tensor | float) -> Tensor:
-    """Sum over sampled rows of L2-clipped per-sample gradients, in one pass over g.
-
-    Same factor as `engine.clip_l2` (min(1, C / (||g_j|| + 1e-12)), card §8.6) folded into the
-    masked sum, so the clipped (n, B, d) tensor is never materialised.
-
-    Args:
-        g: (n, B, d) per-sample gradients.
-        mask: (n, B) bool, True for sampled (real) rows.
-        bound: the clip bound C_k (scalar, or broadcastable to (n, B)).
-
-    Returns:
-        (n, d) sum_j c_j.
-    """
-    norms = g.norm(dim=-1)  # (n, B)
-    bound = torch.as_tensor(bound, dtype=g.dtype, device=g.device)
-    factor = (bound / (norms + 1e-12)).clamp(max=1.0) * mask.to(g.dtype)  # (n, B)
-    return masked_sum(g, factor)
-
-
 def clt_spent(mus: np.ndarray, sample_rate: float, t: int, delta: float) -> tuple[float, float]:
     """Online accountant of card §3.6: (mu_spent(t), epsilon_spent(t)) after t steps (eq. 6, 4).
 
@@ -296,8 +276,8 @@ class DynD2P(Trainer):
         """Noisy clipped local step at z (Alg. 1 lines 3-10), then push-sum (lines 11-14)."""
         ctx = self.ctx
         xb, yb, mask = self._batch(t)
-        g = per_sample_grads(ctx.fm, self.models(), xb, yb)  # (n, B', d)
-        total = clipped_sum(g, mask, self.clip[t])  # (n, d) sum_j clip(g_j, C_k)
+        total, _ = clipped_grad_sum(ctx.fm, self.models(), xb, yb, mask,
+                                    self.clip[t])  # (n, d) sum_j clip(g_j, C_k)
         noise = torch.randn(total.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                             dtype=total.dtype) * self.sigma[t][:, None]  # (n, d)
         released = (total + noise) / self.expected[:, None]  # (n, d) noisy clipped gradient
