@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,15 +283,22 @@ class Sweep:
         timings[label] = {"train_s": train_cell.pop("seconds", None)}
         if "train" in missing:
             write_json(folder / "train.json", train_cell)
-        for attack in [a for a in self.audit.attacks if a in missing]:
-            if train_cell["status"] != "ok":
-                result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
-                          "metrics": {}}
-            else:
-                self._say(f"  attack {attack} on {label}")
-                result = run_attack(built, attack, self.audit, run.seed)
-            timings[label][attack] = result.pop("seconds", None)
-            write_json(folder / f"{attack}.json", result)
+        from tqdm import tqdm
+
+        todo = [a for a in self.audit.attacks if a in missing]
+        with tqdm(todo, desc=f"attacks {label}", unit="attack", leave=False,
+                  disable=not self.progress, file=sys.stderr) as bar:
+            for attack in bar:
+                bar.set_postfix_str(attack)
+                start = time.perf_counter()
+                if train_cell["status"] != "ok":
+                    result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
+                              "metrics": {}}
+                else:
+                    result = run_attack(built, attack, self.audit, run.seed)
+                result.pop("seconds", None)  # timings live in timings.json, not in results
+                timings[label][attack] = time.perf_counter() - start
+                write_json(folder / f"{attack}.json", result)
 
     def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
@@ -345,10 +353,6 @@ class Sweep:
                 "environment": environment(torch.device("cpu") if self.base.device == "cpu"
                                            else _device(self.base.device)),
                 "cells": cells}
-
-    def _say(self, text: str) -> None:
-        if self.progress:
-            print(text, file=sys.stderr)
 
 
 def _device(name: str) -> torch.device:
