@@ -410,6 +410,25 @@ def labels_for(fm: FlatModel, probs: Problems, num_classes: int, mode: str,
     return labels, ~ok, src
 
 
+def _prepare(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_classes: int,
+             device: torch.device, gen: torch.Generator, restarts: int, init: str,
+             label_mode: str, precision: str,
+             ) -> tuple[Problems, Tensor, list[str], Tensor, Tensor]:
+    """Stacked problems, label handling and dummy initialisations shared by both optimisers.
+
+    Returns:
+        problems, learn (K, B) labels to optimise, label sources, one-hot labels (K, B, C),
+        dummy images (K * restarts, B, C, H, W).
+    """
+    dtype = DTYPES[precision]
+    probs = stack_views(views, device, dtype)
+    labels, learn, src = labels_for(fm, probs, num_classes, label_mode)
+    onehot = F.one_hot(labels, num_classes).to(dtype)  # (K, B, C)
+    x0 = init_dummy((probs.k * restarts, probs.batch_size, *input_shape), init, gen, device,
+                    dtype)
+    return probs, learn, src, onehot, x0
+
+
 def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shape,
                      num_classes: int, device: torch.device, gen: torch.Generator, *,
                      restarts: int, init: str, cost: str, tv: float, label_mode: str,
@@ -417,13 +436,10 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
                      precision: str = "float32") -> Reconstruction:
     """The Adam-based attack for K views x R restarts in one vectorized program."""
     start = time.perf_counter()
-    dtype = DTYPES[precision]
-    probs = stack_views(views, device, dtype)
-    k, b = probs.k, probs.batch_size
-    labels, learn, src = labels_for(fm, probs, num_classes, label_mode)
-    onehot = F.one_hot(labels, num_classes).to(dtype)  # (K, B, C)
+    probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
+                                             restarts, init, label_mode, precision)
+    k = probs.k
     rep = probs.repeat(restarts)
-    x0 = init_dummy((k * restarts, b, *input_shape), init, gen, device, dtype)
     x, yprob, cost_p = adam_batched(fm, rep, x0, onehot.repeat_interleave(restarts, 0),
                                     learn.repeat_interleave(restarts, 0),
                                     make_objective(fm, cost, tv), sched)
@@ -444,18 +460,15 @@ def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_
               precision: str = "float32") -> Reconstruction:
     """The L-BFGS attack: one instance per target and restart (a Python loop, §4)."""
     start = time.perf_counter()
-    dtype = DTYPES[precision]
-    probs = stack_views(views, device, dtype)
-    k, b = probs.k, probs.batch_size
-    labels, learn, src = labels_for(fm, probs, num_classes, label_mode)
-    onehot = F.one_hot(labels, num_classes).to(dtype)  # (K, B, C)
+    probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
+                                             restarts, init, label_mode, precision)
+    k = probs.k
     objective = make_objective(fm, cost, tv)
-    x0 = init_dummy((k * restarts, b, *input_shape), init, gen, device, dtype)
     xs, ys, costs, stats = [], [], [], []
     for p in range(k * restarts):
         i = p // restarts
         one = Problems(probs.params[i:i + 1], probs.target[i:i + 1], probs.mask[i:i + 1],
-                       probs.sign[i:i + 1], b)
+                       probs.sign[i:i + 1], probs.batch_size)
         x, y, c, s = lbfgs_single(fm, one, x0[p:p + 1], onehot[i:i + 1], bool(learn[i]),
                                   objective, steps, lr, max_iter, history, tol, boxed)
         xs.append(x[0])

@@ -45,6 +45,7 @@ from privbench.accounting import (
     PrivacyLedger,
     account,
 )
+from privbench.config import check_choices
 from privbench.engine import (
     Context,
     Trainer,
@@ -81,10 +82,7 @@ class DPDPSGDConfig:
     def __post_init__(self) -> None:
         choices = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
                    "sampling": ("fixed", "poisson"), "weights": ("card", "metropolis")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"dp_dpsgd {name} must be one of {', '.join(allowed)}, "
-                                  f"got {getattr(self, name)!r}")
+        check_choices("dp_dpsgd", self, choices)
         if not self.clip > 0:
             raise ConfigError(f"dp_dpsgd clip must be > 0, got {self.clip}")
         if not 0 <= self.momentum < 1:

@@ -89,6 +89,7 @@ from privbench.accounting import (
     calibrate_noise_scale,
     dpdl_joint_ratio,
 )
+from privbench.config import check_choices
 from privbench.engine import (
     Context,
     Trainer,
@@ -142,10 +143,7 @@ class DPDLConfig:
                    "sigma_rule": ("max", "per_node"),
                    "accountant": ("rdp", "pld"), "sampling": ("fixed", "poisson"),
                    "weights": ("card", "metropolis")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"dpdl {name} must be one of {', '.join(allowed)}, "
-                                  f"got {getattr(self, name)!r}")
+        check_choices("dpdl", self, choices)
         if not self.clip > 0:
             raise ConfigError(f"dpdl clip must be > 0, got {self.clip}")
         if not 0 <= self.momentum < 1:

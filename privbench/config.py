@@ -184,6 +184,14 @@ def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[st
     return data, tables["defense"], tables["audit"]
 
 
+def check_choices(owner: str, cfg: Any, choices: dict[str, tuple[Any, ...]]) -> None:
+    """Raise a one-line ConfigError when a field of `cfg` is not one of its allowed values."""
+    for name, allowed in choices.items():
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"{owner} {name} must be one of {', '.join(map(str, allowed))}, "
+                              f"got {getattr(cfg, name)!r}")
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """JSON-ready dict of a config dataclass (tuples become lists)."""
     return json_ready(dataclasses.asdict(cfg))
