@@ -103,7 +103,7 @@ from privbench.accounting import (
 from privbench.engine import Context, Trainer, batch_grads, clip_l1
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum
+from privbench.mixing import Mixer, observed_mix, push_sum
 from privbench.models import FlatModel
 from privbench.registry import DEFENSES, MODELS, TOPOLOGIES
 from privbench.threat import GradientView, NotApplicable, Observation
@@ -547,15 +547,4 @@ def _pre_step(obs: Observation, victim: int, t: int, cfg: DPPSConfig,
     else:
         p = obs.topology.mixing(t - 1, "column")
         senders = [victim, *obs.topology.in_neighbours(t - 1, victim)]
-    ss, ws = obs.log.get(t - 1, "shared"), obs.log.get(t - 1, "weight")
-    if ss is None or ws is None:
-        raise NotApplicable(f"round {t - 1} shared/weight messages are not observed/recorded")
-    s = a = None
-    for k in senders:
-        sk, wk = ss.sent_by(k), ws.sent_by(k)
-        if sk is None or wk is None:
-            raise NotApplicable(f"node {k}'s round-{t - 1} message into node {victim} is not "
-                                f"observed by the {obs.threat.kind} threat model")
-        s = p[victim, k] * sk if s is None else s + p[victim, k] * sk
-        a = p[victim, k] * wk[0] if a is None else a + p[victim, k] * wk[0]
-    return s, a  # type: ignore[return-value]
+    return observed_mix(obs, victim, t - 1, p, senders, "shared", "weight")

@@ -168,14 +168,19 @@ def parse_sets(pairs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     return run, defense
 
 
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """Parse a TOML file; a missing or malformed file is a one-line ConfigError naming `what`."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
+
+
 def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Read a run file: (top-level run keys, [defense] table, [audit] table)."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    data = read_toml(path, "config file")
     tables = {}
     for name in ("defense", "audit"):
         tables[name] = data.pop(name, {})

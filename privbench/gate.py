@@ -19,12 +19,12 @@ Exit codes: 0 all checks hold, 1 any violated, 2 malformed policy or results (on
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from privbench.config import read_toml
 from privbench.errors import ConfigError
 from privbench.results import attack_metric, claimed_eps, finite_or_none, uncovered_leaks
 
@@ -55,12 +55,7 @@ class Check:
 
 def load_policy(path: str | Path) -> dict[str, Any]:
     """Read and validate a policy file (one-line ConfigError on any problem)."""
-    try:
-        policy = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"policy file {path} not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"policy file {path} is not valid TOML: {exc}") from None
+    policy = read_toml(path, "policy file")
     unknown = set(policy) - {"bound", "tolerance"}
     if unknown:
         raise ConfigError(f"policy {path}: unknown section(s) {sorted(unknown)}; "

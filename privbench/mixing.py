@@ -83,17 +83,32 @@ def push_sum_pre_step(obs: Observation, victim: int, t: int, model_kind: str = "
         if obs.x0 is None:
             raise NotApplicable("the initial model is not known to this threat model")
         return obs.x0, torch.ones((), dtype=obs.x0.dtype)
-    p = obs.topology.mixing(t - 1, "column")
     senders = [victim, *obs.topology.in_neighbours(t - 1, victim)]
-    xs, ws = obs.log.get(t - 1, model_kind), obs.log.get(t - 1, weight_kind)
+    return observed_mix(obs, victim, t - 1, obs.topology.mixing(t - 1, "column"), senders,
+                        model_kind, weight_kind)
+
+
+def observed_mix(obs: Observation, victim: int, t: int, p: Tensor, senders: list[int],
+                 model_kind: str = "model",
+                 weight_kind: str = "weight") -> tuple[Tensor, Tensor]:
+    """sum_k P_ik x_k and sum_k P_ik w_k over `senders`' observed round-t messages.
+
+    Args:
+        p: (n, n) the round's (public) mixing matrix.
+        senders: the nodes whose round-t messages the victim combines (itself included).
+
+    Raises:
+        NotApplicable: when a sender's message is not observed.
+    """
+    xs, ws = obs.log.get(t, model_kind), obs.log.get(t, weight_kind)
     if xs is None or ws is None:
-        raise NotApplicable(f"round {t - 1} messages ({model_kind}, {weight_kind}) are not "
+        raise NotApplicable(f"round {t} messages ({model_kind}, {weight_kind}) are not "
                             "observed/recorded, so the victim's pre-step model is unknown")
     x = w = None
     for k in senders:
         xk, wk = xs.sent_by(k), ws.sent_by(k)
         if xk is None or wk is None:
-            raise NotApplicable(f"node {k}'s round-{t - 1} message into node {victim} is not "
+            raise NotApplicable(f"node {k}'s round-{t} message into node {victim} is not "
                                 f"observed by the {obs.threat.kind} threat model")
         x = p[victim, k] * xk if x is None else x + p[victim, k] * xk
         w = p[victim, k] * wk[0] if w is None else w + p[victim, k] * wk[0]
