@@ -386,11 +386,13 @@ class DPPS(Trainer):
         reset = t == 0 or (cfg.sync and t % cfg.sync_period == 0)
         self.S_i = sensitivity_step(self.S_i, eps_norm, self.noise_norm, reset, cfg.c_prime,
                                     cfg.lam, gn, self.s0_norm if cfg.s0_term and t == 0 else None)
-        s_real = real_sensitivity(s_half) if (cfg.diagnostics or
-                                              cfg.sensitivity_mode == "oracle") else None
+        rows = ctx.comm.gather_rows  # oracle view of per-node values (identity in one process)
+        s_real = real_sensitivity(rows(s_half)) if (cfg.diagnostics or
+                                                    cfg.sensitivity_mode == "oracle") else None
         if cfg.sensitivity_mode == "estimated":  # D2: broadcast S_i, S = max_i S_i
             s_recv = ctx.bus.broadcast(t, "sensitivity", self.S_i[:, None], self.all_adj)[:, 0]
-            s_used = torch.maximum(self.S_i, (s_recv[None, :] * self.all_adj).amax(dim=1)).amax()
+            # node i: max(S_i, max_j S_j) (s_recv[i] is its own S_i), equal for all i
+            s_used = torch.maximum(s_recv, (s_recv[None, :] * self.all_adj).amax(dim=1)).amax()
         elif cfg.sensitivity_mode == "oracle":
             s_used = s_real
         else:
@@ -408,9 +410,10 @@ class DPPS(Trainer):
         self.rounds_done = t + 1
         if cfg.diagnostics:
             nan = torch.full((), float("nan"), device=ctx.device)
-            for k, v in (("S_i", self.S_i), ("S_est", self.S_i.amax()), ("S_real", s_real),
+            s_all = rows(self.S_i)  # (n,)
+            for k, v in (("S_i", s_all), ("S_est", s_all.amax()), ("S_real", s_real),
                          ("S_used", s_used if s_used is not None else nan), ("scale", scale),
-                         ("eps_norm", eps_norm), ("noise_norm", self.noise_norm)):
+                         ("eps_norm", rows(eps_norm)), ("noise_norm", rows(self.noise_norm))):
                 self.trace[k].append(v.detach())
 
     # -- reporting --------------------------------------------------------------------------------

@@ -24,6 +24,11 @@ Sections (each prints a table and, with `--json FILE`, writes it as JSON):
   grows with rounds); reports time / n (flat when the cost is linear in n), peak memory, and a
   PNG plot (`--plot`, dotted line: linear through the largest n).
 
+* `distributed`: seconds per round of `privbench train` in one process (`--backend local`) and
+  under `torchrun --nproc-per-node P ... --backend distributed` for each `--ranks` P, with the
+  machine's threads split evenly over the ranks (`--threads`, default all cores), the message log
+  off; the time is rank 0's round loop, collectives included.
+
 Data and graph: digits (its training set tiled k times, `digits_xk`, where n nodes would hold
 fewer than 2B members each, so every node has a full batch of B at n = 64 and 256), on a
 `random_out` graph of out-degree max(2, ceil(log2 n)) (k = 2 cannot be drawn strongly connected
@@ -480,8 +485,63 @@ def plot_scale(rows: list[dict[str, Any]], path: str | Path, device: str) -> Non
     plt.close(fig)
 
 
+def time_train(defense: str, model: str, n: int, rounds: int, ranks: int, threads: int,
+               device: torch.device) -> float:
+    """Seconds per round of `privbench train` (rank 0's round loop), `ranks` = 0: local backend.
+
+    Runs in a subprocess (torchrun for ranks >= 1) with OMP_NUM_THREADS = threads // ranks.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    train = ["-m", "privbench", "train", "--defense", defense, "--model", model, "--nodes",
+             str(n), "--rounds", str(rounds), "--record", "none", "--device", str(device.type),
+             "--quiet", "--set", f"eval_every={rounds}"]
+    per = max(1, threads // max(1, ranks))
+    env = dict(os.environ, OMP_NUM_THREADS=str(per))
+    with tempfile.TemporaryDirectory() as tmp:
+        launch = ([sys.executable] if ranks == 0 else
+                  [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={ranks}"])
+        extra = [] if ranks == 0 else ["--backend", "distributed"]
+        proc = subprocess.run([*launch, *train, *extra, "--out", tmp], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+            raise ConfigError(f"bench distributed: {ranks} ranks failed ({tail[0]})")
+        return json.loads((Path(tmp) / "results.json").read_text())["seconds"] / rounds
+
+
+def run_distributed(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Section `distributed`: local vs P ranks, seconds per round."""
+    import os
+
+    threads = args.threads or os.cpu_count() or 1
+    defense = (resolve_defenses(args.defense) or [SCALE_DEFENSE])[0] if args.defense else \
+        SCALE_DEFENSE
+    print(_header(f"distributed: seconds per round of `privbench train --defense {defense}`, "
+                  f"{threads} threads split over the ranks, {args.rounds} rounds", device))
+    print(f"{'model':6} {'n':>4} {'backend':<14} {'round':>10} {'local/x':>8}", flush=True)
+    rows = []
+    for m in args.model or ENGINE_MODELS:
+        for n in args.nodes or (16,):
+            local = time_train(defense, m, n, args.rounds, 0, threads, device)
+            rows.append({"model": m, "nodes": n, "ranks": 0, "round_s": local, "speedup": 1.0})
+            print(f"{m:6} {n:>4} {'local':<14} {_fmt(local):>10} {_ratio(1.0):>8}", flush=True)
+            for p in args.ranks or (1, 2):
+                t = time_train(defense, m, n, args.rounds, p, threads, device)
+                rows.append({"model": m, "nodes": n, "ranks": p, "round_s": t,
+                             "speedup": local / t})
+                print(f"{m:6} {n:>4} {f'{p} ranks':<14} {_fmt(t):>10} {_ratio(local / t):>8}",
+                      flush=True)
+    return {"rows": rows, "defense": defense, "threads": threads, "rounds": args.rounds}
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], dict[str, Any]]] = {
     "engine": run_engine, "attacks": run_attacks, "audit": run_audit, "scale": run_scale,
+    "distributed": run_distributed,
 }
 
 

@@ -81,32 +81,69 @@ def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """`privbench train`: train one defense, print accuracies, write results and messages."""
+    """`privbench train`: train one defense, print accuracies, write results and messages.
+
+    With `--backend distributed` this process is one rank of a torchrun launch: it runs its
+    block of nodes, and rank 0 writes the merged output.
+    """
+    run, overrides = run_config_from_args(args)
+    if args.backend == "local":
+        return _train(args, run, overrides, None, None)
+    import os
+
+    from privbench.comm import DistComm, partition, process_group
+
+    if args.dist_timeout <= 0:
+        raise PrivbenchError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+    partition(run.nodes, int(os.environ.get("WORLD_SIZE", "1")))  # fail before joining
+    with process_group(run.device, args.dist_timeout) as device:
+        return _train(args, run, overrides, DistComm(run.nodes, device), device)
+
+
+def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
+           device: Any) -> int:
+    """Build, train, save (`comm` None: every node in this process)."""
     from tqdm import tqdm
 
     from privbench.engine import train
+    from privbench.messages import parse_record_spec
     from privbench.runner import build, save_run
 
-    run, overrides = run_config_from_args(args)
-    from privbench.messages import parse_record_spec
-
-    built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds))
+    rank0 = comm is None or comm.rank == 0
     out = Path(args.out)
-    _check_writable(out)
+    problem = None
+    if rank0:  # before training; the other ranks wait for the verdict
+        try:
+            _check_writable(out)
+        except PrivbenchError as exc:
+            problem = exc
+    if comm is not None and not comm.all_ok(problem is None) and problem is None:
+        raise PrivbenchError(f"rank 0 cannot write the output folder {out}")
+    if problem is not None:
+        raise problem
+    built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
+                  comm=comm, device=device)
     with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
-              disable=args.quiet, file=sys.stderr) as bar:
+              disable=args.quiet or not rank0, file=sys.stderr) as bar:
         res = train(built.trainer, progress=bar.update)
     result = save_run(built, res, out)
+    if rank0:
+        _print_train(res, result, out, comm)
+    return 0
+
+
+def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
     if res.diverged_round is not None:
         print(f"diverged (NaN/Inf) at round {res.diverged_round}")
     nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
     print(f"per-node test accuracy: {nodes}")
+    where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
-          f"({res.seconds:.1f} s, device {result['environment']['device']})")
+          f"({res.seconds:.1f} s, device {result['environment']['device']}{where})")
     for rep in result["privacy"][:1]:
         print(f"privacy: {rep}")
-    print(f"wrote {out / 'results.json'} and the message log ({built.ctx.bus.log.nbytes()} bytes)")
-    return 0
+    what = "the merged message log" if comm is not None else "the message log"
+    print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
 
 
 def _check_writable(out: Path) -> None:
@@ -214,10 +251,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privbench bench` (declared here so that parsing never imports torch)."""
-    p.add_argument("section", choices=["engine", "attacks", "audit", "scale"],
+    p.add_argument("section", choices=["engine", "attacks", "audit", "scale", "distributed"],
                    help="engine: one DP round, vectorized vs per-node loop vs non-private floor; "
                         "attacks: batched vs sequential inversion; audit: wall time of "
-                        "`privbench attack`; scale: time per round vs n")
+                        "`privbench attack`; scale: time per round vs n; distributed: one "
+                        "process vs P torchrun ranks")
     p.add_argument("--model", action="append", help="model(s), repeatable (default lenet, cnn)")
     p.add_argument("--nodes", type=int, action="append",
                    help="node count(s), repeatable (default 4, 16, 64; scale: up to 256)")
@@ -244,6 +282,12 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-limit-gib", dest="memory_limit_gib", type=float, default=12.0,
                    help="CPU: cap the process's address space (GiB, 0 = no cap); a defense round "
                         "that would exceed it is reported as skipped (default 12)")
+    p.add_argument("--ranks", type=int, action="append",
+                   help="distributed: torchrun process counts, repeatable (default 1, 2)")
+    p.add_argument("--threads", type=int,
+                   help="distributed: threads split over the ranks (default: all cores)")
+    p.add_argument("--rounds", type=int, default=20,
+                   help="distributed: rounds per timed run (default 20)")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 
@@ -301,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "start:stop ranges / single rounds, negatives count from the end "
                         "(default 0:10,-5:)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--backend", choices=["local", "distributed"], default="local",
+                   help="local: every node in this process (default); distributed: this process "
+                        "is one rank of `torchrun --nproc-per-node P -m privbench train "
+                        "--backend distributed ...` (gloo on CPU, NCCL on CUDA)")
+    p.add_argument("--dist-timeout", dest="dist_timeout", type=float, default=300.0,
+                   help="seconds a rank waits for the others before stopping (default 300)")
     commands["train"] = cmd_train
 
     p = sub.add_parser("attack", help="audit: train each (defense, ε) once, run every attack, "

@@ -46,6 +46,7 @@ class Dataset:
     x_test: Tensor
     y_test: Tensor
     num_classes: int
+    held: Tensor | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -191,6 +192,10 @@ class NodeData:
         x_out, y_out, idx_out, counts_out: held-out non-members per node, same layout.
         x_test, y_test: the shared test set.
         num_classes: number of labels.
+        held: (n,) bool, the nodes whose data this process holds (None: all). With the
+            distributed backend a rank holds only its own nodes' members and held-out samples;
+            the other rows are zero and their sampled batches are masked out, so no gradient is
+            computed for them. Counts stay public (accounting uses them).
     """
 
     x: Tensor
@@ -204,6 +209,7 @@ class NodeData:
     x_test: Tensor
     y_test: Tensor
     num_classes: int
+    held: Tensor | None = None
 
     @property
     def n(self) -> int:
@@ -221,19 +227,38 @@ class NodeData:
                   for k, v in self.__dict__.items()}
         return NodeData(**fields)
 
+    def restrict(self, held: Tensor) -> NodeData:
+        """A copy holding only the nodes where `held` (n,) is True: other rows' samples zeroed."""
+        keep = held.to(self.x.device)
+
+        def rows(v: Tensor) -> Tensor:
+            return v * keep.reshape(-1, *([1] * (v.dim() - 1))).to(v.dtype)
+
+        fields = dict(self.__dict__)
+        fields.update(x=rows(self.x), y=rows(self.y), x_out=rows(self.x_out),
+                      y_out=rows(self.y_out), held=keep)
+        return NodeData(**fields)
+
+    def held_rows(self) -> Tensor:
+        """(n, 1) bool: True for nodes whose data this process holds."""
+        if self.held is None:
+            return torch.ones(self.n, 1, dtype=torch.bool, device=self.y.device)
+        return self.held.to(self.y.device)[:, None]
+
     def sample(self, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """Uniform mini-batches without replacement for every node at once.
 
         Returns:
             slots (n, B) positions into each node's members, and mask (n, B): False where a node
-            has fewer than B members (those slots are padding and must get zero weight).
+            has fewer than B members (those slots are padding and must get zero weight) and for
+            nodes whose data this process does not hold.
         """
         n, m = self.y.shape
         keys = torch.rand(n, m, generator=gen, device=self.y.device)  # (n, M)
         keys = keys.masked_fill(self.arange_mask(), 2.0)  # padding sorts last
         slots = keys.argsort(dim=1)[:, :batch_size]
         mask = torch.arange(min(batch_size, m), device=self.y.device)[None] < self.counts[:, None]
-        return slots, mask
+        return slots, mask & self.held_rows()
 
     def poisson(self, rate: float | Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """Poisson sampling (each member independently with probability `rate`), as DP-SGD needs.
@@ -247,8 +272,9 @@ class NodeData:
             gen: the batch stream's generator.
 
         Returns:
-            slots (n, B') positions into each node's members and mask (n, B') of real samples;
-            B' >= 1.
+            slots (n, B') positions into each node's members and mask (n, B') of real samples
+            (all False for nodes whose data this process does not hold); B' >= 1. Slots and B'
+            are those of the whole network, whatever this process holds.
         """
         n, m = self.y.shape
         if isinstance(rate, Tensor):
@@ -258,7 +284,7 @@ class NodeData:
         width = max(1, int(take.sum(dim=1).max()))
         order = torch.sort(take.to(torch.uint8), dim=1, descending=True,
                            stable=True).indices[:, :width]  # sampled slots first, (n, B')
-        return order, take.gather(1, order)
+        return order, take.gather(1, order) & self.held_rows()
 
     def arange_mask(self) -> Tensor:
         """(n, M) True at padding positions."""

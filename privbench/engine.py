@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
+from privbench.comm import Comm
 from privbench.config import RunConfig
 from privbench.data import NodeData
 from privbench.messages import GroundTruth, MessageBus, MessageKind
@@ -90,8 +91,19 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
             1 GiB on accelerators (fewer, larger kernels).
 
     Returns:
-        (m, d) clipped sums and (m, B) the per-sample gradient norms before clipping.
+        (m, d) clipped sums and (m, B) the per-sample gradient norms before clipping; rows
+        without a real sample are not computed (zero sum and norms).
     """
+    live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)
+    if not bool(live.all()):
+        sums, norms = torch.zeros_like(params), torch.zeros(y.shape, device=params.device)
+        if bool(live.any()):
+            bnd = bound
+            if isinstance(bound, Tensor) and bound.dim():
+                bnd = bound.expand(*y.shape)[live]
+            sums[live], norms[live] = clipped_grad_sum(fm, params[live], x[live], y[live],
+                                                       mask[live], bnd, max_bytes)
+        return sums, norms
     m, b = y.shape
     if max_bytes is None:
         max_bytes = 16 * 2**20 if params.device.type == "cpu" else 2**30
@@ -119,10 +131,16 @@ def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
         params: (m, d); x: (m, B, ...); y: (m, B); mask: (m, B) bool, True for real samples.
 
     Returns:
-        (m, d).
+        (m, d); rows without a real sample are not computed (zero, the gradient of a zero loss).
     """
     if mask is None:
         mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
+    live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)
+    if not bool(live.all()):
+        out = torch.zeros_like(params)
+        if bool(live.any()):
+            out[live] = batch_grads(fm, params[live], x[live], y[live], mask[live])
+        return out
 
     def loss(p: dict[str, Tensor], xb: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
         per = F.cross_entropy(functional_call(fm.module, p, (xb,)), yb, reduction="none")  # (B,)
@@ -187,6 +205,7 @@ class Context:
     truth: GroundTruth
     streams: Streams
     device: torch.device
+    comm: Comm = field(default_factory=Comm)
 
     @property
     def n(self) -> int:
@@ -250,13 +269,24 @@ class TrainResult:
     diverged_round: int | None = None
 
 
+def node_models(trainer: Trainer) -> Tensor:
+    """(n, d) every node's current model, each row from the rank that runs the node."""
+    return trainer.ctx.comm.gather_rows(trainer.models())
+
+
 def evaluate(trainer: Trainer) -> tuple[Tensor, float]:
-    """(n,) per-node test accuracy and the accuracy of the average model."""
+    """(n,) per-node test accuracy and the accuracy of the average model.
+
+    Each rank evaluates its own nodes' models (and the average model); the per-node accuracies
+    are gathered, so every rank returns the same values.
+    """
     ctx = trainer.ctx
-    z = trainer.models()
-    both = torch.cat([z, z.mean(dim=0, keepdim=True)])  # (n + 1, d)
+    z = node_models(trainer)  # (n, d)
+    mine = ctx.comm.mine(ctx.n, z.device)  # (n,)
+    both = torch.cat([z[mine], z.mean(dim=0, keepdim=True)])  # (n_mine + 1, d)
     acc = accuracy(ctx.fm, both, ctx.data.x_test, ctx.data.y_test)
-    return acc[:-1], float(acc[-1])
+    node_acc = torch.zeros(ctx.n, device=z.device, dtype=acc.dtype).masked_scatter(mine, acc[:-1])
+    return ctx.comm.gather_rows(node_acc), float(acc[-1])
 
 
 def train(trainer: Trainer, progress: Callable[[int], None] | None = None) -> TrainResult:
@@ -274,7 +304,7 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None) -> Tr
         if progress is not None:
             progress(1)
         if (t + 1) % run.eval_every == 0 or t + 1 == run.rounds:
-            if not torch.isfinite(trainer.models()).all():
+            if not torch.isfinite(node_models(trainer)).all():
                 result.diverged_round = t
                 break
             node_acc, avg_acc = evaluate(trainer)

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from privbench.comm import Comm
 from privbench.errors import DataError
 
 LOG_FORMAT = "privbench-messages/1"
@@ -185,6 +186,23 @@ class MessageLog:
                 out.add(part)
         return out
 
+    @staticmethod
+    def merge(logs: Iterable[MessageLog]) -> MessageLog:
+        """One log from the logs of the ranks of one run (each: what its nodes sent or received).
+
+        An edge between two ranks is in both logs; it is kept once. Edges are put in the order the
+        single-process bus records them, (receiver, sender), so the merged log equals the log of
+        the same run in one process.
+        """
+        parts: dict[tuple[int, str], list[Record]] = {}
+        for log in logs:
+            for key, rec in log.records.items():
+                parts.setdefault(key, []).append(rec)
+        out = MessageLog()
+        for key in sorted(parts, key=lambda k: (k[0], k[1])):
+            out.add(_merge_records(parts[key]))
+        return out
+
     def nbytes(self) -> int:
         """Memory held by payloads."""
         return sum(r.payload.numel() * r.payload.element_size() for r in self.records.values())
@@ -223,6 +241,36 @@ class MessageLog:
         except (KeyError, TypeError) as exc:
             raise DataError(f"message log {folder} is inconsistent (missing {exc})") from None
         return log
+
+
+def _edge_order(edges: Tensor) -> Tensor:
+    """Indices sorting (E, 2) (sender, receiver) rows by (receiver, sender), without duplicates."""
+    key = edges[:, 1] * (int(edges.max()) + 1 if len(edges) else 1) + edges[:, 0]
+    uniq, first = _first_index(key)
+    return first[torch.argsort(uniq)]
+
+
+def _first_index(key: Tensor) -> tuple[Tensor, Tensor]:
+    """Unique values of `key` and the index of each one's first occurrence."""
+    uniq, inv = torch.unique(key, return_inverse=True)
+    first = torch.full((len(uniq),), len(key), dtype=torch.int64)
+    first.scatter_reduce_(0, inv, torch.arange(len(key)), reduce="amin")
+    return uniq, first
+
+
+def _merge_records(recs: list[Record]) -> Record:
+    """Union of one (round, kind) record as seen by several ranks."""
+    head = recs[0]
+    edges = torch.cat([r.edges for r in recs])
+    order = _edge_order(edges)
+    scale = torch.cat([r.scale for r in recs])[order] if head.scale is not None else None
+    edges = edges[order]
+    if head.per_edge:
+        payload = torch.cat([r.payload for r in recs])[order]
+        return Record(head.round, head.kind, edges, payload, edges[:, 0], scale, True)
+    senders, first = _first_index(torch.cat([r.senders for r in recs]))
+    payload = torch.cat([r.payload for r in recs])[first]
+    return Record(head.round, head.kind, edges, payload, senders, scale, False)
 
 
 def _load_tensors(path: Path) -> dict[str, Tensor]:
@@ -277,6 +325,18 @@ class GroundTruth:
         save_file(tensors, str(Path(folder) / "ground_truth.safetensors"))
 
     @staticmethod
+    def merge(parts: Iterable[GroundTruth]) -> GroundTruth:
+        """The ranks' ground truths as one: slots are the same on every rank (batches are drawn
+        for the whole network), a sample is real where the rank owning its node marked it."""
+        parts = list(parts)
+        out = GroundTruth(parts[0].policy)
+        for t, (slots, mask) in parts[0].batches.items():
+            for other in parts[1:]:
+                mask = mask | other.batches[t][1]
+            out.batches[t] = (slots, mask)
+        return out
+
+    @staticmethod
     def load(folder: str | Path) -> GroundTruth:
         """Read `ground_truth.safetensors`."""
         tensors = _load_tensors(Path(folder) / "ground_truth.safetensors")
@@ -295,13 +355,17 @@ class MessageBus:
         kinds: the defense's message kinds (sending an undeclared kind is an error).
         policy: what to record.
         storage: device where recorded payloads are kept (CPU by default, to bound GPU memory).
+        comm: where the nodes run. With several ranks, each sender's row is brought from the rank
+            that owns it before delivery, and this rank's log keeps what its nodes send or receive
+            (`MessageLog.merge` joins the ranks' logs).
     """
 
     def __init__(self, kinds: Iterable[MessageKind], policy: RecordPolicy | None = None,
-                 storage: torch.device | str = "cpu") -> None:
+                 storage: torch.device | str = "cpu", comm: Comm | None = None) -> None:
         self.kinds = {k.name: k for k in kinds}
         self.policy = policy or RecordPolicy()
         self.storage = torch.device(storage)
+        self.comm = comm or Comm()
         self.log = MessageLog()
 
     def _check(self, kind: str, per_edge: bool) -> None:
@@ -325,9 +389,10 @@ class MessageBus:
             The delivered payload (n, ...): what receivers combine.
         """
         self._check(kind, per_edge=False)
+        payload = self.comm.gather_rows(payload)
         if self.policy.wants(t, kind):
             dst, src = torch.nonzero(adjacency, as_tuple=True)
-            keep = self._sender_mask(src)
+            keep = self._sender_mask(src) & self._touches_mine(src, dst)
             src, dst = src[keep], dst[keep]
             senders = torch.unique(src)
             edges = torch.stack([src, dst], dim=1).to(self.storage)
@@ -349,14 +414,26 @@ class MessageBus:
             The delivered payload (E, ...).
         """
         self._check(kind, per_edge=True)
+        payload = self.comm.gather_rows(payload, senders=src)
         if self.policy.wants(t, kind):
-            keep = self._sender_mask(src)
-            edges = torch.stack([src[keep], dst[keep]], dim=1).to(self.storage)
+            keep = self._sender_mask(src) & self._touches_mine(src, dst)
+            edges = torch.stack([src[keep], dst[keep]], dim=1).cpu()
             if len(edges):
+                order = _edge_order(edges)  # (receiver, sender), as broadcast records are
+                rows = torch.nonzero(keep).flatten().cpu()[order]
+                edges = edges[order].to(self.storage)
                 self.log.add(Record(t, kind, edges,
-                                    payload[keep].detach().to(self.storage, copy=True),
+                                    payload[rows.to(payload.device)].detach().to(self.storage,
+                                                                                 copy=True),
                                     edges[:, 0], None, True))
         return payload
+
+    def _touches_mine(self, src: Tensor, dst: Tensor) -> Tensor:
+        """(E,) bool: edges this rank logs, those whose sender or receiver it runs."""
+        if not self.comm.distributed:
+            return torch.ones_like(src, dtype=torch.bool)
+        mine = self.comm.mine(len(self.comm.owner), src.device)  # type: ignore[arg-type]  # (n,)
+        return mine[src] | mine[dst]
 
     def _sender_mask(self, src: Tensor) -> Tensor:
         if self.policy.senders is None:

@@ -5,19 +5,22 @@ The only module (with the CLI) that imports `defenses/` and `attacks/`.
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from privbench.comm import Comm
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.data import load_dataset, split_nodes
 from privbench.device import device_description, resolve_device
-from privbench.engine import Context, Trainer, TrainResult
+from privbench.engine import Context, Trainer, TrainResult, node_models
 from privbench.errors import ConfigError
-from privbench.messages import GroundTruth, MessageBus, RecordPolicy
+from privbench.messages import GroundTruth, MessageBus, MessageLog, RecordPolicy
 from privbench.models import build_model
 from privbench.registry import DEFENSES, load_plugins
 from privbench.results import SCHEMA_VERSION, write_json
@@ -35,12 +38,20 @@ class Built:
 
 
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
-          policy: RecordPolicy | None = None) -> Built:
-    """Build data, model, topology, bus and the named defense's trainer for `run`."""
+          policy: RecordPolicy | None = None, comm: Comm | None = None,
+          device: torch.device | None = None) -> Built:
+    """Build data, model, topology, bus and the named defense's trainer for `run`.
+
+    Args:
+        comm: where the nodes run (default: all in this process). With several ranks this
+            rank keeps only its nodes' data, and the bus brings other ranks' messages.
+        device: the device to use instead of resolving `run.device` (a rank's GPU).
+    """
     load_plugins()
+    comm = comm or Comm()
     cls = DEFENSES.get(defense)
     cfg = replace_checked(cls.Config(), overrides or {}, where="defense")
-    device = resolve_device(run.device)
+    device = device or resolve_device(run.device)
     streams = Streams(run.seed, device)
     ds = load_dataset(run.dataset, run.data_root, run.download)
     data = split_nodes(ds, run.nodes, run.partition, run.alpha, run.holdout,
@@ -52,9 +63,11 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     if cls.mixing == "doubly" and not topo.undirected:
         raise ConfigError(f"defense {defense!r} gossips on an undirected graph; topology "
                           f"{run.topology!r} is directed (use ring, complete, two_hub, random_out)")
+    if comm.distributed:
+        data = data.restrict(comm.mine(run.nodes))
     policy = policy or RecordPolicy()
-    bus = MessageBus(cls.kinds, policy)
-    ctx = Context(run, fm, data.to(device), topo, bus, GroundTruth(policy), streams, device)
+    bus = MessageBus(cls.kinds, policy, comm=comm)
+    ctx = Context(run, fm, data.to(device), topo, bus, GroundTruth(policy), streams, device, comm)
     return Built(cls(cfg, ctx), ctx, defense)
 
 
@@ -77,20 +90,61 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
         "run": to_dict(ctx.run),
         "defense_config": to_dict(trainer.cfg),
         "messages": [k.to_dict() for k in trainer.kinds],
-        "privacy": trainer.privacy(),
+        "privacy": _node_reports(ctx.comm, trainer.privacy()),
         "accuracy": {"average_model": res.average_accuracy, "per_node": res.node_accuracy},
         "history": res.history,
         "diverged_round": res.diverged_round,
         "seconds": res.seconds,
-        "environment": environment(ctx.device),
+        "environment": {**environment(ctx.device), "ranks": ctx.comm.world},
     }
 
 
+def _node_reports(comm: Comm, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-node privacy reports, each from the rank that runs its node (every rank builds the
+    same list layout; a report without a node is the same on every rank)."""
+    if not comm.distributed:
+        return reports
+    lists = comm.gather_objects(reports)
+    owner = comm.owner.tolist()  # type: ignore[union-attr]
+    return [lists[owner[rep["node"]]][k] if "node" in rep else rep
+            for k, rep in enumerate(lists[0])]
+
+
 def save_run(built: Built, res: TrainResult, out: str | Path) -> dict[str, Any]:
-    """Write results.json, the message log and the ground truth into `out`."""
-    out = Path(out)
+    """Write results.json, the final models, the message log and the ground truth into `out`.
+
+    With several ranks the ranks' logs and ground truths are merged on rank 0, which alone
+    writes. Files are written into a hidden sibling folder first and moved in with results.json
+    last, so a run that fails midway leaves no partial output.
+    """
+    ctx = built.ctx
     result = train_result(built, res)
-    built.ctx.bus.log.save(out)
-    built.ctx.truth.save(out)
-    write_json(out / "results.json", result)
+    models = node_models(built.trainer).detach().cpu().contiguous()  # (n, d)
+    log, truth = ctx.bus.log, ctx.truth
+    if ctx.comm.distributed:
+        parts = ctx.comm.gather_objects((log, truth), dst=0)  # [] on ranks other than 0
+        if ctx.comm.rank != 0:
+            return result
+        log = MessageLog.merge(p[0] for p in parts)
+        truth = GroundTruth.merge(p[1] for p in parts)
+    _write_folder(Path(out), result, models, log, truth)
     return result
+
+
+def _write_folder(out: Path, result: dict[str, Any], models: torch.Tensor, log: MessageLog,
+                  truth: GroundTruth) -> None:
+    from safetensors.torch import save_file
+
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        log.save(tmp)
+        truth.save(tmp)
+        save_file({"models": models}, str(tmp / "models.safetensors"))
+        write_json(tmp / "results.json", result)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("messages.safetensors", "messages.json", "ground_truth.safetensors",
+                     "models.safetensors", "results.json"):  # results.json last
+            os.replace(tmp / name, out / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -165,3 +165,13 @@ def test_clipped_grad_sum_equals_clip_then_masked_sum(model):
             assert (got - ref).abs().max() <= 1e-5
             # norms are O(1..10): float32 summation order differs, so compare relatively
             assert torch.allclose(got_norms, norms, rtol=1e-5, atol=1e-6)
+
+
+def test_distributed_section_times_local_and_torchrun_ranks(tmp_path, capsys):
+    out = tmp_path / "dist.json"
+    assert main(["bench", "distributed", "--model", "mlp", "--nodes", "4", "--rounds", "2",
+                 "--ranks", "2", "--threads", "2", "--device", "cpu", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [(r["ranks"], r["nodes"]) for r in res["rows"]] == [(0, 4), (2, 4)]
+    assert all(r["round_s"] > 0 for r in res["rows"]) and res["rows"][0]["speedup"] == 1.0
+    assert "2 ranks" in capsys.readouterr().out
