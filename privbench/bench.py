@@ -519,6 +519,10 @@ def run_distributed(args: argparse.Namespace, device: torch.device) -> dict[str,
     import os
 
     threads = args.threads or os.cpu_count() or 1
+    for what, values in (("--ranks", args.ranks or []), ("--threads", [threads]),
+                         ("--rounds", [args.rounds])):
+        if any(v < 1 for v in values):
+            raise ConfigError(f"{what} must be >= 1, got {values}")
     defense = (resolve_defenses(args.defense) or [SCALE_DEFENSE])[0] if args.defense else \
         SCALE_DEFENSE
     print(_header(f"distributed: seconds per round of `privbench train --defense {defense}`, "

@@ -111,16 +111,10 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
 
     rank0 = comm is None or comm.rank == 0
     out = Path(args.out)
-    problem = None
-    if rank0:  # before training; the other ranks wait for the verdict
-        try:
-            _check_writable(out)
-        except PrivbenchError as exc:
-            problem = exc
-    if comm is not None and not comm.all_ok(problem is None) and problem is None:
-        raise PrivbenchError(f"rank 0 cannot write the output folder {out}")
-    if problem is not None:
-        raise problem
+    problem = _unwritable(out) if rank0 else None  # before training
+    agreed = comm.all_ok(problem is None) if comm is not None else problem is None
+    if not agreed:  # every rank stops, not only rank 0
+        raise problem or PrivbenchError(f"rank 0 cannot write the output folder {out}")
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
     with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
@@ -144,6 +138,15 @@ def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None
         print(f"privacy: {rep}")
     what = "the merged message log" if comm is not None else "the message log"
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
+
+
+def _unwritable(out: Path) -> PrivbenchError | None:
+    """The error `_check_writable` would raise, or None."""
+    try:
+        _check_writable(out)
+    except PrivbenchError as exc:
+        return exc
+    return None
 
 
 def _check_writable(out: Path) -> None:

@@ -77,6 +77,9 @@ def test_report_of_a_train_result_is_refused(tmp_path, capsys):
     (["train", "--defense", "d_psgd", "--topology", "exponential"], "undirected"),
     (["check", "missing.json", "--policy", "p.toml"], "not found"),
     (["bench", "nothing"], "invalid choice"),
+    (["bench", "distributed", "--ranks", "0"], "--ranks must be >= 1"),
+    (["train", "--backend", "mpi"], "invalid choice: 'mpi'"),
+    (["train", "--backend", "distributed", "--dist-timeout", "0"], "--dist-timeout must be > 0"),
 ])
 def test_more_bad_arguments(args, needle, tmp_path, capsys):
     full = [*args, "--out", str(tmp_path / "o"), "--quiet"] if args[0] == "train" else args

@@ -265,3 +265,20 @@ def test_a_rank_holds_only_its_nodes_data(digits):
     slots_all, mask_all = data.poisson(0.2, gen_b)
     assert torch.equal(slots, slots_all)  # the whole network's draw, whatever is held
     assert torch.equal(mask, mask_all & mine[:, None])
+
+
+def test_an_unwritable_output_stops_every_rank_before_training(tmp_path):
+    port = _free_port()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")  # --out below a regular file cannot be created
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "privbench", "train", "--backend", "distributed", "--nodes", "4",
+         "--rounds", "2", "--out", str(blocker / "out"), "--quiet"], cwd=ROOT,
+        env=dict(_env(), RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
+        stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [2, 2], errs
+    assert errs[0].startswith("privbench: error: cannot create output folder")
+    assert errs[1].strip() == (f"privbench: error: rank 0 cannot write the output folder "
+                               f"{blocker / 'out'}")
