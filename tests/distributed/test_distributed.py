@@ -47,6 +47,12 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _rank_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
+    """The environment torchrun would give `rank` (to launch ranks by hand)."""
+    return dict(_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
+
+
 def _torchrun(nproc: int, out: Path, names: list[str], extra: list[str] | None = None,
               env: dict[str, str] | None = None,
               timeout: float = 400) -> subprocess.CompletedProcess:
@@ -163,8 +169,7 @@ def test_a_rank_that_dies_stops_the_others_and_nothing_is_written(tmp_path):
     port, out = _free_port(), tmp_path / "out"
     procs = []
     for rank in (0, 1):
-        env = dict(_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PRIVBENCH_TEST_DIE="1:1")
+        env = _rank_env(rank, 2, port, PRIVBENCH_TEST_DIE="1:1")
         procs.append(subprocess.Popen(
             [sys.executable, str(WORKER), str(out), "sgp", "--", *TRAIN, "--rounds", "50",
              "--dist-timeout", "60"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
@@ -188,8 +193,7 @@ def test_torchrun_rank_death_stops_the_launch(tmp_path):
 
 
 def test_more_ranks_than_nodes_is_a_one_line_error(tmp_path):
-    env = dict(_env(), RANK="0", LOCAL_RANK="0", WORLD_SIZE="4", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()))
+    env = _rank_env(0, 4, _free_port())
     proc = subprocess.run([sys.executable, "-m", "privbench", "train", "--backend",
                            "distributed", "--nodes", "3", "--rounds", "2", "--out",
                            str(tmp_path / "o"), "--quiet"], cwd=ROOT, env=env,
@@ -209,7 +213,7 @@ def test_distributed_backend_outside_torchrun_is_a_one_line_error(tmp_path, monk
     assert err.count("\n") == 1 and "must be launched by torchrun" in err
 
 
-def test_cli_train_under_torchrun_then_attack(tmp_path):
+def test_cli_train_under_torchrun_equals_one_process(tmp_path, single):
     """The documented command line: torchrun -m privbench train --backend distributed."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
@@ -218,13 +222,11 @@ def test_cli_train_under_torchrun_then_attack(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 ranks" in proc.stdout and proc.stdout.count("average-model test accuracy") == 1
-    ref = tmp_path / "ref"
-    assert main(["train", "--defense", "dp_sgp", "--out", str(ref), "--quiet", *TRAIN]) == 0
     assert _close(load_file(out / "models.safetensors")["models"],
-                  load_file(ref / "models.safetensors")["models"])
+                  load_file(single / "dp_sgp" / "models.safetensors")["models"])
 
 
-def test_two_torchrun_agents_rendezvous_like_two_machines(tmp_path):
+def test_two_torchrun_agents_rendezvous_like_two_machines(tmp_path, single):
     """The multi-machine launch (--nnodes 2, c10d rendezvous), both agents on localhost."""
     out, port = tmp_path / "run", _free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
@@ -236,10 +238,8 @@ def test_two_torchrun_agents_rendezvous_like_two_machines(tmp_path):
     outputs = [a.communicate(timeout=300) for a in agents]
     assert [a.returncode for a in agents] == [0, 0], outputs[0][1][-2000:]
     assert sum("2 ranks" in o for o, _ in outputs) == 1  # global rank 0 reports and writes
-    ref = tmp_path / "ref"
-    assert main(["train", "--defense", "dpdl", "--out", str(ref), "--quiet", *TRAIN]) == 0
     assert _close(load_file(out / "models.safetensors")["models"],
-                  load_file(ref / "models.safetensors")["models"])
+                  load_file(single / "dpdl" / "models.safetensors")["models"])
 
 
 @pytest.mark.parametrize(("n", "world", "sizes"), [(6, 4, [2, 2, 1, 1]), (6, 2, [3, 3]),
@@ -274,9 +274,7 @@ def test_an_unwritable_output_stops_every_rank_before_training(tmp_path):
     procs = [subprocess.Popen(
         [sys.executable, "-m", "privbench", "train", "--backend", "distributed", "--nodes", "4",
          "--rounds", "2", "--out", str(blocker / "out"), "--quiet"], cwd=ROOT,
-        env=dict(_env(), RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
-        stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+        env=_rank_env(r, 2, port), stderr=subprocess.PIPE, text=True) for r in (0, 1)]
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [2, 2], errs
     assert errs[0].startswith("privbench: error: cannot create output folder")
