@@ -107,7 +107,6 @@ class DistComm(Comm):
         self.dist = dist
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.owner = partition(n, self.world)
-        self.device = device
         # gloo reduces on CPU tensors only; NCCL on the GPU.
         self.wire = torch.device("cpu") if dist.get_backend() == "gloo" else device
 
