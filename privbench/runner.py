@@ -19,7 +19,7 @@ from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.data import load_dataset, split_nodes
 from privbench.device import device_description, resolve_device
 from privbench.engine import Context, Trainer, TrainResult, node_models
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.messages import GroundTruth, MessageBus, MessageLog, RecordPolicy
 from privbench.models import build_model
 from privbench.registry import DEFENSES, load_plugins
@@ -114,20 +114,28 @@ def save_run(built: Built, res: TrainResult, out: str | Path) -> dict[str, Any]:
     """Write results.json, the final models, the message log and the ground truth into `out`.
 
     With several ranks the ranks' logs and ground truths are merged on rank 0, which alone
-    writes. Files are written into a hidden sibling folder first and moved in with results.json
-    last, so a run that fails midway leaves no partial output.
+    writes; every rank returns only once rank 0 has written (or raises if it could not), so no
+    rank leaves the process group while another still uses it. Files are written into a hidden
+    sibling folder first and moved in with results.json last, so a run that fails midway leaves
+    no partial output.
     """
     ctx = built.ctx
     result = train_result(built, res)
     models = node_models(built.trainer).detach().cpu().contiguous()  # (n, d)
     log, truth = ctx.bus.log, ctx.truth
-    if ctx.comm.distributed:
-        parts = ctx.comm.gather_objects((log, truth), dst=0)  # [] on ranks other than 0
-        if ctx.comm.rank != 0:
-            return result
-        log = MessageLog.merge(p[0] for p in parts)
-        truth = GroundTruth.merge(p[1] for p in parts)
-    _write_folder(Path(out), result, models, log, truth)
+    if not ctx.comm.distributed:
+        _write_folder(Path(out), result, models, log, truth)
+        return result
+    parts = ctx.comm.gather_objects((log, truth), dst=0)  # [] on ranks other than 0
+    problem = None
+    if ctx.comm.rank == 0:
+        try:
+            _write_folder(Path(out), result, models, MessageLog.merge(p[0] for p in parts),
+                          GroundTruth.merge(p[1] for p in parts))
+        except PrivbenchError as exc:
+            problem = exc
+    if not ctx.comm.all_ok(problem is None):
+        raise problem or PrivbenchError(f"rank 0 could not write the output folder {out}")
     return result
 
 
@@ -146,5 +154,7 @@ def _write_folder(out: Path, result: dict[str, Any], models: torch.Tensor, log: 
         for name in ("messages.safetensors", "messages.json", "ground_truth.safetensors",
                      "models.safetensors", "results.json"):  # results.json last
             os.replace(tmp / name, out / name)
+    except OSError as exc:
+        raise PrivbenchError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
