@@ -1,7 +1,5 @@
 """`python -m privbench` runs the command-line interface."""
 
-import sys
+from privbench.cli import run
 
-from privbench.cli import main
-
-sys.exit(main())
+run()

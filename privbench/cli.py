@@ -425,5 +425,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """The `privbench` console script and `python -m privbench`: `main`, then exit."""
+    from privbench.comm import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

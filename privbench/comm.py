@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor
@@ -186,6 +187,7 @@ def process_group(device: str, timeout_s: float) -> Iterator[torch.device]:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     created = not dist.is_initialized()
+    global _LEFT_GROUP
     if created:
         try:
             dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
@@ -199,3 +201,23 @@ def process_group(device: str, timeout_s: float) -> Iterator[torch.device]:
     finally:
         if created:
             dist.destroy_process_group()
+            _LEFT_GROUP = True
+
+
+_LEFT_GROUP = False  # this process created and destroyed a process group (see `exit_process`)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with `code`; after a distributed run, without C++ static destructors.
+
+    After `destroy_process_group`, interpreter finalization in torch 2.15 with gloo sometimes
+    aborts ("terminate called without an active exception", SIGABRT, no Python frame; seen
+    under CPU load, after all output was written). torchrun then reports the rank as failed and
+    stops the others. Everything this process owes is done and flushed here, so it exits
+    directly. A process that never joined a group exits normally.
+    """
+    if not _LEFT_GROUP:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

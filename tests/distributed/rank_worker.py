@@ -14,7 +14,6 @@ round (the rank-death test).
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import sys
@@ -23,6 +22,7 @@ import torch.distributed as dist
 
 import privbench.engine
 from privbench.cli import main
+from privbench.comm import exit_process, process_group
 
 
 def _die_after(rank: int, rnd: int) -> None:
@@ -51,11 +51,10 @@ def run() -> int:
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[:args.index("--")] if "--" in args else args
     out, defenses = args[0], args[1:]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    if os.environ.get("PRIVBENCH_TEST_DIE"):
-        rank, rnd = map(int, os.environ["PRIVBENCH_TEST_DIE"].split(":"))
-        _die_after(rank, rnd)
-    try:
+    with process_group("cpu", timeout_s=60):  # gloo, joined once for every defense
+        if os.environ.get("PRIVBENCH_TEST_DIE"):
+            rank, rnd = map(int, os.environ["PRIVBENCH_TEST_DIE"].split(":"))
+            _die_after(rank, rnd)
         for item in defenses:
             head, sep, rest = item.partition("=")
             folder, spec = (head, rest) if sep and "@" not in head else ("", item)
@@ -66,10 +65,8 @@ def run() -> int:
                          "--out", os.path.join(out, folder), *extra, *options])
             if code:
                 return code
-    finally:
-        dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    exit_process(run())  # as the CLI does after a distributed run
