@@ -274,14 +274,17 @@ def node_models(trainer: Trainer) -> Tensor:
     return trainer.ctx.comm.gather_rows(trainer.models())
 
 
-def evaluate(trainer: Trainer) -> tuple[Tensor, float]:
+def evaluate(trainer: Trainer, z: Tensor | None = None) -> tuple[Tensor, float]:
     """(n,) per-node test accuracy and the accuracy of the average model.
 
     Each rank evaluates its own nodes' models (and the average model); the per-node accuracies
     are gathered, so every rank returns the same values.
+
+    Args:
+        z: (n, d) the models from `node_models(trainer)` when the caller already has them.
     """
     ctx = trainer.ctx
-    z = node_models(trainer)  # (n, d)
+    z = node_models(trainer) if z is None else z  # (n, d)
     mine = ctx.comm.mine(ctx.n, z.device)  # (n,)
     both = torch.cat([z[mine], z.mean(dim=0, keepdim=True)])  # (n_mine + 1, d)
     acc = accuracy(ctx.fm, both, ctx.data.x_test, ctx.data.y_test)
@@ -304,10 +307,11 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None) -> Tr
         if progress is not None:
             progress(1)
         if (t + 1) % run.eval_every == 0 or t + 1 == run.rounds:
-            if not torch.isfinite(node_models(trainer)).all():
+            z = node_models(trainer)  # (n, d), gathered once for both uses
+            if not torch.isfinite(z).all():
                 result.diverged_round = t
                 break
-            node_acc, avg_acc = evaluate(trainer)
+            node_acc, avg_acc = evaluate(trainer, z)
             result.history.append({"round": t + 1, "average_accuracy": avg_acc,
                                    "mean_node_accuracy": float(node_acc.mean())})
             result.node_accuracy, result.average_accuracy = node_acc.tolist(), avg_acc
