@@ -201,13 +201,41 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.messages:
         return _attack_saved(args, audit_sets)
     run, overrides = run_config_from_args(args, preset["run"])
-    audit = sweep.audit_config(args.preset, args.defense, _floats(args.eps_grid, "--eps"),
-                               args.attack, args.threat, audit_sets)
-    out = Path(args.out or f"reports/{args.run_name or 'audit-' + args.preset}")
-    _check_writable(out)
+    eps = _floats(args.eps_grid, "--eps")
+    dups = sweep.duplicate_eps(eps)
+    audit = sweep.audit_config(args.preset, args.defense, eps, args.attack, args.threat,
+                               audit_sets)
+    if dups:
+        print(f"note: duplicate --eps value(s) {', '.join(map(repr, dups))} removed; the grid is "
+              f"{', '.join(map(repr, audit.eps))}", file=sys.stderr)
+    out = _out_folder(args, "audit-" + args.preset)
     runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
                          command=_command_line(args))
+    return _finish_sweep(runner, out)
+
+
+def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
+    """--out, or reports/<run name>; a run name is one folder name, never a path."""
+    name = args.run_name
+    if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name
+                             or "\0" in name):
+        raise PrivbenchError(f"--run-name must be a plain folder name (no '/', '..'), got "
+                             f"{name!r}; use --out for another location")
+    out = Path(args.out or f"reports/{name or default_name}")
+    _check_writable(out)
+    return out
+
+
+def _finish_sweep(runner: Any, out: Path) -> int:
+    from privbench import sweep
+
     results = runner.run()
+    if runner.resume:
+        st = runner.stats
+        redo = st.get("missing", 0) + st.get("stale", 0) + st.get("damaged", 0)
+        print(f"resume: reused {st.get('reused', 0)} cell file(s), recomputed {redo} "
+              f"({st.get('missing', 0)} missing, {st.get('stale', 0)} stale, "
+              f"{st.get('damaged', 0)} damaged)")
     print(sweep.summary_table(results))
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
     return 0
@@ -222,23 +250,18 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     from privbench.results import read_results
 
     folder = Path(args.messages)
-    saved = read_results(folder / "results.json")
-    if saved.get("kind") != "train":
-        raise PrivbenchError(f"{folder / 'results.json'} is not a `privbench train` result")
+    saved = read_results(folder / "results.json", "train",
+                         "--messages reads the folder of a `privbench train` run")
     run = replace_checked(RunConfig(), saved["run"], where="run")
     if args.device:
         run = dataclasses.replace(run, device=args.device)
     audit = sweep.audit_config(args.preset, [saved["defense"]], [run.epsilon], args.attack,
                                args.threat, audit_sets)
-    out = Path(args.out or f"reports/{args.run_name or 'audit-' + folder.name}")
-    _check_writable(out)
+    out = _out_folder(args, "audit-" + folder.name)
     runner = sweep.Sweep(run, saved.get("defense_config", {}), audit, out, resume=args.resume,
                          progress=not args.quiet, messages_dir=folder,
                          command=_command_line(args))
-    results = runner.run()
-    print(sweep.summary_table(results))
-    print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
-    return 0
+    return _finish_sweep(runner, out)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -299,21 +322,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """`privbench bench SECTION`: speed measurements (see privbench/bench.py)."""
     from privbench.bench import run_bench
 
+    _check_bench_args(args)
     return run_bench(args)
+
+
+# bench option -> (smallest accepted value, what it is); checked before anything is timed.
+_BENCH_MINIMA = {"nodes": (2, "node counts"), "repeats": (1, "--repeats"),
+                 "batch_size": (1, "--batch-size"), "k": (1, "--k"), "steps": (1, "--steps"),
+                 "ranks": (1, "--ranks"), "threads": (1, "--threads"), "rounds": (1, "--rounds")}
+
+
+def _check_bench_args(args: argparse.Namespace) -> None:
+    import math
+
+    for key, (low, what) in _BENCH_MINIMA.items():
+        value = getattr(args, key, None)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and v < low:
+                raise PrivbenchError(f"bench {what} must be >= {low}, got {v}")
+    for key in ("max_stack_gib", "round_budget_s", "memory_limit_gib"):
+        v = getattr(args, key, None)
+        positive = key != "memory_limit_gib"  # 0 GiB = no memory cap
+        if v is not None and not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+            raise PrivbenchError(f"bench --{key.replace('_', '-')} must be a finite number "
+                                 f"{'> 0' if positive else '>= 0'}, got {v}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`privbench report RESULTS.json [...] -o report.html`: render/merge without training code."""
-    from privbench.report import merge_results, render_html
+    from privbench.report import merge_results
     from privbench.results import atomic_write_text, read_results
 
-    merged = merge_results([read_results(p) for p in args.results])
-    if merged.get("kind") != "audit":
-        raise PrivbenchError(f"{args.results[0]} is a {merged.get('kind')!r} result; `privbench "
-                             "report` renders audit results written by `privbench attack`")
-    atomic_write_text(args.output, render_html(merged))
+    items = [read_results(p, "audit", "`privbench report` renders audit results written by "
+                          "`privbench attack`") for p in args.results]
+    name = " + ".join(Path(p).resolve().parent.name for p in args.results)
+    atomic_write_text(args.output, _render(merge_results(items), name))
     print(f"wrote {args.output}")
     return 0
+
+
+def _render(results: dict[str, Any], name: str) -> str:
+    """The report page; a results file that passes the schema check but still lacks what the
+    page shows (hand-edited, another tool's) is a one-line error, never a traceback."""
+    from jinja2.exceptions import UndefinedError
+
+    from privbench.report import render_html
+
+    try:
+        return render_html(results, run_name=name)
+    except (LookupError, TypeError, ValueError, AttributeError, UndefinedError) as exc:
+        reason = str(exc).replace("\n", " ")[:200]
+        raise PrivbenchError(f"cannot render the report: the results do not match the audit "
+                             f"schema ({type(exc).__name__}: {reason})") from None
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -368,7 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--messages", help="attack a message log written by `privbench train --out`")
     p.add_argument("--out", help="output folder (default reports/<run-name>)")
     p.add_argument("--run-name", dest="run_name", help="run name (default audit-<preset>)")
-    p.add_argument("--resume", action="store_true", help="skip cells already written in --out")
+    p.add_argument("--resume", nargs="?", const="check", choices=["check", "rerun-stale"],
+                   help="reuse the cells already in --out whose fingerprint (config, data, "
+                        "versions, threads) matches; a stale cell is an error naming what "
+                        "changed, or with --resume=rerun-stale is recomputed")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     commands["attack"] = cmd_attack
 
@@ -415,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         args = build_parser().parse_args(argv)
+        _check_text(args)
         args._argv = list(sys.argv[1:] if argv is None else argv)
         return args._commands[args.command](args)
     except PrivbenchError as exc:
@@ -423,6 +487,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("privbench: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Every option value must be valid UTF-8 text (a path of undecodable bytes reaches Python
+    as lone surrogates, which no JSON, HTML or terminal output can hold)."""
+    for key, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise PrivbenchError(f"--{key.replace('_', '-')} is not valid UTF-8 text "
+                                         f"({v!a}); use a UTF-8 name") from None
 
 
 def run() -> NoReturn:

@@ -174,6 +174,10 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         return tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path} is a directory; give a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
 

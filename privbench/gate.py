@@ -15,6 +15,9 @@ move toward less privacy relative to `--baseline BASELINE.json` before it is fla
 below; `--tolerance` scales them all).
 
 Exit codes: 0 all checks hold, 1 any violated, 2 malformed policy or results (one-line error).
+The gate never passes having checked nothing: a bound with selectors but no limit, a run where
+no check was evaluated, and a `--baseline` sharing no (defense, ε) cell with the results are
+each a failed check (exit 1) that says why.
 """
 
 from __future__ import annotations
@@ -175,6 +178,11 @@ def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],
                      tolerances: dict[str, float], scale: float = 1.0) -> list[Check]:
     """Flag metrics that moved toward less privacy than the baseline beyond their tolerance."""
     base_cells = {cell_label(c): c for c in baseline.get("cells", [])}
+    common = [cell_label(c) for c in results.get("cells", []) if cell_label(c) in base_cells]
+    if not common:
+        return [Check("baseline", False, "the baseline shares no (defense, ε) cell with the "
+                      f"results (baseline: {', '.join(sorted(base_cells)) or 'no cells'}); "
+                      "nothing was compared")]
     out = []
     for cell in results.get("cells", []):
         label = cell_label(cell)
@@ -198,6 +206,11 @@ def run_checks(results: dict[str, Any], policy: dict[str, Any],
     """Every check of a policy (and optional baseline) on a results dict."""
     checks: list[Check] = []
     for i, bound in enumerate(policy["bound"]):
+        if not _limits(bound):
+            checks.append(Check(f"bound #{i + 1}", False, "policy error: the bound has no limit "
+                                f"(only selectors); give one of {', '.join(SIMPLE_BOUNDS)}, "
+                                f"{', '.join(OTHER_BOUNDS)}"))
+            continue
         cells = [c for c in results.get("cells", []) if _selects(bound, c)]
         if not cells:
             sel = f"defense={bound.get('defense', '*')}, eps={bound.get('eps', '*')}"
@@ -207,7 +220,16 @@ def run_checks(results: dict[str, Any], policy: dict[str, Any],
             checks.extend(check_bound(bound, cell))
     if baseline is not None:
         checks.extend(compare_baseline(results, baseline, policy.get("tolerance", {}), scale))
+    if not checks:
+        checks.append(Check("policy", False, "no check was evaluated (no bound selected a "
+                            "cell with a limit to check)"))
     return checks
+
+
+def _limits(bound: dict[str, Any]) -> list[str]:
+    """The keys of a bound that check something (`require_coverage = false` checks nothing)."""
+    return [k for k, v in bound.items() if k not in SELECTORS
+            and not (k == "require_coverage" and v is False)]
 
 
 def junit_xml(checks: list[Check]) -> str:

@@ -408,13 +408,14 @@ def run_membership_saved(folder: str | Path, victims: int | list[int], attack: s
     """
     from privbench.messages import MessageLog
     from privbench.results import read_results
-    from privbench.runner import build
+    from privbench.runner import build, check_split
 
     folder = Path(folder)
     saved = read_results(folder / "results.json")
     over = {} if device is None else {"device": device}
     run = replace_checked(RunConfig(), {**saved["run"], **over}, where="run")
     built = build(run, saved["defense"], saved.get("defense_config") or {})
+    check_split(built, folder)
     built.ctx.bus.log = MessageLog.load(folder)
     return run_membership(built, victims, attack, attack_cfg, gen, threat, reference_models,
                           privacy=saved.get("privacy") or [])

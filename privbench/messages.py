@@ -273,6 +273,14 @@ def _merge_records(recs: list[Record]) -> Record:
     return Record(head.round, head.kind, edges, payload, senders, scale, False)
 
 
+def _metadata(path: Path) -> dict[str, str]:
+    """The string metadata of a safetensors file (read after `_load_tensors` validated it)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        return fh.metadata() or {}
+
+
 def _load_tensors(path: Path) -> dict[str, Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -308,6 +316,7 @@ class GroundTruth:
     def __init__(self, policy: RecordPolicy) -> None:
         self.policy = policy
         self.batches: dict[int, tuple[Tensor, Tensor]] = {}
+        self.split_digest: str | None = None  # SHA-256 of the member/non-member split
 
     def record(self, t: int, slots: Tensor, mask: Tensor) -> None:
         """Keep round t's batches (when the policy records round t)."""
@@ -322,7 +331,8 @@ class GroundTruth:
         for t, (slots, mask) in self.batches.items():
             tensors[f"{t}.slots"], tensors[f"{t}.mask"] = slots.contiguous(), mask.contiguous()
         Path(folder).mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(Path(folder) / "ground_truth.safetensors"))
+        meta = {"split_sha256": self.split_digest} if self.split_digest else None
+        save_file(tensors, str(Path(folder) / "ground_truth.safetensors"), metadata=meta)
 
     @staticmethod
     def merge(parts: Iterable[GroundTruth]) -> GroundTruth:
@@ -330,6 +340,7 @@ class GroundTruth:
         for the whole network), a sample is real where the rank owning its node marked it."""
         parts = list(parts)
         out = GroundTruth(parts[0].policy)
+        out.split_digest = parts[0].split_digest
         for t, (slots, mask) in parts[0].batches.items():
             for other in parts[1:]:
                 mask = mask | other.batches[t][1]
@@ -339,8 +350,10 @@ class GroundTruth:
     @staticmethod
     def load(folder: str | Path) -> GroundTruth:
         """Read `ground_truth.safetensors`."""
-        tensors = _load_tensors(Path(folder) / "ground_truth.safetensors")
+        path = Path(folder) / "ground_truth.safetensors"
+        tensors = _load_tensors(path)
         gt = GroundTruth(RecordPolicy())
+        gt.split_digest = _metadata(path).get("split_sha256")
         for key in tensors:
             t, what = key.split(".")
             if what == "slots":

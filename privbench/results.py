@@ -1,7 +1,13 @@
 """The `RunResult` JSON contract between computation and presentation, with atomic writes.
 
 Every file privbench writes goes through `atomic_write_text`: a temporary file in the same folder,
-flushed and renamed over the target, so an interrupted run never leaves a half-written file.
+flushed and renamed over the target, so an interrupted run never leaves a half-written file (the
+temporary file is removed whatever stops the write; `remove_stale_temps` clears those a kill -9
+left behind).
+
+JSON is strict (RFC 8259): a non-finite float is written as the string "nan", "inf" or "-inf"
+(never a bare NaN / Infinity, which `jq`, `JSON.parse` and most CI tools reject) and read back as
+the same float by `read_json_file` / `read_results`, so a round trip is lossless.
 """
 
 from __future__ import annotations
@@ -18,38 +24,112 @@ from privbench.errors import DataError, PrivbenchError
 SCHEMA_VERSION = 1
 
 
+TEMP_SUFFIX = ".tmp"
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` atomically (temp file + rename); one-line error if not writable."""
+    """Write `text` to `path` atomically (temp file + rename); one-line error if not writable.
+
+    The temporary file never survives: it is renamed over `path` or removed, whatever stops the
+    write (an error, Ctrl-C, a full disk).
+    """
     path = Path(path)
+    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise PrivbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def remove_stale_temps(folder: str | Path) -> int:
+    """Delete the temporary files `atomic_write_text` left under `folder` when a process was
+    killed mid-write (call it while holding the folder's lock); returns how many."""
+    stale = [p for p in Path(folder).rglob(f".*{TEMP_SUFFIX}") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
+
+
+NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def strict(obj: Any) -> Any:
+    """`obj` with every non-finite float replaced by "nan", "inf" or "-inf" (strict JSON)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else "inf" if obj > 0 else "-inf"
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
+
+
+def unstrict(obj: Any) -> Any:
+    """The inverse of `strict`: "nan" / "inf" / "-inf" strings back to floats."""
+    if isinstance(obj, str):
+        return NONFINITE.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: unstrict(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unstrict(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    """Indented, key-sorted strict JSON (byte-stable for the same content)."""
+    return json.dumps(strict(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def write_json(path: str | Path, obj: Any) -> None:
-    """Atomically write `obj` as indented, key-sorted JSON (byte-stable for the same content)."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    """Atomically write `obj` as indented, key-sorted strict JSON."""
+    atomic_write_text(path, dumps(obj))
 
 
-def read_results(path: str | Path) -> dict[str, Any]:
-    """Read a results JSON and check its schema version."""
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"bare {name} is not JSON")
+
+
+def read_json_file(path: str | Path, what: str) -> Any:
+    """Parse a strict JSON file (non-finite strings decoded); one-line DataError otherwise."""
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text(encoding="utf-8")
+        return unstrict(json.loads(text, parse_constant=_reject_constant))
     except FileNotFoundError:
-        raise DataError(f"results file {path} not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"results file {path} is not valid JSON ({exc})") from None
+        raise DataError(f"{what} {path} not found") from None
+    except OSError as exc:
+        raise DataError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        reason = str(exc).replace("\n", " ")[:200]
+        raise DataError(f"{what} {path} is not valid JSON ({reason})") from None
+
+
+def read_results(path: str | Path, kind: str | None = None, wrong_kind: str = ""
+                 ) -> dict[str, Any]:
+    """Read a results JSON and check its schema version, its `kind` (when given; `wrong_kind`
+    says what the caller reads instead) and its schema."""
+    data = read_json_file(path, "results file")
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else None
         raise DataError(f"results file {path} has schema_version {found!r}; "
                         f"this privbench reads schema_version {SCHEMA_VERSION}")
+    if kind is not None and data.get("kind") != kind:
+        raise DataError(f"{path} is a {data.get('kind')!r} result; "
+                        f"{wrong_kind or f'expected a {kind!r} result'}")
+    from privbench.schema import check_results
+
+    problem = check_results(data)
+    if problem:
+        raise DataError(f"results file {path} does not match the results schema: {problem}")
     return data
 
 

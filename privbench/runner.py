@@ -16,7 +16,7 @@ import torch
 
 from privbench.comm import Comm
 from privbench.config import RunConfig, replace_checked, to_dict
-from privbench.data import load_dataset, split_nodes
+from privbench.data import NodeData, load_dataset, split_nodes
 from privbench.device import device_description, resolve_device
 from privbench.engine import Context, Trainer, TrainResult, node_models
 from privbench.errors import ConfigError, PrivbenchError
@@ -35,6 +35,18 @@ class Built:
     trainer: Trainer
     ctx: Context
     defense: str
+    split_digest: str = ""
+
+
+def split_digest(data: NodeData) -> str:
+    """SHA-256 of the member / non-member split (every node's member and held-out indices)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in (data.idx, data.counts, data.idx_out, data.counts_out):
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.detach().cpu().to(torch.int64).contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
@@ -63,12 +75,28 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     if cls.mixing == "doubly" and not topo.undirected:
         raise ConfigError(f"defense {defense!r} gossips on an undirected graph; topology "
                           f"{run.topology!r} is directed (use ring, complete, two_hub, random_out)")
+    digest = split_digest(data)  # of the whole network's split, before a rank keeps its part
     if comm.distributed:
         data = data.restrict(comm.mine(run.nodes))
     policy = policy or RecordPolicy()
     bus = MessageBus(cls.kinds, policy, comm=comm)
     ctx = Context(run, fm, data.to(device), topo, bus, GroundTruth(policy), streams, device, comm)
-    return Built(cls(cfg, ctx), ctx, defense)
+    ctx.truth.split_digest = digest
+    return Built(cls(cfg, ctx), ctx, defense, digest)
+
+
+def check_split(built: Built, folder: str | Path) -> None:
+    """Refuse a saved run whose member/non-member split, rebuilt from its results.json, differs
+    from the digest stored with its ground truth (an edited config would grade attacks against
+    the wrong split)."""
+    from privbench.messages import GroundTruth
+
+    recorded = GroundTruth.load(folder).split_digest
+    if recorded != built.split_digest:
+        raise PrivbenchError(f"{folder}: the member/non-member split rebuilt from results.json "
+                             "does not match the digest stored with the ground truth "
+                             "(results.json was edited, or the log predates split digests); "
+                             "refusing to grade attacks against it")
 
 
 def environment(device: torch.device) -> dict[str, str]:
@@ -141,6 +169,7 @@ def save_run(built: Built, res: TrainResult, out: str | Path) -> dict[str, Any]:
 
 def _write_folder(out: Path, result: dict[str, Any], models: torch.Tensor, log: MessageLog,
                   truth: GroundTruth) -> None:
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -156,5 +185,8 @@ def _write_folder(out: Path, result: dict[str, Any], models: torch.Tensor, log: 
             os.replace(tmp / name, out / name)
     except OSError as exc:
         raise PrivbenchError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except SafetensorError as exc:  # e.g. a full disk while saving tensors
+        reason = str(exc).replace("\n", " ")
+        raise PrivbenchError(f"cannot write {out}: {reason}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -3,10 +3,15 @@
 For every (defense, ε) the defense is trained once while recording only the rounds the attacks
 need; then every attack runs on what the threat model observes. Each finished piece is written
 atomically as its own file under `<out>/cells/<defense>@<ε>/` (`train.json`, `<attack>.json`),
-so an interrupted sweep loses at most the piece in progress and `--resume` skips what exists.
-`results.json` (schema `privbench.results`) is assembled from the cell files in a fixed order
-and holds no timestamps or timings (those go to `timings.json`), so the same seed gives
-byte-identical results on CPU. `index.html` is rendered from `results.json` alone.
+so an interrupted sweep loses at most the piece in progress. Every file carries the fingerprint
+of what determined it (`privbench.fingerprint`); `--resume` reuses a file only when it is valid
+(`privbench.schema`) and its fingerprint matches, and stops with the first differing field
+otherwise (`--resume=rerun-stale` recomputes the stale ones). One run writes into a folder at a
+time (an advisory lock). `results.json` (schema `privbench.results`, strict JSON) is assembled from
+the cell files in a fixed order and holds no timestamps, timings or output folder name (timings go
+to `timings.json`, the run name to the page's title), so the same seed gives byte-identical results
+on CPU wherever it is written. `index.html` is rendered from `results.json` alone; the three
+aggregate files are written only once all of them are built.
 """
 
 from __future__ import annotations
@@ -23,13 +28,24 @@ from typing import Any
 
 import torch
 
+from privbench import fingerprint as fp
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.engine import train
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.errors import ConfigError, DataError, PrivbenchError
 from privbench.messages import GroundTruth, MessageLog, RecordPolicy
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
-from privbench.results import SCHEMA_VERSION, atomic_write_text, read_results, write_json
-from privbench.runner import Built, build, environment, train_result
+from privbench.results import (
+    SCHEMA_VERSION,
+    atomic_write_text,
+    dumps,
+    read_json_file,
+    read_results,
+    remove_stale_temps,
+    unstrict,
+    write_json,
+)
+from privbench.runner import Built, build, check_split, environment, train_result
+from privbench.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.threat import THREATS, ThreatModel
 
 # The default grid: the non-private baselines and the five papers' algorithms (their variants
@@ -94,10 +110,38 @@ class AuditConfig:
                 raise ConfigError(f"every --eps must be a finite number > 0, got {e}")
         if not self.eps:
             raise ConfigError("--eps needs at least one value")
+        if not self.defenses:
+            raise ConfigError("--defense needs at least one defense (see `privbench list`)")
+        if not self.attacks:
+            raise ConfigError("--attack needs at least one attack (see `privbench list`)")
+        if self.reference_models < 1:
+            raise ConfigError(f"audit.reference_models must be >= 1, got {self.reference_models}")
+        if self.victim < 0:
+            raise ConfigError(f"audit.victim must be >= 0, got {self.victim}")
+        if any(r < 0 for r in self.inversion_rounds):
+            raise ConfigError(f"audit.inversion_rounds must be >= 0, got {self.inversion_rounds}")
+        # Equal values are one cell (1 and 1.0): keep the first of each.
+        object.__setattr__(self, "eps", tuple(dict.fromkeys(float(e) for e in self.eps)))
 
 
 def _eps_key(eps: float | None) -> str:
-    return "none" if eps is None else f"{eps:g}"
+    """The cell name of ε: short when that is exact, else repr (lossless: distinct ε, distinct
+    names, e.g. 1.0000001 and 1.0000004)."""
+    if eps is None:
+        return "none"
+    short = f"{eps:g}"
+    return short if float(short) == eps else repr(float(eps))
+
+
+def duplicate_eps(values: list[float] | None) -> list[float]:
+    """The values of an ε grid that repeat an earlier one (removed from the grid)."""
+    seen: set[float] = set()
+    dups = []
+    for v in values or []:
+        if v in seen:
+            dups.append(v)
+        seen.add(v)
+    return dups
 
 
 def threat_for(kind: str, built: Built, victim: int, t: int = 0) -> ThreatModel:
@@ -217,18 +261,26 @@ def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
     return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
 
 
+RESUME_MODES = ("check", "rerun-stale")
+
+
 @dataclass
 class Sweep:
-    """An audit run writing into `out`."""
+    """An audit run writing into `out`.
+
+    `resume`: None (compute every cell), "check" (reuse valid cells whose fingerprint matches;
+    a mismatch is an error naming the first differing field) or "rerun-stale" (recompute those).
+    """
 
     base: RunConfig
     overrides: dict[str, Any]
     audit: AuditConfig
     out: Path
-    resume: bool = False
+    resume: str | None = None
     progress: bool = True
     command: str = "privbench attack"
     messages_dir: Path | None = None
+    stats: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def cell_dir(self, defense: str, eps: float | None) -> Path:
         return self.out / "cells" / f"{defense}@{_eps_key(eps)}"
@@ -253,41 +305,124 @@ class Sweep:
                 cells.append((name, eps))
         return cells
 
+    def run_for(self, eps: float | None) -> RunConfig:
+        return self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
+
+    def validate(self) -> None:
+        """Every check that needs no training, so that bad options fail before any cell runs."""
+        if self.audit.victim >= self.base.nodes:
+            raise ConfigError(f"audit.victim must be a node index in 0..{self.base.nodes - 1}, "
+                              f"got {self.audit.victim}")
+        late = [r for r in self.audit.inversion_rounds if r >= self.base.rounds]
+        if late:
+            raise ConfigError(f"audit.inversion_rounds must be < rounds ({self.base.rounds}), "
+                              f"got {late[0]}")
+
+    def fingerprints(self, defense: str, eps: float | None) -> dict[str, dict[str, Any]]:
+        """The fingerprint of each file of a cell ("train" and one per attack)."""
+        import privbench
+
+        run = self.run_for(eps)
+        over = self.overrides if self.messages_dir is not None else self.overrides_for(defense)
+        cfg = replace_checked(DEFENSES.get(defense).Config(), over, where="defense")
+        fields: dict[str, Any] = {
+            "run": {k: v for k, v in to_dict(run).items() if k not in ("data_root", "download")},
+            "defense": {"name": defense, **to_dict(cfg)},
+            "dataset": fp.dataset_identity(run.dataset, run.data_root, run.download),
+            "version": {"privbench": privbench.__version__, "torch": torch.__version__},
+            "threads": torch.get_num_threads(),
+        }
+        if self.messages_dir is not None:  # a saved log: its files determine the cell
+            fields["source"] = {name: fp.file_sha256(self.messages_dir / name) for name in
+                                ("results.json", "messages.safetensors",
+                                 "ground_truth.safetensors")}
+        out = {"train": fp.fingerprint(fields)}
+        audit = {k: json_ready(getattr(self.audit, k))
+                 for k in ("threat", "victim", "inversion_rounds", "reference_models")}
+        for attack in self.audit.attacks:
+            out[attack] = fp.fingerprint({**fields, "audit": audit, "attack": {
+                "name": attack, "config": self.audit.attack_config.get(attack, {})}})
+        return out
+
     def run(self) -> dict[str, Any]:
-        """Train and attack every missing cell, then assemble results.json and index.html."""
-        timings: dict[str, Any] = {}
-        for defense, eps in self.grid():
-            self.run_cell(defense, eps, timings)
-        results = self.assemble()
-        write_json(self.out / "results.json", results)
-        write_json(self.out / "timings.json", timings)
-        from privbench.report import render_html
+        """Train and attack every cell to (re)compute, then write results.json, timings.json and
+        index.html, once all three are built. Holds the folder's lock throughout."""
+        with fp.folder_lock(self.out):
+            remove_stale_temps(self.out)
+            self.validate()
+            plan = [(d, e, self.plan_cell(d, e)) for d, e in self.grid()]  # before training
+            for defense, eps, (todo, prints) in plan:
+                if todo:
+                    self.run_cell(defense, eps, todo, prints)
+            results = self.assemble()
+            timings = {self._label(d, e): self._read_timings(d, e) for d, e in self.grid()}
+            from privbench.report import render_html
 
-        atomic_write_text(self.out / "index.html", render_html(results))
-        return results
+            html = render_html(results, run_name=self.out.name)
+            text = dumps(results)
+            write_json(self.out / "timings.json", timings)
+            atomic_write_text(self.out / "index.html", html)
+            atomic_write_text(self.out / "results.json", text)
+        return unstrict(results)
 
-    def _missing(self, folder: Path) -> list[str]:
-        names = ["train", *self.audit.attacks]
+    def _label(self, defense: str, eps: float | None) -> str:
+        return f"{defense}@{_eps_key(eps)}"
+
+    def _read_timings(self, defense: str, eps: float | None) -> dict[str, Any]:
+        path = self.cell_dir(defense, eps) / TIMINGS
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def plan_cell(self, defense: str, eps: float | None
+                  ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        """Which of a cell's files to compute, and the fingerprints they must carry."""
+        prints = self.fingerprints(defense, eps)
+        stat = self.stats
         if not self.resume:
-            return names
-        return [n for n in names if not (folder / f"{n}.json").is_file()]
+            return list(prints), prints
+        todo = []
+        for name, want in prints.items():
+            path = self.cell_dir(defense, eps) / f"{name}.json"
+            if not path.is_file():
+                todo.append(name)
+                stat["missing"] = stat.get("missing", 0) + 1
+                continue
+            problem = _file_problem(path, TRAIN_FILE if name == "train" else ATTACK_FILE)
+            if problem is None:
+                have = json.loads(path.read_text())["fingerprint"]
+                if have["sha256"] == want["sha256"]:
+                    continue
+                diff = fp.first_difference(have["fields"], want["fields"]) or "its hash"
+                if self.resume == "check":
+                    raise PrivbenchError(
+                        f"--resume: {path} is stale ({diff}); rerun with "
+                        "--resume=rerun-stale to recompute stale cells, or choose another --out")
+                stat["stale"] = stat.get("stale", 0) + 1
+            else:
+                print(f"privbench: warning: {path} is damaged ({problem}); recomputing it",
+                      file=sys.stderr)
+                stat["damaged"] = stat.get("damaged", 0) + 1
+            todo.append(name)
+        stat["reused"] = stat.get("reused", 0) + (len(prints) - len(todo))
+        return todo, prints
 
-    def run_cell(self, defense: str, eps: float | None, timings: dict[str, Any]) -> None:
+    def run_cell(self, defense: str, eps: float | None, todo: list[str],
+                 prints: dict[str, dict[str, Any]]) -> None:
         folder = self.cell_dir(defense, eps)
-        missing = self._missing(folder)
-        if not missing:
-            return
-        run = self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
+        run = self.run_for(eps)
         built, train_cell = self._train(defense, run)
-        label = f"{defense}@{_eps_key(eps)}"
-        timings[label] = {"train_s": train_cell.pop("seconds", None)}
-        if "train" in missing:
-            write_json(folder / "train.json", train_cell)
+        timings = self._read_timings(defense, eps)
+        timings["train_s"] = train_cell.pop("seconds", None)
+        if "train" in todo:
+            write_json(folder / "train.json", {**train_cell, "fingerprint": prints["train"]})
         from tqdm import tqdm
 
-        todo = [a for a in self.audit.attacks if a in missing]
-        with tqdm(todo, desc=f"attacks {label}", unit="attack", leave=False,
-                  disable=not self.progress, file=sys.stderr) as bar:
+        attacks = [a for a in self.audit.attacks if a in todo]
+        with tqdm(attacks, desc=f"attacks {self._label(defense, eps)}", unit="attack",
+                  leave=False, disable=not self.progress, file=sys.stderr) as bar:
             for attack in bar:
                 bar.set_postfix_str(attack)
                 start = time.perf_counter()
@@ -297,8 +432,9 @@ class Sweep:
                 else:
                     result = run_attack(built, attack, self.audit, run.seed)
                 result.pop("seconds", None)  # timings live in timings.json, not in results
-                timings[label][attack] = time.perf_counter() - start
-                write_json(folder / f"{attack}.json", result)
+                timings[attack] = time.perf_counter() - start
+                write_json(folder / f"{attack}.json", {**result, "fingerprint": prints[attack]})
+        write_json(folder / TIMINGS, timings)
 
     def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
@@ -322,37 +458,69 @@ class Sweep:
         return built, cell
 
     def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
-        """Rebuild a saved training run's context and attach its logged messages."""
+        """Rebuild a saved training run's context and attach its logged messages; the
+        member/non-member split rebuilt from the saved run config must be the one the run
+        trained on (its digest is stored with the ground truth), or the attack is refused."""
         saved = read_results(self.messages_dir / "results.json")  # type: ignore[operator]
         built = build(run, defense, saved.get("defense_config", {}), policy=RecordPolicy.none())
         built.ctx.bus.log = MessageLog.load(self.messages_dir)  # type: ignore[arg-type]
         built.ctx.truth = GroundTruth.load(self.messages_dir)  # type: ignore[arg-type]
+        check_split(built, self.messages_dir)  # type: ignore[arg-type]
         privacy = saved.get("privacy", [])
         built.trainer.privacy = lambda: privacy  # type: ignore[method-assign]
         cell = {"defense": defense, "epsilon": run.epsilon if built.trainer.private else None,
                 "status": "ok" if saved.get("diverged_round") is None else "diverged",
                 "accuracy": saved["accuracy"]["average_model"],
                 "node_accuracy": saved["accuracy"]["per_node"], "privacy": privacy,
-                "messages": saved["messages"], "defense_config": saved["defense_config"],
+                "messages": saved["messages"], "defense_config": saved.get("defense_config", {}),
                 "history": saved.get("history", []), "source": str(self.messages_dir)}
         return built, cell
 
     def assemble(self) -> dict[str, Any]:
-        """results.json from the cell files, in the grid's order."""
-        cells = []
+        """results.json from the cell files (each validated), in the grid's order."""
+        cells, prints = [], []
         for defense, eps in self.grid():
             folder = self.cell_dir(defense, eps)
-            cell = json.loads((folder / "train.json").read_text())
-            cell["attacks"] = {a: json.loads((folder / f"{a}.json").read_text())
-                               for a in sorted(self.audit.attacks)}
+            cell = _read_cell_file(folder / "train.json", TRAIN_FILE)
+            cell["fingerprint"] = cell["fingerprint"]["sha256"]
+            prints.append(cell["fingerprint"])
+            cell["attacks"] = {}
+            for a in sorted(self.audit.attacks):
+                att = _read_cell_file(folder / f"{a}.json", ATTACK_FILE)
+                att["fingerprint"] = att["fingerprint"]["sha256"]
+                prints.append(att["fingerprint"])
+                cell["attacks"][a] = att
             cells.append(cell)
-        return {"schema_version": SCHEMA_VERSION, "kind": "audit", "run_name": self.out.name,
+        import hashlib
+
+        run_print = hashlib.sha256(" ".join(prints).encode()).hexdigest()
+        return {"schema_version": SCHEMA_VERSION, "kind": "audit",
                 "command": self.command,
                 "config": {"run": to_dict(self.base), "defense_overrides": self.overrides,
-                           "audit": to_dict(self.audit), "threat": self.audit.threat},
+                           "audit": to_dict(self.audit), "threat": self.audit.threat,
+                           "fingerprint": run_print, "threads": torch.get_num_threads()},
                 "environment": environment(torch.device("cpu") if self.base.device == "cpu"
                                            else _device(self.base.device)),
                 "cells": cells}
+
+
+TIMINGS = "timings.json"
+
+
+def _file_problem(path: Path, schema: Any) -> str | None:
+    """What is wrong with a cell file (unreadable, not strict JSON, off-schema), or None."""
+    try:
+        data = read_json_file(path, "cell file")
+    except DataError as exc:
+        return str(exc).split(f"{path} ", 1)[-1]
+    return schema(data)
+
+
+def _read_cell_file(path: Path, schema: Any) -> dict[str, Any]:
+    problem = _file_problem(path, schema)
+    if problem:
+        raise DataError(f"{path} is damaged ({problem}); rerun with --resume to recompute it")
+    return read_json_file(path, "cell file")
 
 
 def _device(name: str) -> torch.device:

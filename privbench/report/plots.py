@@ -13,6 +13,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+# Labels are names from results files (defenses, attacks): show them as written, never parse
+# `$...$` in them as mathtext (a name like "a$b" would otherwise fail to render).
+matplotlib.rcParams["text.parse_math"] = False
+
 
 def _png(fig: Any) -> str:
     buf = io.BytesIO()

@@ -125,8 +125,13 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def render_html(results: dict[str, Any]) -> str:
-    """The self-contained audit page for an audit results dict."""
+def render_html(results: dict[str, Any], run_name: str | None = None) -> str:
+    """The self-contained audit page for an audit results dict.
+
+    `run_name` (the output folder's name) titles the page; results.json does not hold it, so
+    that the same audit written into another folder gives the same results.json.
+    """
+    results = {**results, "run_name": run_name or results.get("run_name") or "audit"}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)

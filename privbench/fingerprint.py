@@ -1,0 +1,103 @@
+"""Run fingerprints: a hash of everything that determines an audit cell, and one writer per folder.
+
+A cell of `privbench attack` is reused by `--resume` only when the fingerprint stored in its files
+equals the one this run computes. The fingerprint covers the run config (ε, rounds, model, seed,
+...), the defense config with its overrides, the audit settings the cell's attacks read, the
+dataset's identity (name, sizes and a SHA-256 of its tensors, not the folder it was read from),
+the privbench and torch versions and torch's intra-op thread count (a reduction split over another
+number of threads may round differently, so results are only compared at equal thread counts).
+The fields are stored flat (`run.rounds`, `defense.clip`, ...) next to the hash so that a mismatch
+names the first field that differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from privbench.errors import PrivbenchError
+
+LOCK_NAME = ".privbench.lock"
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one dict with dotted keys (lists and scalars are leaves)."""
+    if not isinstance(obj, dict):
+        return {prefix: obj}
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def fingerprint(fields: dict[str, Any]) -> dict[str, Any]:
+    """{"sha256": hash of the flattened fields, "fields": the flattened fields}."""
+    from privbench.results import strict
+
+    flat = strict(flatten(fields))
+    text = json.dumps(flat, sort_keys=True, separators=(",", ":"))
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "fields": flat}
+
+
+def first_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The first field (in `new`'s order, then `old`'s) whose value differs, as one phrase."""
+    for key in [*new, *(k for k in old if k not in new)]:
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if a != b:
+            return f"{key} = {a!r} there, {b!r} now"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def dataset_identity(name: str, root: str | None, download: bool) -> dict[str, Any]:
+    """Name, sizes and SHA-256 of a dataset's tensors (independent of the folder it is in)."""
+    from privbench.data import load_dataset
+
+    ds = load_dataset(name, root, download)
+    h = hashlib.sha256()
+    for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.held):
+        if t is not None:
+            h.update(str(tuple(t.shape)).encode())
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return {"name": name, "train": len(ds.y_train), "test": len(ds.y_test),
+            "sha256": h.hexdigest()}
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes ("missing" when absent)."""
+    if not path.is_file():
+        return "missing"
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (`fcntl.flock`) on `folder` for one writer; a second
+    writer fails at once with a one-line error. The lock dies with the process (kill -9 too)."""
+    import fcntl
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise PrivbenchError(f"cannot lock output folder {folder}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PrivbenchError(f"output folder {folder} is in use by another privbench run "
+                                 f"(it holds {LOCK_NAME}); wait for it to finish or choose "
+                                 "another --out") from None
+        yield
+    finally:
+        os.close(fd)
