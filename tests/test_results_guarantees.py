@@ -168,7 +168,7 @@ def test_names_with_dollar_signs_render(tmp_path):
 
     res = _audit_results()
     res["cells"][0]["accuracy"] = 0.5
-    res["cells"].append({**copy.deepcopy(res["cells"][0]), "defense": "$\\frac{a$b$",
+    res["cells"].append({**copy.deepcopy(res["cells"][0]), "defense": "$\\undefinedmacro^$",
                          "epsilon": 2.0})
     html = render_html(res, run_name="<script>x</script>")
     assert "&lt;script&gt;" in html and "<script>x</script>" not in html
