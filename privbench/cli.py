@@ -355,8 +355,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     items = [read_results(p, "audit", "`privbench report` renders audit results written by "
                           "`privbench attack`") for p in args.results]
-    name = " + ".join(Path(p).resolve().parent.name for p in args.results)
-    atomic_write_text(args.output, _render(merge_results(items), name))
+    for path, item in zip(args.results, items, strict=True):  # named by its folder
+        item.setdefault("run_name", Path(path).resolve().parent.name)
+    merged = merge_results(items)
+    atomic_write_text(args.output, _render(merged, merged["run_name"]))
     print(f"wrote {args.output}")
     return 0
 
