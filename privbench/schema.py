@@ -85,13 +85,15 @@ def record(required: dict[str, Checker], optional_keys: dict[str, Checker] | Non
 
 
 FINGERPRINT = record({"sha256": STR, "fields": mapping(ANY)})
-PRIVACY = record({"mode": STR, "epsilon": EPS}, {"node": INT, "delta": optional(NUM),
+PRIVACY = record({"mode": STR, "epsilon": optional(EPS)}, {"node": INT, "delta": optional(NUM),
                                                  "accountant": STR, "unit": STR,
                                                  "uncovered": array(STR)})
 MESSAGE = record({"name": STR}, {"covered": BOOL, "data_dependent": BOOL})
 ROC = record({"fpr": array(NUM), "tpr": array(NUM)})
 GALLERY = record({"true": array(ANY), "reconstructed": array(ANY)})
-_ATTACK_FIELDS = {"status": STR, "uses": array(STR), "metrics": mapping(optional(NUM))}
+# Metric values are read through `finite_or_none` (anything not a finite number is "not
+# measured"), so a metric may also be a structure (an interval, a detail record).
+_ATTACK_FIELDS = {"status": STR, "uses": array(STR), "metrics": mapping(ANY)}
 _ATTACK_OPTIONAL = {"roc": optional(ROC), "gallery": optional(GALLERY), "kind": STR}
 _CELL_FIELDS = {"defense": STR, "epsilon": optional(NUM), "status": STR,
                 "accuracy": optional(NUM), "privacy": array(PRIVACY), "messages": array(MESSAGE)}
