@@ -177,11 +177,13 @@ def _command_line(args: argparse.Namespace) -> str:
     """The user's command without options that do not change results (--out, --resume,
     --quiet, --run-name), so that reruns give byte-identical results."""
     argv, keep, skip = list(args._argv), [], False
-    for item in argv:
+    for i, item in enumerate(argv):
         if skip:
             skip = False
             continue
         name = item.split("=", 1)[0]
+        if item == "--resume" and argv[i + 1:i + 2] in (["check"], ["rerun-stale"]):
+            skip = True
         if name in ("--out", "--run-name") and "=" not in item:
             skip = True
         elif name not in ("--out", "--run-name", "--resume", "--quiet"):

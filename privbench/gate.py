@@ -29,7 +29,13 @@ from xml.etree import ElementTree as ET
 
 from privbench.config import read_toml
 from privbench.errors import ConfigError
-from privbench.results import attack_metric, claimed_eps, finite_or_none, uncovered_leaks
+from privbench.results import (
+    attack_metric,
+    claimed_eps,
+    eps_label,
+    finite_or_none,
+    uncovered_leaks,
+)
 
 # bound key -> (metric, comparison): value must be <= bound for "max", >= for "min".
 SIMPLE_BOUNDS: dict[str, tuple[str, str]] = {
@@ -135,7 +141,7 @@ def _tpr_at(cell: dict[str, Any], fpr: float) -> float | None:
 def cell_label(cell: dict[str, Any]) -> str:
     """defense@ε (or defense@no-DP)."""
     eps = cell.get("epsilon")
-    return f"{cell['defense']}@{'no-DP' if eps is None else f'{eps:g}'}"
+    return f"{cell['defense']}@{'no-DP' if eps is None else eps_label(eps)}"
 
 
 def check_bound(bound: dict[str, Any], cell: dict[str, Any]) -> list[Check]:

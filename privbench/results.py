@@ -161,6 +161,12 @@ def claimed_eps(cell: dict[str, Any], mode: str) -> float | None:
     return max(values) if values else None
 
 
+def eps_label(eps: float) -> str:
+    """ε as a short, lossless label: `:g` where that is exact, else repr (1, 8, 1.0000001)."""
+    short = f"{eps:g}"
+    return short if float(short) == eps else repr(float(eps))
+
+
 # Metrics where a smaller value means the attack recovered more.
 LOWER_MEANS_LEAKIER = frozenset({"mse", "lpips"})
 

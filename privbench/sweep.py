@@ -38,6 +38,7 @@ from privbench.results import (
     SCHEMA_VERSION,
     atomic_write_text,
     dumps,
+    eps_label,
     read_json_file,
     read_results,
     remove_stale_temps,
@@ -127,10 +128,7 @@ class AuditConfig:
 def _eps_key(eps: float | None) -> str:
     """The cell name of ε: short when that is exact, else repr (lossless: distinct ε, distinct
     names, e.g. 1.0000001 and 1.0000004)."""
-    if eps is None:
-        return "none"
-    short = f"{eps:g}"
-    return short if float(short) == eps else repr(float(eps))
+    return "none" if eps is None else eps_label(eps)
 
 
 def duplicate_eps(values: list[float] | None) -> list[float]:

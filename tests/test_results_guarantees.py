@@ -172,3 +172,9 @@ def test_names_with_dollar_signs_render(tmp_path):
                          "epsilon": 2.0})
     html = render_html(res, run_name="<script>x</script>")
     assert "&lt;script&gt;" in html and "<script>x</script>" not in html
+
+
+def test_gate_labels_close_eps_cells_apart():
+    cells = [{"defense": "dp", "epsilon": e} for e in (1.0000001, 1.0000004, 1.0, None)]
+    assert [gate.cell_label(c) for c in cells] == ["dp@1.0000001", "dp@1.0000004", "dp@1",
+                                                   "dp@no-DP"]
