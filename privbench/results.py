@@ -51,10 +51,12 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
-def remove_stale_temps(folder: str | Path) -> int:
-    """Delete the temporary files `atomic_write_text` left under `folder` when a process was
-    killed mid-write (call it while holding the folder's lock); returns how many."""
-    stale = [p for p in Path(folder).rglob(f".*{TEMP_SUFFIX}") if p.is_file()]
+def remove_stale_temps(folder: str | Path, patterns: tuple[str, ...] = ("", "cells/*/")) -> int:
+    """Delete the temporary files `atomic_write_text` left when a process was killed mid-write,
+    in `folder` and the subfolders matching `patterns` only, and only privbench's own (of a
+    .json or .html target; call it while holding the folder's lock); returns how many."""
+    stale = [p for pat in patterns for ext in (".json", ".html")
+             for p in Path(folder).glob(f"{pat}.*{ext}.*{TEMP_SUFFIX}") if p.is_file()]
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)
