@@ -126,14 +126,14 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
                                           y[rows], mask[rows], bnd)
             sums.append(_dict_to_rows(fm, parts, lead=1))  # (m', d)
         else:
-            sums_chunk, nrm = _vmap_clipped_sum(fm, params[rows], x[rows], y[rows], mask[rows],
+            sums_chunk, nrm = vmap_clipped_sum(fm, params[rows], x[rows], y[rows], mask[rows],
                                                 bnd)
             sums.append(sums_chunk)
         norms.append(nrm)
     return torch.cat(sums), torch.cat(norms)
 
 
-def _vmap_clipped_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: Tensor,
+def vmap_clipped_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: Tensor,
                       bound: Tensor) -> tuple[Tensor, Tensor]:
     """Fallback: vmap(vmap(grad)) per-sample gradients per parameter -> (m, d), (m, B)."""
     g = _per_sample_dict(fm, params, x, y)

@@ -217,6 +217,23 @@ def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
     return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
 
 
+class Laps:
+    """Consecutive laps of one clock: every instant since creation lands in exactly one lap."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+
+    def lap(self) -> float:
+        """Seconds since the previous lap (or creation)."""
+        now = time.perf_counter()
+        out, self.last = now - self.last, now
+        return out
+
+    def total(self) -> float:
+        """Seconds since creation."""
+        return time.perf_counter() - self.start
+
+
 @dataclass
 class Sweep:
     """An audit run writing into `out`."""
@@ -254,16 +271,26 @@ class Sweep:
         return cells
 
     def run(self) -> dict[str, Any]:
-        """Train and attack every missing cell, then assemble results.json and index.html."""
-        timings: dict[str, Any] = {}
+        """Train and attack every missing cell, then assemble results.json and index.html.
+
+        `timings.json`: wall_s (this call), per cell build_s (data, model, the privacy plan),
+        train_s (the round loop), summary_s (privacy report, message statistics) and one entry
+        per attack, then report_s (results.json and index.html), sum_s their sum. The parts are
+        consecutive laps of one clock, so they add up to wall_s (less the final write)."""
+        laps = Laps()
+        timings: dict[str, Any] = {"cells": {}}
         for defense, eps in self.grid():
-            self.run_cell(defense, eps, timings)
+            self.run_cell(defense, eps, timings["cells"], laps)
         results = self.assemble()
         write_json(self.out / "results.json", results)
-        write_json(self.out / "timings.json", timings)
         from privbench.report import render_html
 
         atomic_write_text(self.out / "index.html", render_html(results))
+        timings["report_s"] = laps.lap()
+        timings["wall_s"] = laps.total()
+        timings["sum_s"] = timings["report_s"] + sum(
+            sum(parts.values()) for parts in timings["cells"].values())
+        write_json(self.out / "timings.json", timings)
         return results
 
     def _missing(self, folder: Path) -> list[str]:
@@ -272,15 +299,18 @@ class Sweep:
             return names
         return [n for n in names if not (folder / f"{n}.json").is_file()]
 
-    def run_cell(self, defense: str, eps: float | None, timings: dict[str, Any]) -> None:
+    def run_cell(self, defense: str, eps: float | None, timings: dict[str, Any],
+                 laps: Laps | None = None) -> None:
+        laps = laps or Laps()
         folder = self.cell_dir(defense, eps)
         missing = self._missing(folder)
         if not missing:
             return
         run = self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
-        built, train_cell = self._train(defense, run)
         label = f"{defense}@{_eps_key(eps)}"
-        timings[label] = {"train_s": train_cell.pop("seconds", None)}
+        timings[label] = {}
+        built, train_cell = self._train(defense, run, timings[label], laps)
+        train_cell.pop("seconds", None)
         if "train" in missing:
             write_json(folder / "train.json", train_cell)
         from tqdm import tqdm
@@ -290,27 +320,31 @@ class Sweep:
                   disable=not self.progress, file=sys.stderr) as bar:
             for attack in bar:
                 bar.set_postfix_str(attack)
-                start = time.perf_counter()
                 if train_cell["status"] != "ok":
                     result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
                               "metrics": {}}
                 else:
                     result = run_attack(built, attack, self.audit, run.seed)
                 result.pop("seconds", None)  # timings live in timings.json, not in results
-                timings[label][attack] = time.perf_counter() - start
                 write_json(folder / f"{attack}.json", result)
+                timings[label][f"{attack}_s"] = laps.lap()
 
-    def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
+    def _train(self, defense: str, run: RunConfig, timing: dict[str, float], laps: Laps,
+               ) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
-            return self._load_messages(defense, run)
+            built, cell = self._load_messages(defense, run)
+            timing["build_s"] = laps.lap()
+            return built, cell
         built = build(run, defense, self.overrides_for(defense),
                       policy=_needed_rounds(run, self.audit))
+        timing["build_s"] = laps.lap()
         from tqdm import tqdm
 
         eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"
         with tqdm(total=run.rounds, desc=f"train {defense} {eps}", unit="round", leave=False,
                   disable=not self.progress, file=sys.stderr) as bar:
             res = train(built.trainer, progress=bar.update)
+        timing["train_s"] = laps.lap()
         status = ("ok" if res.diverged_round is None
                   else f"diverged (NaN/Inf) at round {res.diverged_round}")
         full = train_result(built, res)
@@ -319,6 +353,7 @@ class Sweep:
                 "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
                 "messages": full["messages"], "defense_config": full["defense_config"],
                 "history": res.history, "seconds": res.seconds}
+        timing["summary_s"] = laps.lap()
         return built, cell
 
     def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
