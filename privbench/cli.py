@@ -254,12 +254,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privbench bench` (declared here so that parsing never imports torch)."""
-    p.add_argument("section", choices=["engine", "attacks", "audit", "scale", "distributed"],
+    p.add_argument("section",
+                   choices=["engine", "attacks", "audit", "scale", "distributed", "plans"],
                    help="engine: one DP round, privbench vs Opacus vs torch.func per node vs "
                         "the non-private floor; "
                         "attacks: batched vs sequential inversion; audit: wall time of "
                         "`privbench attack`; scale: time per round vs n; distributed: one "
-                        "process vs P torchrun ranks")
+                        "process vs P torchrun ranks; plans: privacy-plan composition time")
     p.add_argument("--model", action="append", help="model(s), repeatable (default lenet, cnn)")
     p.add_argument("--nodes", type=int, action="append",
                    help="node count(s), repeatable (default 4, 16, 64; scale: up to 256)")
@@ -295,7 +296,7 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "the JSON); distributed: threads split over the ranks (default: all "
                         "cores)")
     p.add_argument("--rounds", type=int, default=20,
-                   help="distributed: rounds per timed run (default 20)")
+                   help="distributed: rounds per timed run; plans: rounds planned (default 20)")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 
