@@ -2,21 +2,24 @@
 
 Sections (each prints a table and, with `--json FILE`, writes it as JSON):
 
-* `engine`: one DP round for n nodes, timed on the same samples as
-  - vectorized: all nodes and samples in one `vmap(vmap(grad))` call (privbench's engine) doing a
-    generic DP-SGD round (per-sample gradients, L2 clipping, Gaussian noise, push-sum mixing),
-    as the defenses call it: `per_sample_grads` -> `clip_l2` -> `masked_sum`;
-  - fused: the same round through `engine.clipped_grad_sum` (no (n, B, d) stack);
-  - loop: a Python loop over nodes and, inside, over samples, each a forward/backward of an
-    `nn.Module` (how per-node reference implementations run DP-SGD); never slowed artificially;
-  - floor: non-private batched gradients of the same samples (no per-sample work), mixing
-    included;
-  - and, for every private defense (`--defense`, default: all registered with `private = True`),
-    one real `trainer.round(t)` of that defense built by `privbench.runner.build` with
-    `RecordPolicy.none()` (same n, model and batch size; its own data split and sampling).
+* `engine`: one generic DP round (clipped sum + Gaussian noise + push-sum mixing) for n nodes,
+  on the same samples, every way of `privbench.bench_rounds.METHODS`: privbench
+  (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus hooks and
+  Opacus ghost clipping looped over the nodes (optional `bench` extra; "Opacus not installed"
+  otherwise), `torch.func` per node, the non-private floor, and the naive per-sample loop only
+  as a labelled reference (`--method naive_loop`); plus one real `trainer.round(t)` of every
+  private defense (`--defense`, default: all registered with `private = True`) built by
+  `privbench.runner.build` with `RecordPolicy.none()`. All methods and defenses are
+  interleaved (`time_interleaved`: untimed warm-up, then passes in rotated order); JSON rows per
+  (model, n, method) with median, quartiles, min, max and every time, and per (model, n) the
+  ratios fastest Opacus / privbench and privbench / floor.
 * `attacks`: K batched Geiping attacks (one vmapped program) vs a sequential loop over the same K
-  problems (`attacks._inversion.bench_attacks`, written by the attack engineer).
-* `audit`: wall time of the default `privbench attack` (in-process, into a temporary `--out`).
+  problems (`bench_attacks`).
+* `audit`: wall time of `privbench attack --preset P` run in-process through `sweep.Sweep` (into a
+  temporary folder), with its `timings.json` breakdown (build, train, summary, each attack,
+  report; the parts sum to the wall time).
+* `plans`: seconds to compose every registered privacy plan for `--rounds` rounds, cold (empty
+  accountant cache) and warm (on-disk cache).
 * `scale`: time per round as n grows to 256: the generic DP round through
   `engine.clipped_grad_sum` (chunked, so memory is bounded in n) and one real defense round
   (`--defense`, default dp_sgp; skipped where its (n, B, d) per-sample stack would exceed
@@ -35,9 +38,11 @@ fewer than 2B members each, so every node has a full batch of B at n = 64 and 25
 at n >= 64). On CPU the process's address space is capped (`--memory-limit-gib`), so a defense
 round that would not fit is reported as skipped instead of waking the OOM killer.
 
-Times are medians over `--repeats` repeats after one warm-up (a call slower than
-`--round-budget-s` is timed once, by its warm-up run); ratios are loop / vectorized and
-vectorized / floor. Nothing here picks threads: run with `OMP_NUM_THREADS` set as you want it.
+Times are medians over `--repeats` repeats after one untimed warm-up (a call slower than
+`--round-budget-s` is timed once). `--threads N` sets torch.set_num_threads(N) and
+OMP_NUM_THREADS (recorded in the JSON with the load average); without it the process's default
+applies. Benchmark code lives here and in `bench_rounds.py` and calls library functions only
+(never `privbench.cli`, never `attacks` but through the registry).
 """
 
 from __future__ import annotations

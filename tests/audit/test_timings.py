@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-import privbench.report  # noqa: F401  (imports aside: loaded before the clock starts)
+import privbench.report  # imports aside: loaded before the clock starts
 import privbench.sweep  # noqa: F401
 from privbench.cli import main
 from privbench.registry import load_plugins
