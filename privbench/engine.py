@@ -123,8 +123,8 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
         rows = slice(s, s + step)
         bnd = bound_t[rows] if bound_t.dim() else bound_t
         if plan is not None:
-            parts, nrm = fast_clipped_sum(plan, _rows_to_dict(fm, params[rows]), x[rows],
-                                          y[rows], mask[rows], bnd)
+            parts, nrm = fast_clipped_sum(plan, fm.module, _rows_to_dict(fm, params[rows]),
+                                          x[rows], y[rows], mask[rows], bnd)
             sums.append(_dict_to_rows(fm, parts, lead=1))  # (m', d)
         else:
             sums_chunk, nrm = vmap_clipped_sum(fm, params[rows], x[rows], y[rows], mask[rows],

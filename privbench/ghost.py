@@ -77,17 +77,17 @@ def _rule_for(module: nn.Module) -> str:
 
 
 class FastClip:
-    """The per-layer plan of one model for one per-sample input shape."""
+    """The per-layer plan of one model for one per-sample input shape (holds the layers, not the
+    root module, so the plan cache never keeps a model alive)."""
 
-    def __init__(self, module: nn.Module, layers: list[Layer]) -> None:
-        self.module = module
+    def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
 
     @classmethod
     def build(cls, module: nn.Module, sample_shape: Shape) -> FastClip | None:
         """Dry-run one sample through `module` with hooks; None when no exact plan exists."""
         owners = [(n, m) for n, m in module.named_modules() if _direct_params(m)]
-        if any(next(m.children(), None) is not None for _, m in owners):
+        if not owners or any(next(m.children(), None) is not None for _, m in owners):
             return None  # a module with parameters and children: its output gradient is not enough
         seen: dict[str, list[tuple[Shape, Shape]]] = {n: [] for n, _ in owners}
 
@@ -107,7 +107,7 @@ class FastClip:
                 h.remove()
         if any(len(s) != 1 or not s[0] for s in seen.values()):
             return None  # unused, shared or multi-input layers
-        return cls(module, [Layer(n, m, _rule_for(m), *seen[n][0]) for n, m in owners])
+        return cls([Layer(n, m, _rule_for(m), *seen[n][0]) for n, m in owners])
 
     @contextmanager
     def probes(self, state: dict[str, Any]) -> Iterator[None]:
@@ -125,7 +125,7 @@ class FastClip:
             for h in handles:
                 h.remove()
 
-    def capture(self, pdict: dict[str, Tensor], x: Tensor, y: Tensor,
+    def capture(self, module: nn.Module, pdict: dict[str, Tensor], x: Tensor, y: Tensor,
                 ) -> tuple[list[Tensor], list[Tensor]]:
         """Each layer's inputs a (m, B, *in_shape) and per-sample output gradients
         e (m, B, *out_shape) from one forward and one backward per row, all rows in one vmap."""
@@ -137,7 +137,7 @@ class FastClip:
         def row_loss(probes: list[Tensor], p: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      ) -> tuple[Tensor, tuple[Tensor, ...]]:
             state["probes"], state["acts"] = probes, [None] * len(probes)
-            logits = functional_call(self.module, p, (xb,))  # (B, classes)
+            logits = functional_call(module, p, (xb,))  # (B, classes)
             return F.cross_entropy(logits, yb, reduction="sum"), tuple(state["acts"])
 
         with self.probes(state):
@@ -264,11 +264,12 @@ def row_bytes(plan: FastClip, batch: int, itemsize: int) -> int:
     return 2 * total * batch * itemsize
 
 
-def fast_clipped_sum(plan: FastClip, pdict: dict[str, Tensor], x: Tensor, y: Tensor,
-                     mask: Tensor, bound: Tensor) -> tuple[dict[str, Tensor], Tensor]:
-    """Clipped sums {name: (m, *shape)} and norms (m, B) for rows pdict {name: (m, *shape)},
-    x (m, B, ...), y (m, B), mask (m, B) bool, bound a scalar or (m, B) tensor."""
-    a, e = plan.capture(pdict, x, y)
+def fast_clipped_sum(plan: FastClip, module: nn.Module, pdict: dict[str, Tensor], x: Tensor,
+                     y: Tensor, mask: Tensor, bound: Tensor,
+                     ) -> tuple[dict[str, Tensor], Tensor]:
+    """Clipped sums {name: (m, *shape)} and norms (m, B) of `module` for rows pdict
+    {name: (m, *shape)}, x (m, B, ...), y (m, B), mask (m, B) bool, bound a scalar or (m, B)."""
+    a, e = plan.capture(module, pdict, x, y)
     parts = [RULES[lay.rule](lay, ak, ek) if lay.rule in RULES
              else _generic(lay, ak, ek, pdict)
              for lay, ak, ek in zip(plan.layers, a, e, strict=True)]
