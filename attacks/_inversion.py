@@ -27,9 +27,9 @@ Attacks never see ground truth: restarts are kept by their gradient-matching los
 a match to the true data; grading is `privbench.inversion.grade`.
 
 Helpers: `InversionAttack` (the base class), `group_views` (indices by batch size),
-`stack_views`, `infer_labels`, `synthetic_views` (exact views of known digits batches, for tests
-and benchmarks) and `bench_attacks(k_values, device)` (K batched Geiping attacks vs the same K
-run one after another; rows with the time ratio), which `privbench bench attacks` prints.
+`stack_views` and `infer_labels`. Exact views of known digits batches for tests and benchmarks:
+`privbench.inversion.synthetic_views`; the batched-vs-sequential benchmark: `privbench bench
+attacks` (`privbench.bench.bench_attacks`).
 
 Batched execution
 -----------------
@@ -508,64 +508,3 @@ class InversionAttack:
                     gen: torch.Generator) -> Reconstruction:
         """Reconstruct the batches behind K gradient views (same batch size)."""
         raise NotImplementedError
-
-
-def synthetic_views(k: int, batch_size: int, seed: int = 0, model: str = "lenet",
-                    ) -> tuple[list[GradientView], FlatModel, Tensor, Tensor]:
-    """K exact gradient views of known digits batches at independent random models (for tests
-    and benchmarks; the returned images/labels are the truth, never passed to an attack).
-
-    Returns:
-        views, the FlatModel, images (K, B, 1, 8, 8) and labels (K, B).
-    """
-    from privbench.data import load_digits
-    from privbench.engine import batch_grads
-    from privbench.models import build_model
-
-    ds = load_digits()
-    fm = build_model(model, ds.input_shape, ds.num_classes)
-    g = torch.Generator().manual_seed(seed)
-    params = torch.stack([fm.init(g) for _ in range(k)])  # (K, d)
-    idx = torch.randperm(len(ds.y_train), generator=g)[: k * batch_size].view(k, batch_size)
-    x, y = ds.x_train[idx], ds.y_train[idx]  # (K, B, 1, 8, 8), (K, B)
-    grads = batch_grads(fm, params, x, y)  # (K, d)
-    views = [GradientView(0, i, params[i], grads[i], "gradient", None, batch_size, "synthetic")
-             for i in range(k)]
-    return views, fm, x, y
-
-
-def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps: int = 25,
-                  batch_size: int = 1, seed: int = 0) -> list[dict[str, Any]]:
-    """Throughput of K Geiping attacks batched (one vmapped program) vs a sequential loop.
-
-    Both run the same K problems (synthetic exact views, LeNet, digits) for `steps` iterations;
-    the ratio is sequential / batched wall time (after a warm-up).
-
-    Returns:
-        one row per K: k, steps, batch_size, batched_s, sequential_s, ratio, device.
-    """
-    from attacks.geiping import Geiping, GeipingConfig
-
-    device = torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    attack = Geiping(GeipingConfig(steps=steps))
-    rows = []
-    for k in k_values:
-        views, fm, _, _ = synthetic_views(k, batch_size, seed)
-        fm.to(device)
-        shape = (1, 8, 8)  # digits
-        gen = torch.Generator().manual_seed(seed)
-        Geiping(GeipingConfig(steps=2)).reconstruct(views[:1], fm, shape, 10, device, gen)
-        sync()
-        t0 = time.perf_counter()
-        attack.reconstruct(views, fm, shape, 10, device, gen)
-        sync()
-        t1 = time.perf_counter()
-        for v in views:
-            attack.reconstruct([v], fm, shape, 10, device, gen)
-        sync()
-        t2 = time.perf_counter()
-        rows.append({"k": k, "steps": steps, "batch_size": batch_size,
-                     "batched_s": t1 - t0, "sequential_s": t2 - t1,
-                     "ratio": (t2 - t1) / (t1 - t0), "device": str(device)})
-    return rows

@@ -2,21 +2,24 @@
 
 Sections (each prints a table and, with `--json FILE`, writes it as JSON):
 
-* `engine`: one DP round for n nodes, timed on the same samples as
-  - vectorized: all nodes and samples in one `vmap(vmap(grad))` call (privbench's engine) doing a
-    generic DP-SGD round (per-sample gradients, L2 clipping, Gaussian noise, push-sum mixing),
-    as the defenses call it: `per_sample_grads` -> `clip_l2` -> `masked_sum`;
-  - fused: the same round through `engine.clipped_grad_sum` (no (n, B, d) stack);
-  - loop: a Python loop over nodes and, inside, over samples, each a forward/backward of an
-    `nn.Module` (how per-node reference implementations run DP-SGD); never slowed artificially;
-  - floor: non-private batched gradients of the same samples (no per-sample work), mixing
-    included;
-  - and, for every private defense (`--defense`, default: all registered with `private = True`),
-    one real `trainer.round(t)` of that defense built by `privbench.runner.build` with
-    `RecordPolicy.none()` (same n, model and batch size; its own data split and sampling).
+* `engine`: one generic DP round (clipped sum + Gaussian noise + push-sum mixing) for n nodes,
+  on the same samples, every way of `privbench.bench_rounds.METHODS`: privbench
+  (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus hooks and
+  Opacus ghost clipping looped over the nodes (optional `bench` extra; "Opacus not installed"
+  otherwise), `torch.func` per node, the non-private floor, and the naive per-sample loop only
+  as a labelled reference (`--method naive_loop`); plus one real `trainer.round(t)` of every
+  private defense (`--defense`, default: all registered with `private = True`) built by
+  `privbench.runner.build` with `RecordPolicy.none()`. All methods and defenses are
+  interleaved (`time_interleaved`: untimed warm-up, then passes in rotated order); JSON rows per
+  (model, n, method) with median, quartiles, min, max and every time, and per (model, n) the
+  ratios fastest Opacus / privbench and privbench / floor.
 * `attacks`: K batched Geiping attacks (one vmapped program) vs a sequential loop over the same K
-  problems (`attacks._inversion.bench_attacks`, written by the attack engineer).
-* `audit`: wall time of the default `privbench attack` (in-process, into a temporary `--out`).
+  problems (`bench_attacks`).
+* `audit`: wall time of `privbench attack --preset P` run in-process through `sweep.Sweep` (into a
+  temporary folder), with its `timings.json` breakdown (build, train, summary, each attack,
+  report; the parts sum to the wall time).
+* `plans`: seconds to compose every registered privacy plan for `--rounds` rounds, cold (empty
+  accountant cache) and warm (on-disk cache).
 * `scale`: time per round as n grows to 256: the generic DP round through
   `engine.clipped_grad_sum` (chunked, so memory is bounded in n) and one real defense round
   (`--defense`, default dp_sgp; skipped where its (n, B, d) per-sample stack would exceed
@@ -35,18 +38,19 @@ fewer than 2B members each, so every node has a full batch of B at n = 64 and 25
 at n >= 64). On CPU the process's address space is capped (`--memory-limit-gib`), so a defense
 round that would not fit is reported as skipped instead of waking the OOM killer.
 
-Times are medians over `--repeats` repeats after one warm-up (a call slower than
-`--round-budget-s` is timed once, by its warm-up run); ratios are loop / vectorized and
-vectorized / floor. Nothing here picks threads: run with `OMP_NUM_THREADS` set as you want it.
+Times are medians over `--repeats` repeats after one untimed warm-up (a call slower than
+`--round-budget-s` is timed once). `--threads N` sets torch.set_num_threads(N) and
+OMP_NUM_THREADS (recorded in the JSON with the load average); without it the process's default
+applies. Benchmark code lives here and in `bench_rounds.py` and calls library functions only
+(never `privbench.cli`, never `attacks` but through the registry).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import io
 import math
+import os
 import resource
 import statistics
 import tempfile
@@ -56,12 +60,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from privbench.bench_rounds import METHODS, OPACUS_METHODS, RoundInputs, round_privbench
 from privbench.data import Dataset, load_dataset, load_digits, split_nodes
 from privbench.device import device_description, resolve_device
-from privbench.engine import batch_grads, clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
 from privbench.errors import ConfigError
 from privbench.models import FlatModel, build_model
 from privbench.registry import DATASETS
@@ -139,46 +142,6 @@ def _median_time(fn: Callable[[], Any], repeats: int, device: torch.device) -> f
     return statistics.median(times)
 
 
-def _round_vectorized(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
-                      gen: torch.Generator, clip: float = 1.0, sigma: float = 1.0) -> Tensor:
-    g = per_sample_grads(fm, params, x, y)  # (n, B, d)
-    g, _ = clip_l2(g, clip)
-    mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
-    noisy = masked_sum(g, mask) + sigma * clip * torch.randn(params.shape, generator=gen,
-                                                             device=params.device)
-    return p @ (params - 0.1 * noisy / y.shape[1])
-
-
-def _round_fused(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
-                 gen: torch.Generator, clip: float = 1.0, sigma: float = 1.0) -> Tensor:
-    mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
-    sums, _ = clipped_grad_sum(fm, params, x, y, mask, clip)  # (n, d), no (n, B, d) stack
-    noisy = sums + sigma * clip * torch.randn(params.shape, generator=gen, device=params.device)
-    return p @ (params - 0.1 * noisy / y.shape[1])
-
-
-def _round_loop(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
-                gen: torch.Generator, clip: float = 1.0, sigma: float = 1.0) -> Tensor:
-    module = fm.module
-    out = []
-    for i in range(params.shape[0]):  # the per-node loop of reference code
-        torch.nn.utils.vector_to_parameters(params[i], module.parameters())
-        total = torch.zeros(fm.d, device=params.device)
-        for b in range(x.shape[1]):  # the per-sample loop of DP-SGD without vmap
-            module.zero_grad(set_to_none=True)
-            F.cross_entropy(module(x[i, b:b + 1]), y[i, b:b + 1]).backward()
-            g = torch.cat([q.grad.reshape(-1) for q in module.parameters()])
-            total += g * min(1.0, clip / (float(g.norm()) + 1e-12))
-        total += sigma * clip * torch.randn(fm.d, generator=gen, device=params.device)
-        out.append(params[i] - 0.1 * total / x.shape[1])
-    return p @ torch.stack(out)
-
-
-def _round_floor(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, p: Tensor,
-                 gen: torch.Generator) -> Tensor:
-    return p @ (params - 0.1 * batch_grads(fm, params, x, y))
-
-
 def private_defenses() -> list[str]:
     """Registry keys of every registered defense with `private = True`."""
     from privbench.registry import DEFENSES, load_plugins
@@ -242,44 +205,124 @@ def _engine_inputs(model: str, n: int, batch: int, device: torch.device,
     return fm, params, x, y, p, gen
 
 
-def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.device,
-                 defenses: list[str] | None = None, loop: bool = True) -> dict[str, Any]:
-    """Time one DP round three ways (vectorized, loop, floor) for `n` nodes of `model` on digits,
-    plus one real round of every defense in `defenses`.
+def _timed(fn: Callable[[], Any], device: torch.device) -> float:
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
 
-    Returns:
-        model, nodes, batch, d, dataset, out_degree, vectorized_s (per_sample_grads + clip_l2
-        + masked_sum, as the defenses call it), fused_s (`engine.clipped_grad_sum`), loop_s
-        (None without `loop`), floor_s, speedup_vs_loop (loop / vectorized),
-        fused_speedup_vs_loop, slowdown_vs_floor (vectorized / floor), and `defenses`: one dict
-        per defense with round_s (None when skipped), skipped (why, or None), speedup_vs_loop
-        and slowdown_vs_floor.
-    """
-    fm, params, x, y, p, gen = _engine_inputs(model, n, batch, device)
-    with torch.no_grad():
-        t_vec = _median_time(lambda: _round_vectorized(fm, params, x, y, p, gen), repeats, device)
-        t_fused = _median_time(lambda: _round_fused(fm, params, x, y, p, gen), repeats, device)
-        t_floor = _median_time(lambda: _round_floor(fm, params, x, y, p, gen), repeats, device)
-    t_loop = (_median_time(lambda: _round_loop(fm, params, x, y, p, gen), repeats, device)
-              if loop else None)
-    rows = []
-    for name in defenses or []:
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device,
+                     ) -> dict[str, list[float]]:
+    """Seconds of every call, methods interleaved: one untimed warm-up each (first-call set-up:
+    lazy initialisation, allocations, Opacus hooks), then `repeats` passes over all methods, the
+    order rotated by one each pass (load drifting over the run hits every method alike). A
+    method whose first timed call exceeds ROUND_BUDGET_S is timed only once."""
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for k in names:
+        fns[k]()
+        _sync(device)
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            if not times[k] or times[k][0] <= ROUND_BUDGET_S:
+                times[k].append(_timed(fns[k], device))
+    return times
+
+
+def spread(times: list[float]) -> dict[str, Any]:
+    """Median, quartiles, min and max of a list of seconds."""
+    qs = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
+    return {"median_s": statistics.median(times), "q1_s": qs[0], "q3_s": qs[2],
+            "min_s": min(times), "max_s": max(times), "times_s": times}
+
+
+def _defense_call(name: str, model: str, n: int, batch: int, device: torch.device,
+                  ) -> tuple[Callable[[], Any] | None, str | None]:
+    """A call running the next round of a built defense, or None and why it was skipped."""
+    try:
+        trainer = _build_trainer(name, model, n, batch, device)
+    except (RuntimeError, MemoryError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        return None, "out of memory (see --memory-limit-gib)"
+    counter = iter(range(10**9))
+    return lambda: trainer.round(next(counter)), None
+
+
+def _guarded(fn: Callable[[], Any], failed: dict[str, str], key: str) -> Callable[[], Any]:
+    """fn, recording an allocation failure under `key` instead of raising (once failed: no-op)."""
+    def call() -> None:
+        if key in failed:
+            return
         try:
-            t: float | None = time_defense_round(name, model, n, batch, repeats, device)
-            skipped = None
+            fn()
         except (RuntimeError, MemoryError) as exc:
             if not _out_of_memory(exc):
                 raise
-            t, skipped = None, "out of memory (see --memory-limit-gib)"
-        rows.append({"defense": name, "round_s": t, "skipped": skipped,
-                     "speedup_vs_loop": None if t_loop is None or t is None else t_loop / t,
-                     "slowdown_vs_floor": None if t is None else t / t_floor})
-    return {"model": model, "nodes": n, "batch": batch, "d": fm.d,
-            "dataset": bench_dataset(n, batch), "out_degree": out_degree(n),
-            "vectorized_s": t_vec, "fused_s": t_fused, "loop_s": t_loop, "floor_s": t_floor,
-            "speedup_vs_loop": None if t_loop is None else t_loop / t_vec,
-            "fused_speedup_vs_loop": None if t_loop is None else t_loop / t_fused,
-            "slowdown_vs_floor": t_vec / t_floor, "defenses": rows}
+            failed[key] = "out of memory (see --memory-limit-gib)"
+    return call
+
+
+def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.device,
+                 defenses: list[str] | None = None, methods: list[str] | None = None,
+                 ) -> list[dict[str, Any]]:
+    """Time one DP round of `model` at `n` nodes every way in `methods` (keys of
+    `bench_rounds.METHODS`, default all but the naive loop) and one real round of every defense
+    in `defenses`, all interleaved (`time_interleaved`).
+
+    Returns:
+        one row per method and defense: model, nodes, batch, d, dataset, out_degree, method
+        (a METHODS key or "defense:<name>"), label, median_s, q1_s, q3_s, min_s, max_s,
+        times_s, skipped (why it did not run, or None; its times are then None).
+    """
+    methods = list(methods or [k for k in METHODS if k != "naive_loop"])
+    fm, params, x, y, p, gen = _engine_inputs(model, n, batch, device)
+    inp = RoundInputs(fm, params, x, y, p, gen)
+    calls: dict[str, Callable[[], Any]] = {}
+    skipped: dict[str, str] = {}
+    labels = {}
+    for k in methods:
+        labels[k] = METHODS[k].label
+        why = METHODS[k].missing()
+        if why:
+            skipped[k] = why
+        else:
+            calls[k] = _guarded(lambda fn=METHODS[k].fn: fn(inp), skipped, k)
+    for name in defenses or []:
+        key = f"defense:{name}"
+        labels[key] = f"{name} (real round)"
+        call, why = _defense_call(name, model, n, batch, device)
+        if call is None:
+            skipped[key] = why or "skipped"
+        else:
+            calls[key] = _guarded(call, skipped, key)
+    times = time_interleaved(calls, repeats, device)
+    base = {"model": model, "nodes": n, "batch": batch, "d": fm.d,
+            "dataset": bench_dataset(n, batch), "out_degree": out_degree(n)}
+    rows = []
+    for key, label in labels.items():
+        stats: dict[str, Any] = (spread(times[key]) if key not in skipped else
+                                 dict.fromkeys(("median_s", "q1_s", "q3_s", "min_s", "max_s",
+                                                "times_s")))
+        rows.append({**base, "method": key, "label": label, **stats,
+                     "skipped": skipped.get(key)})
+    return rows
+
+
+def engine_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Ratios of one (model, n)'s rows: fastest Opacus mode / privbench, privbench / floor,
+    torch.func per node / privbench (None where a method did not run)."""
+    med = {r["method"]: r["median_s"] for r in rows if r["median_s"] is not None}
+    ours = med.get("privbench")
+    opacus = [med[k] for k in OPACUS_METHODS if k in med]
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a / b
+
+    return {"fastest_opacus_over_privbench": ratio(min(opacus) if opacus else None, ours),
+            "privbench_over_floor": ratio(ours, med.get("floor")),
+            "func_per_node_over_privbench": ratio(med.get("func_per_node"), ours)}
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -307,8 +350,8 @@ def _peak_memory(device: torch.device) -> float:
 def _time_fused(model: str, n: int, batch: int, repeats: int,
                 device: torch.device) -> tuple[FlatModel, float]:
     fm, params, x, y, p, gen = _engine_inputs(model, n, batch, device)
-    with torch.no_grad():
-        return fm, _median_time(lambda: _round_fused(fm, params, x, y, p, gen), repeats, device)
+    inp = RoundInputs(fm, params, x, y, p, gen)
+    return fm, _median_time(lambda: round_privbench(inp), repeats, device)
 
 
 def stack_gib(model: str, n: int, batch: int) -> float:
@@ -342,71 +385,177 @@ def bench_scale(model: str, n: int, batch: int, repeats: int, device: torch.devi
             "defense_skipped": skipped, "stack_gib": gib, "peak_mib": _peak_memory(device)}
 
 
-def bench_audit(device: torch.device, extra: list[str] | None = None) -> dict[str, Any]:
-    """Wall time of `privbench attack` (default preset unless `extra` says otherwise), run
-    in-process into a temporary folder; includes the per-cell timings the sweep writes."""
+def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str] | None = None,
+                attacks: list[str] | None = None, run_over: dict[str, Any] | None = None,
+                ) -> dict[str, Any]:
+    """Wall time of the audit `privbench attack --preset PRESET` (its defenses and attacks, or
+    `defenses` / `attacks`; `run_over`: RunConfig fields over the preset's), run in-process
+    through `sweep.Sweep` into a temporary folder, with the `timings.json` it writes (build,
+    train, each attack, report per cell; their sum against the wall time)."""
     import json
 
-    from privbench.cli import main
+    from privbench import sweep
+    from privbench.config import RunConfig, replace_checked
 
+    if preset not in sweep.PRESETS:
+        raise ConfigError(f"unknown --audit-preset {preset!r}; accepted: "
+                          f"{', '.join(sweep.PRESETS)}")
+    run = replace_checked(RunConfig(), {**sweep.PRESETS[preset]["run"], **(run_over or {}),
+                                        "device": str(device)}, where="run")
+    audit = sweep.audit_config(preset, defenses, None, attacks, None, {})
     with tempfile.TemporaryDirectory() as tmp:
-        argv = ["attack", "--out", tmp, "--device", str(device), "--quiet", *(extra or [])]
-        buf = io.StringIO()
+        runner = sweep.Sweep(run, {}, audit, Path(tmp), progress=False,
+                             command=f"privbench attack --preset {preset}")
         start = time.perf_counter()
-        with contextlib.redirect_stdout(buf):
-            rc = main(argv)
+        runner.run()
         seconds = time.perf_counter() - start
-        timings_file = Path(tmp) / "timings.json"
-        timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
-    if rc != 0:
-        raise ConfigError(f"`privbench {' '.join(argv[:1] + (extra or []))}` exited with {rc}")
-    return {"argv": ["privbench", *argv[:1], *argv[3:]], "seconds": seconds, "cells": timings}
+        timings = json.loads((Path(tmp) / "timings.json").read_text())
+    return {"preset": preset, "defenses": list(audit.defenses), "seconds": seconds,
+            "timings": timings}
+
+
+def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps: int = 25,
+                  batch_size: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+    """Throughput of K Geiping attacks batched (one vmapped program) vs a sequential loop.
+
+    Both run the same K problems (`inversion.synthetic_views`: exact views, LeNet, digits) for
+    `steps` iterations; the ratio is sequential / batched wall time (after a warm-up).
+
+    Returns:
+        one row per K: k, steps, batch_size, batched_s, sequential_s, ratio, device.
+    """
+    from privbench.inversion import synthetic_views
+    from privbench.registry import ATTACKS, load_plugins
+
+    load_plugins()
+    geiping = ATTACKS.get("geiping")
+    device = torch.device(device)
+    attack = geiping(geiping.Config(steps=steps))
+    rows = []
+    for k in k_values:
+        views, fm, _, _ = synthetic_views(k, batch_size, seed)
+        fm.to(device)
+        shape = (1, 8, 8)  # digits
+        gen = torch.Generator().manual_seed(seed)
+        geiping(geiping.Config(steps=2)).reconstruct(views[:1], fm, shape, 10, device, gen)
+        _sync(device)
+        t0 = time.perf_counter()
+        attack.reconstruct(views, fm, shape, 10, device, gen)
+        _sync(device)
+        t1 = time.perf_counter()
+        for v in views:
+            attack.reconstruct([v], fm, shape, 10, device, gen)
+        _sync(device)
+        t2 = time.perf_counter()
+        rows.append({"k": k, "steps": steps, "batch_size": batch_size,
+                     "batched_s": t1 - t0, "sequential_s": t2 - t1,
+                     "ratio": (t2 - t1) / (t1 - t0), "device": str(device)})
+    return rows
+
+
+def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: float = 1e-5,
+                sample_rate: float = 16 / 180, plans: list[str] | None = None,
+                ) -> list[dict[str, Any]]:
+    """Seconds to compose each registered privacy plan (`accounting.PRIVACY_PLANS`) for
+    `rounds` rounds at every ε: cold (empty on-disk accountant cache, in-memory memo cleared)
+    and warm (memo cleared, disk cache kept: what a later process pays). Default q = 16/180:
+    the quick preset's batch of 16 over about 180 members per node."""
+    from privbench.accounting import gaussian
+    from privbench.accounting.plans import PRIVACY_PLANS
+
+    rows = []
+    before = os.environ.get("PRIVBENCH_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["PRIVBENCH_CACHE_DIR"] = tmp
+        try:
+            for name in plans or PRIVACY_PLANS.names():
+                for e in eps:
+                    row: dict[str, Any] = {"plan": name, "epsilon": e, "rounds": rounds,
+                                           "sample_rate": sample_rate, "delta": delta}
+                    for phase in ("cold_s", "warm_s"):
+                        gaussian._epsilon_cached.cache_clear()
+                        start = time.perf_counter()
+                        plan = PRIVACY_PLANS.get(name)(e, delta, rounds, sample_rate)
+                        row[phase] = time.perf_counter() - start
+                    row["noise"] = dict(plan.noise)
+                    rows.append(row)
+        finally:
+            if before is None:
+                os.environ.pop("PRIVBENCH_CACHE_DIR", None)
+            else:
+                os.environ["PRIVBENCH_CACHE_DIR"] = before
+    return rows
+
+
+def run_plans(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Section `plans`: composition time of every privacy plan, cold and warm cache."""
+    rows = bench_plans(args.rounds)
+    print(_header(f"plans: seconds to compose each {args.rounds}-round privacy plan, cold "
+                  "(empty accountant cache) and warm (on-disk cache)", device))
+    print(f"{'plan':<12} {'eps':>5} {'cold':>9} {'warm':>9}  noise")
+    for r in rows:
+        noise = ", ".join(f"{k}={v:.4g}" for k, v in r["noise"].items())
+        print(f"{r['plan']:<12} {r['epsilon']:>5g} {r['cold_s']:>8.2f}s {r['warm_s']:>8.3f}s  "
+              f"{noise}")
+    return {"rows": rows}
 
 
 def _fmt(v: float | None, scale: float = 1e3, digits: int = 1, unit: str = "ms") -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}{unit}"
 
 
-def _ratio(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}x"
+def _ratio(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}x"
 
 
 def _header(section: str, device: torch.device) -> str:
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     return (f"{section}: device {device_description(device)}, torch {torch.__version__}, "
-            f"threads {torch.get_num_threads()}")
+            f"threads {torch.get_num_threads()}, load average {load}")
+
+
+def resolve_methods(names: list[str] | None) -> list[str]:
+    """`--method` values (repeatable, comma-separated; default: every method but the naive
+    loop), each checked against `bench_rounds.METHODS`."""
+    if not names:
+        return [k for k in METHODS if k != "naive_loop"]
+    out = [k.strip() for item in names for k in item.split(",") if k.strip()]
+    for k in out:
+        if k not in METHODS:
+            raise ConfigError(f"unknown --method {k!r}; accepted: {', '.join(METHODS)}")
+    return list(dict.fromkeys(out))
 
 
 def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """Section `engine`: print and return the table."""
+    """Section `engine`: print and return the rows (one per model, n, method) and ratios."""
     defenses = resolve_defenses(args.defense)
-    print(_header("engine: one DP round (generic: per-sample grads + clip + noise + push-sum)",
-                  device))
-    print(f"{'model':6} {'n':>4} {'B':>3} {'round':<16} {'time':>10} {'loop':>10} {'floor':>9} "
-          f"{'loop/x':>8} {'x/floor':>8}", flush=True)
-    rows = []
+    methods = resolve_methods(args.method)
+    print(_header(f"engine: one DP round (clipped sum + noise + push-sum), methods interleaved, "
+                  f"median [quartiles] of {args.repeats}", device))
+    print(f"{'model':6} {'n':>4} {'B':>3} {'method':<44} {'median':>10} {'q1-q3':>19} "
+          f"{'x/privbench':>11}", flush=True)
+    rows, summary = [], []
     for m in args.model or ENGINE_MODELS:
-        for n in args.nodes or ENGINE_NODES:  # print each row as soon as it is measured
-            r = bench_engine(m, n, args.batch_size, args.repeats, device, defenses,
-                             loop=not args.no_loop)
-            rows.append(r)
-            lead = f"{r['model']:6} {r['nodes']:>4} {r['batch']:>3}"
-            print(f"{lead} {'generic vmap':<16} {_fmt(r['vectorized_s']):>10} "
-                  f"{_fmt(r['loop_s'], digits=0):>10} {_fmt(r['floor_s']):>9} "
-                  f"{_ratio(r['speedup_vs_loop']):>8} {_ratio(r['slowdown_vs_floor']):>8}")
-            print(f"{lead} {'generic fused':<16} {_fmt(r['fused_s']):>10} {'':>10} {'':>9} "
-                  f"{_ratio(r['fused_speedup_vs_loop']):>8} "
-                  f"{_ratio(r['fused_s'] / r['floor_s']):>8}")
-            for d in r["defenses"]:
-                print(f"{lead} {d['defense']:<16} {_fmt(d['round_s']):>10} {'':>10} {'':>9} "
-                      f"{_ratio(d['speedup_vs_loop']):>8} {_ratio(d['slowdown_vs_floor']):>8}"
-                      + (f"  skipped: {d['skipped']}" if d["skipped"] else ""), flush=True)
-    return {"rows": rows}
+        for n in args.nodes or ENGINE_NODES:  # print each (model, n) as soon as it is measured
+            mine = bench_engine(m, n, args.batch_size, args.repeats, device, defenses, methods)
+            rows.extend(mine)
+            ours = next((r["median_s"] for r in mine if r["method"] == "privbench"), None)
+            for r in mine:
+                rel = None if ours is None or r["median_s"] is None else r["median_s"] / ours
+                quart = "" if r["q1_s"] is None else f"{_fmt(r['q1_s'])}-{_fmt(r['q3_s'])}"
+                print(f"{m:6} {n:>4} {args.batch_size:>3} {r['label']:<44} "
+                      f"{_fmt(r['median_s']):>10} {quart:>19} {_ratio(rel, 2):>11}"
+                      + (f"  skipped: {r['skipped']}" if r["skipped"] else ""))
+            ratios = {"model": m, "nodes": n, **engine_ratios(mine)}
+            summary.append(ratios)
+            print(f"{m:6} {n:>4} ratios: fastest Opacus / privbench "
+                  f"{_ratio(ratios['fastest_opacus_over_privbench'], 2)}, privbench / floor "
+                  f"{_ratio(ratios['privbench_over_floor'], 2)}", flush=True)
+    return {"rows": rows, "ratios": summary, "methods": methods, "repeats": args.repeats}
 
 
 def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Section `attacks`: medians of `bench_attacks` per K."""
-    from attacks._inversion import bench_attacks
-
     rows = []
     for k in args.k or ATTACK_K:  # medians over --repeats calls (each warms up once itself)
         runs = [bench_attacks([k], device, steps=args.steps)[0] for _ in range(args.repeats)]
@@ -426,13 +575,17 @@ def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any
 
 
 def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """Section `audit`: time `privbench attack` in-process."""
-    res = bench_audit(device, args.audit_arg)
-    print(_header("audit: wall time of `privbench attack`", device))
-    print(f"{' '.join(res['argv'])}: {res['seconds']:.1f} s")
-    for cell, t in res["cells"].items():
-        parts = " ".join(f"{k}={v:.1f}s" for k, v in t.items() if isinstance(v, int | float))
-        print(f"  {cell:<20} {parts}")
+    """Section `audit`: time `privbench attack` in-process; print its timing breakdown."""
+    res = bench_audit(device, args.audit_preset, resolve_defenses(args.defense)
+                      if args.defense else None)
+    print(_header(f"audit: wall time of `privbench attack --preset {res['preset']}`", device))
+    t = res["timings"]
+    print(f"wall {res['seconds']:.1f} s measured here; timings.json: wall {t['wall_s']:.1f} s, "
+          f"sum of parts {t['sum_s']:.1f} s")
+    for part in ("build_s", "report_s"):
+        print(f"  {part:<20} {t[part]:.2f}s")
+    for cell, parts in t["cells"].items():
+        print(f"  {cell:<20} " + " ".join(f"{k}={v:.2f}s" for k, v in parts.items()))
     return res
 
 
@@ -545,7 +698,7 @@ def run_distributed(args: argparse.Namespace, device: torch.device) -> dict[str,
 
 SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], dict[str, Any]]] = {
     "engine": run_engine, "attacks": run_attacks, "audit": run_audit, "scale": run_scale,
-    "distributed": run_distributed,
+    "distributed": run_distributed, "plans": run_plans,
 }
 
 
@@ -559,6 +712,11 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     global ROUND_BUDGET_S
     ROUND_BUDGET_S = args.round_budget_s
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.threads and args.section != "distributed":  # distributed splits them over ranks
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     before = resource.getrlimit(resource.RLIMIT_AS)
     try:
         if device.type == "cpu":
@@ -569,6 +727,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.json_out:
         write_json(args.json_out, {"section": args.section, "device": device_description(device),
                                    "torch": torch.__version__,
-                                   "threads": torch.get_num_threads(), **payload})
+                                   "threads": torch.get_num_threads(),
+                                   "load_average": list(os.getloadavg()), **payload})
         print(f"wrote {args.json_out}")
     return 0

@@ -279,11 +279,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privbench bench` (declared here so that parsing never imports torch)."""
-    p.add_argument("section", choices=["engine", "attacks", "audit", "scale", "distributed"],
-                   help="engine: one DP round, vectorized vs per-node loop vs non-private floor; "
+    p.add_argument("section",
+                   choices=["engine", "attacks", "audit", "scale", "distributed", "plans"],
+                   help="engine: one DP round, privbench vs Opacus vs torch.func per node vs "
+                        "the non-private floor; "
                         "attacks: batched vs sequential inversion; audit: wall time of "
                         "`privbench attack`; scale: time per round vs n; distributed: one "
-                        "process vs P torchrun ranks")
+                        "process vs P torchrun ranks; plans: privacy-plan composition time")
     p.add_argument("--model", action="append", help="model(s), repeatable (default lenet, cnn)")
     p.add_argument("--nodes", type=int, action="append",
                    help="node count(s), repeatable (default 4, 16, 64; scale: up to 256)")
@@ -293,14 +295,16 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "the first one, default dp_sgp)")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
-    p.add_argument("--no-loop", dest="no_loop", action="store_true",
-                   help="engine: skip the (slow) per-node, per-sample loop")
+    p.add_argument("--method", action="append",
+                   help="engine: round method(s), repeatable or comma-separated: privbench, "
+                        "opacus_hooks, opacus_ghost, func_per_node, floor, naive_loop (default: "
+                        "all but the naive per-sample loop, a reference only)")
     p.add_argument("--k", type=int, action="append",
                    help="attacks: number of attacks K, repeatable (default 1, 8, 32, 128)")
     p.add_argument("--steps", type=int, default=25, help="attacks: optimisation steps")
-    p.add_argument("--audit-arg", dest="audit_arg", action="append", metavar="ARG",
-                   help="audit: extra argument for `privbench attack`, repeatable "
-                        "(e.g. --audit-arg=--defense=sgp)")
+    p.add_argument("--audit-preset", dest="audit_preset", default="quick",
+                   help="audit: the `privbench attack` preset timed (default quick; its "
+                        "defenses unless --defense is given)")
     p.add_argument("--plot", help="scale: write a PNG plot of time per round vs n here")
     p.add_argument("--max-stack-gib", dest="max_stack_gib", type=float, default=2.0,
                    help="scale: skip the defense round where its (n, B, d) per-sample gradient "
@@ -313,9 +317,11 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", type=int, action="append",
                    help="distributed: torchrun process counts, repeatable (default 1, 2)")
     p.add_argument("--threads", type=int,
-                   help="distributed: threads split over the ranks (default: all cores)")
+                   help="torch threads (torch.set_num_threads and OMP_NUM_THREADS; recorded in "
+                        "the JSON); distributed: threads split over the ranks (default: all "
+                        "cores)")
     p.add_argument("--rounds", type=int, default=20,
-                   help="distributed: rounds per timed run (default 20)")
+                   help="distributed: rounds per timed run; plans: rounds planned (default 20)")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 

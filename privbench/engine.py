@@ -23,6 +23,7 @@ from torch.func import functional_call, grad, vmap
 from privbench.comm import Comm
 from privbench.config import RunConfig
 from privbench.data import NodeData
+from privbench.ghost import fast_clipped_sum, plan_for, row_bytes
 from privbench.messages import GroundTruth, MessageBus, MessageKind
 from privbench.models import FlatModel
 from privbench.seeding import Streams
@@ -73,22 +74,24 @@ def per_sample_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> Ten
 def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: Tensor,
                      bound: Tensor | float, max_bytes: int | None = None,
                      ) -> tuple[Tensor, Tensor]:
-    """Sum over real samples of L2-clipped per-sample gradients, without the (m, B, d) stack.
+    """Sum over real samples of L2-clipped per-sample gradients, without per-sample gradients.
 
     Equals `masked_sum(clip_l2(per_sample_grads(fm, params, x, y), bound)[0], mask)` (same
-    factor min(1, bound / (||g|| + 1e-12))), but norms and the weighted sum are taken per
-    parameter tensor, so the per-sample gradients are never concatenated into one (m, B, d)
-    tensor, never rescaled in a separate pass, and rows are processed in chunks of at most
-    `max_bytes` of per-sample gradients (at least one row per chunk), so memory is bounded in m.
-    On CPU the per-sample gradients of a large model (the CNN: d = 189k, B = 32 is 24 MB per
-    row) are bound by memory traffic, not arithmetic: small chunks that stay in cache made one
-    CNN round about 3x faster than one (m, B, d) stack (bench section `engine`).
+    factor min(1, bound / (||g|| + 1e-12))). Where every parametrised layer has an exact rule
+    (Linear, Conv2d, GroupNorm; any other leaf layer by its own vjp) this is
+    `privbench.ghost.fast_clipped_sum`: one forward and one backward per row, all rows in one
+    vmap, ghost norms or formed per-layer gradients, whichever is cheaper, and the clipped sum as
+    one weighted product per layer (Bu et al. 2023 book-keeping). Otherwise it falls back to
+    per-sample gradients by `vmap(vmap(grad))`, per parameter tensor (never one (m, B, d) stack).
+    Rows are processed in chunks of at most `max_bytes` of working memory (at least one row per
+    chunk), so memory is bounded in m.
 
     Args:
         params: (m, d); x: (m, B, C, H, W); y: (m, B); mask: (m, B) bool, True for real samples.
         bound: clipping bound, a float or a tensor broadcastable to (m, B).
-        max_bytes: per-chunk budget for per-sample gradients; None: 16 MiB on CPU (cache-sized),
-            1 GiB on accelerators (fewer, larger kernels).
+        max_bytes: per-chunk working-memory budget; None: 64 MiB on CPU (measured best of 32, 64,
+            256 MiB for the CNN at n = 64), 4 GiB on accelerators
+            (16 MiB / 1 GiB of per-sample gradients on the fallback path).
 
     Returns:
         (m, d) clipped sums and (m, B) the per-sample gradient norms before clipping; rows
@@ -96,7 +99,8 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
     """
     live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)
     if not bool(live.all()):
-        sums, norms = torch.zeros_like(params), torch.zeros(y.shape, device=params.device)
+        sums = torch.zeros_like(params)
+        norms = torch.zeros(y.shape, device=params.device, dtype=params.dtype)
         if bool(live.any()):
             bnd = bound
             if isinstance(bound, Tensor) and bound.dim():
@@ -105,22 +109,39 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
                                                        mask[live], bnd, max_bytes)
         return sums, norms
     m, b = y.shape
+    plan = plan_for(fm.module, tuple(x.shape[2:]))
+    cpu = params.device.type == "cpu"
     if max_bytes is None:
-        max_bytes = 16 * 2**20 if params.device.type == "cpu" else 2**30
-    step = max(1, min(m, max_bytes // max(1, b * fm.d * params.element_size())))
+        max_bytes = (64 * 2**20 if cpu else 2**32) if plan else (16 * 2**20 if cpu else 2**30)
+    per_row = (row_bytes(plan, b, params.element_size()) if plan
+               else b * fm.d * params.element_size())
+    step = max(1, min(m, max_bytes // max(1, per_row)))
     bound_t = torch.as_tensor(bound, dtype=params.dtype, device=params.device)
     bound_t = bound_t.expand(m, b) if bound_t.dim() else bound_t
     sums, norms = [], []
     for s in range(0, m, step):  # chunks of rows (one chunk unless memory would exceed max_bytes)
-        g = _per_sample_dict(fm, params[s:s + step], x[s:s + step], y[s:s + step])
-        sq = sum(v.flatten(start_dim=2).pow(2).sum(dim=-1) for v in g.values())  # (m', B)
-        nrm = sq.sqrt()
-        bnd = bound_t[s:s + step] if bound_t.dim() else bound_t
-        w = (bnd / (nrm + 1e-12)).clamp(max=1.0) * mask[s:s + step].to(nrm.dtype)  # (m', B)
-        sums.append(torch.cat([torch.einsum("mbk,mb->mk", g[sp.name].flatten(start_dim=2), w)
-                               for sp in fm.specs], dim=-1))  # (m', d)
+        rows = slice(s, s + step)
+        bnd = bound_t[rows] if bound_t.dim() else bound_t
+        if plan is not None:
+            parts, nrm = fast_clipped_sum(plan, fm.module, _rows_to_dict(fm, params[rows]),
+                                          x[rows], y[rows], mask[rows], bnd)
+            sums.append(_dict_to_rows(fm, parts, lead=1))  # (m', d)
+        else:
+            sums_chunk, nrm = vmap_clipped_sum(fm, params[rows], x[rows], y[rows], mask[rows],
+                                                bnd)
+            sums.append(sums_chunk)
         norms.append(nrm)
     return torch.cat(sums), torch.cat(norms)
+
+
+def vmap_clipped_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: Tensor,
+                      bound: Tensor) -> tuple[Tensor, Tensor]:
+    """Fallback: vmap(vmap(grad)) per-sample gradients per parameter -> (m, d), (m, B)."""
+    g = _per_sample_dict(fm, params, x, y)
+    nrm = sum(v.flatten(start_dim=2).pow(2).sum(dim=-1) for v in g.values()).sqrt()  # (m, B)
+    w = (bound / (nrm + 1e-12)).clamp(max=1.0) * mask.to(nrm.dtype)  # (m, B)
+    return torch.cat([torch.einsum("mbk,mb->mk", g[sp.name].flatten(start_dim=2), w)
+                      for sp in fm.specs], dim=-1), nrm
 
 
 def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,

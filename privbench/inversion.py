@@ -29,6 +29,7 @@ from privbench.config import replace_checked, to_dict
 from privbench.data import NodeData
 from privbench.messages import GroundTruth
 from privbench.metrics import image as im
+from privbench.models import FlatModel
 from privbench.registry import ATTACKS, load_plugins
 from privbench.threat import GradientView, NotApplicable, Observation, ThreatModel
 
@@ -216,3 +217,27 @@ def grade(run: InversionRun, data: NodeData, truth: GroundTruth,
             "lpips_status": "ok" if lp_ok else lp_status,
             "label_accuracy": mean("label_accuracy"), "seconds": run.seconds,
             "per_target": per}
+
+
+def synthetic_views(k: int, batch_size: int, seed: int = 0, model: str = "lenet",
+                    ) -> tuple[list[GradientView], FlatModel, Tensor, Tensor]:
+    """K exact gradient views of known digits batches at independent random models (for tests
+    and benchmarks; the returned images/labels are the truth, never passed to an attack).
+
+    Returns:
+        views, the FlatModel, images (K, B, 1, 8, 8) and labels (K, B).
+    """
+    from privbench.data import load_digits
+    from privbench.engine import batch_grads
+    from privbench.models import build_model
+
+    ds = load_digits()
+    fm = build_model(model, ds.input_shape, ds.num_classes)
+    g = torch.Generator().manual_seed(seed)
+    params = torch.stack([fm.init(g) for _ in range(k)])  # (K, d)
+    idx = torch.randperm(len(ds.y_train), generator=g)[: k * batch_size].view(k, batch_size)
+    x, y = ds.x_train[idx], ds.y_train[idx]  # (K, B, 1, 8, 8), (K, B)
+    grads = batch_grads(fm, params, x, y)  # (K, d)
+    views = [GradientView(0, i, params[i], grads[i], "gradient", None, batch_size, "synthetic")
+             for i in range(k)]
+    return views, fm, x, y

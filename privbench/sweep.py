@@ -262,6 +262,23 @@ def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
 RESUME_MODES = ("check", "rerun-stale")
 
 
+class Laps:
+    """Consecutive laps of one clock: every instant since creation lands in exactly one lap."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+
+    def lap(self) -> float:
+        """Seconds since the previous lap (or creation)."""
+        now = time.perf_counter()
+        out, self.last = now - self.last, now
+        return out
+
+    def total(self) -> float:
+        """Seconds since creation."""
+        return time.perf_counter() - self.start
+
+
 @dataclass
 class Sweep:
     """An audit run writing into `out`.
@@ -344,20 +361,36 @@ class Sweep:
 
     def run(self) -> dict[str, Any]:
         """Train and attack every cell to (re)compute, then write results.json, timings.json and
-        index.html, once all three are built. Holds the folder's lock throughout."""
+        index.html, once all three are built. Holds the folder's lock throughout.
+
+        `timings.json`: wall_s (this call), setup_s (validation, fingerprints), per cell build_s
+        (data, model, the privacy plan), train_s (the round loop), summary_s (privacy report,
+        message statistics) and one entry per attack, then report_s (results.json and
+        index.html), sum_s the sum of what this call measured. The parts are consecutive laps of
+        one clock, so they add up to wall_s (less the final write). A cell reused by --resume
+        keeps the timings of the run that computed it and is listed under "reused"."""
+        laps = Laps()
         with fp.folder_lock(self.out):
             remove_stale_temps(self.out)
             self.validate()
             plan = [(d, e, self.plan_cell(d, e)) for d, e in self.grid()]  # before training
+            timings: dict[str, Any] = {"setup_s": laps.lap(), "cells": {}, "reused": []}
+            measured = 0.0
             for defense, eps, (todo, prints) in plan:
                 if todo:
-                    self.run_cell(defense, eps, todo, prints)
+                    measured += sum(self.run_cell(defense, eps, todo, prints, laps).values())
+                else:
+                    timings["reused"].append(self._label(defense, eps))
             results = self.assemble()
-            timings = {self._label(d, e): self._read_timings(d, e) for d, e in self.grid()}
+            for d, e in self.grid():
+                timings["cells"][self._label(d, e)] = self._read_timings(d, e)
             from privbench.report import render_html
 
             html = render_html(results, run_name=self.out.name)
             text = dumps(results)
+            timings["report_s"] = laps.lap()
+            timings["wall_s"] = laps.total()
+            timings["sum_s"] = timings["setup_s"] + measured + timings["report_s"]
             write_json(self.out / "timings.json", timings)
             atomic_write_text(self.out / "index.html", html)
             atomic_write_text(self.out / "results.json", text)
@@ -408,12 +441,13 @@ class Sweep:
         return todo, prints
 
     def run_cell(self, defense: str, eps: float | None, todo: list[str],
-                 prints: dict[str, dict[str, Any]]) -> None:
+                 prints: dict[str, dict[str, Any]], laps: Laps) -> dict[str, float]:
+        """Compute the files `todo` of one cell; returns the laps measured (seconds by part)."""
         folder = self.cell_dir(defense, eps)
         run = self.run_for(eps)
-        built, train_cell = self._train(defense, run)
-        timings = self._read_timings(defense, eps)
-        timings["train_s"] = train_cell.pop("seconds", None)
+        measured: dict[str, float] = {}
+        built, train_cell = self._train(defense, run, measured, laps)
+        train_cell.pop("seconds", None)
         if "train" in todo:
             write_json(folder / "train.json", {**train_cell, "fingerprint": prints["train"]})
         from tqdm import tqdm
@@ -423,28 +457,33 @@ class Sweep:
                   leave=False, disable=not self.progress, file=sys.stderr) as bar:
             for attack in bar:
                 bar.set_postfix_str(attack)
-                start = time.perf_counter()
                 if train_cell["status"] != "ok":
                     result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
                               "metrics": {}}
                 else:
                     result = run_attack(built, attack, self.audit, run.seed)
                 result.pop("seconds", None)  # timings live in timings.json, not in results
-                timings[attack] = time.perf_counter() - start
                 write_json(folder / f"{attack}.json", {**result, "fingerprint": prints[attack]})
-        write_json(folder / TIMINGS, timings)
+                measured[f"{attack}_s"] = laps.lap()
+        write_json(folder / TIMINGS, {**self._read_timings(defense, eps), **measured})
+        return measured
 
-    def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
+    def _train(self, defense: str, run: RunConfig, timing: dict[str, float], laps: Laps,
+               ) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
-            return self._load_messages(defense, run)
+            built, cell = self._load_messages(defense, run)
+            timing["build_s"] = laps.lap()
+            return built, cell
         built = build(run, defense, self.overrides_for(defense),
                       policy=_needed_rounds(run, self.audit))
+        timing["build_s"] = laps.lap()
         from tqdm import tqdm
 
         eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"
         with tqdm(total=run.rounds, desc=f"train {defense} {eps}", unit="round", leave=False,
                   disable=not self.progress, file=sys.stderr) as bar:
             res = train(built.trainer, progress=bar.update)
+        timing["train_s"] = laps.lap()
         status = ("ok" if res.diverged_round is None
                   else f"diverged (NaN/Inf) at round {res.diverged_round}")
         full = train_result(built, res)
@@ -453,6 +492,7 @@ class Sweep:
                 "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
                 "messages": full["messages"], "defense_config": full["defense_config"],
                 "history": res.history, "seconds": res.seconds}
+        timing["summary_s"] = laps.lap()
         return built, cell
 
     def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:

@@ -20,15 +20,15 @@ from attacks._inversion import (
     AdamSchedule,
     Problems,
     adam_batched,
-    bench_attacks,
     infer_labels,
     init_dummy,
     make_objective,
     select_restarts,
     stack_views,
-    synthetic_views,
 )
+from privbench.bench import bench_attacks
 from privbench.config import RunConfig
+from privbench.inversion import synthetic_views
 from privbench.metrics import image as im
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.threat import GradientView

@@ -139,7 +139,8 @@ def test_a_damaged_cell_never_replaces_the_good_aggregate(audit_dir, tmp_path, c
     assert "recomputed 1 (0 missing, 0 stale, 1 damaged)" in capsys.readouterr().out
     assert (copy / "results.json").read_bytes() == good
     timings = json.loads((copy / "timings.json").read_text())  # the reused cell keeps its timings
-    assert set(timings["dpdl@1"]) == set(good_timings["dpdl@1"])
+    assert set(timings["cells"]["dpdl@1"]) == set(good_timings["cells"]["dpdl@1"])
+    assert timings["reused"] == []  # its damaged file was recomputed this time
 
 
 def test_a_damaged_cell_file_at_assembly_is_one_line(audit_dir, tmp_path, capsys):

@@ -1,0 +1,281 @@
+"""Per-sample clipping without per-sample gradients, for all parameter rows at once.
+
+DP-SGD needs, for every sample i of every row (node, or DPDL edge) m, the norm of its whole
+gradient ||g_mi|| and then the clipped sum sum_i c_mi g_mi, c_mi = min(1, C / ||g_mi||). Both
+come here from one forward and one backward pass per row, all rows in one `vmap` (no loop over
+rows or samples), without forming the (m, B, d) per-sample stack:
+
+* the backward differentiates w.r.t. zero tensors added to every parametrised layer's output
+  ("probes"), so it yields each layer's per-sample output gradients e (m, B, ..., q) and, through
+  forward hooks, its inputs a (m, B, ..., p); no weight gradient is computed in the pass;
+* Linear and Conv2d (im2col: a -> U (T, p·k·k)): per-sample weight gradient G_i = e_i^T a_i.
+  Its squared norm is taken the cheaper exact way per layer, as Bu, Wang, Zha, Karypis 2023
+  ("book-keeping", mixed ghost norm) choose: ghost norm <a_i a_i^T, e_i e_i^T> (two T x T Gram
+  matrices; Li et al. 2022; for T = 1 simply ||e_i||^2 ||a_i||^2) when T^2 (p + q) < T p q,
+  else G_i formed (T p q flops). Bias: ||sum_t e_it||^2;
+* GroupNorm (affine): per-sample gradients are small (2 x channels), formed directly;
+* any other layer with parameters: per-sample gradients of that layer's own parameters only, by
+  `vmap(vmap(vjp))` of the layer on its captured input and output gradient (exact, local);
+* the clipped sum, per layer, is one weighted product: (c * E)^T A over all B·T rows of a row
+  (book-keeping), or an einsum over the formed G.
+
+Models whose parametrised modules also have children, are called more than once (shared
+weights), or take several inputs fall back to `vmap(vmap(grad))` per-sample gradients for the
+whole model (`FastClip.build` returns None). Reference: /work/shared/reference/
+clipping-bounds-graph-attacks.md §1; equality with clip(per-sample gradients) is tested to 1e-5.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vjp, vmap
+
+Shape = tuple[int, ...]
+# One layer's contribution: (m, B) squared norms and, given the (m, B) clip weights, the
+# clipped sums {parameter name: (m, *shape)}.
+Contribution = tuple[Tensor, Callable[[Tensor], dict[str, Tensor]]]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One parametrised module: its name prefix, rule, and per-sample input/output shapes."""
+
+    name: str
+    module: nn.Module
+    rule: str  # key of RULES
+    in_shape: Shape
+    out_shape: Shape
+
+    def param(self, local: str) -> str:
+        """Flat-model name of this layer's parameter `local`."""
+        return f"{self.name}.{local}" if self.name else local
+
+
+def _direct_params(module: nn.Module) -> list[str]:
+    return [k for k, _ in module.named_parameters(recurse=False)]
+
+
+def _rule_for(module: nn.Module) -> str:
+    """Fast rule of a module, else "generic" (per-layer vjp)."""
+    if type(module) is nn.Linear:
+        return "linear"
+    if (type(module) is nn.Conv2d and module.groups == 1 and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)):
+        return "conv2d"
+    if type(module) is nn.GroupNorm:
+        return "group_norm"
+    return "generic"
+
+
+class FastClip:
+    """The per-layer plan of one model for one per-sample input shape (holds the layers, not the
+    root module, so the plan cache never keeps a model alive)."""
+
+    def __init__(self, layers: list[Layer]) -> None:
+        self.layers = layers
+
+    @classmethod
+    def build(cls, module: nn.Module, sample_shape: Shape) -> FastClip | None:
+        """Dry-run one sample through `module` with hooks; None when no exact plan exists."""
+        owners = [(n, m) for n, m in module.named_modules() if _direct_params(m)]
+        if not owners or any(next(m.children(), None) is not None for _, m in owners):
+            return None  # a module with parameters and children: its output gradient is not enough
+        seen: dict[str, list[tuple[Shape, Shape]]] = {n: [] for n, _ in owners}
+
+        def recorder(name: str) -> Callable[..., None]:
+            def hook(mod: nn.Module, inp: tuple[Any, ...], out: Any) -> None:
+                ok = len(inp) == 1 and isinstance(inp[0], Tensor) and isinstance(out, Tensor)
+                seen[name].append((tuple(inp[0].shape[1:]), tuple(out.shape[1:])) if ok else ())
+            return hook
+
+        handles = [m.register_forward_hook(recorder(n)) for n, m in owners]
+        try:
+            with torch.no_grad():
+                p = next(module.parameters())
+                module(torch.zeros(1, *sample_shape, dtype=p.dtype, device=p.device))
+        finally:
+            for h in handles:
+                h.remove()
+        if any(len(s) != 1 or not s[0] for s in seen.values()):
+            return None  # unused, shared or multi-input layers
+        return cls([Layer(n, m, _rule_for(m), *seen[n][0]) for n, m in owners])
+
+    @contextmanager
+    def probes(self, state: dict[str, Any]) -> Iterator[None]:
+        """Hooks that record each layer's input in state["acts"] and add state["probes"][k]."""
+        def prober(k: int) -> Callable[..., Tensor]:
+            def hook(mod: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
+                state["acts"][k] = inp[0]
+                return out + state["probes"][k]
+            return hook
+
+        handles = [lay.module.register_forward_hook(prober(k)) for k, lay in enumerate(self.layers)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def capture(self, module: nn.Module, pdict: dict[str, Tensor], x: Tensor, y: Tensor,
+                ) -> tuple[list[Tensor], list[Tensor]]:
+        """Each layer's inputs a (m, B, *in_shape) and per-sample output gradients
+        e (m, B, *out_shape) from one forward and one backward per row, all rows in one vmap."""
+        m, b = y.shape
+        zeros = [torch.zeros(m, b, *lay.out_shape, dtype=x.dtype, device=x.device)
+                 for lay in self.layers]
+        state: dict[str, Any] = {}
+
+        def row_loss(probes: list[Tensor], p: dict[str, Tensor], xb: Tensor, yb: Tensor,
+                     ) -> tuple[Tensor, tuple[Tensor, ...]]:
+            state["probes"], state["acts"] = probes, [None] * len(probes)
+            logits = functional_call(module, p, (xb,))  # (B, classes)
+            return F.cross_entropy(logits, yb, reduction="sum"), tuple(state["acts"])
+
+        with self.probes(state):
+            e, a = vmap(grad(row_loss, has_aux=True))(zeros, pdict, x, y)
+        return list(a), list(e)
+
+
+def _gram_core(a: Tensor, e: Tensor, weight: str, bias: str | None) -> Contribution:
+    """Linear map per position: a (m, B, T, p), e (m, B, T, q) -> weight (q, p) and bias (q,)."""
+    m, b, t, p = a.shape
+    q = e.shape[-1]
+    formed = t > 1 and t * (p + q) >= p * q  # Bu et al.: form G_i when cheaper than Grams
+    if t == 1:
+        sq = e.pow(2).sum(dim=(2, 3)) * a.pow(2).sum(dim=(2, 3))  # (m, B) ghost norm
+    elif formed:
+        g = e.transpose(-1, -2) @ a  # (m, B, q, p) per-sample weight gradients
+        sq = g.pow(2).sum(dim=(2, 3))
+    else:
+        sq = ((a @ a.transpose(-1, -2)) * (e @ e.transpose(-1, -2))).sum(dim=(2, 3))  # T x T
+    eb = e.sum(dim=2) if bias else None  # (m, B, q)
+    if eb is not None:
+        sq = sq + eb.pow(2).sum(dim=-1)
+
+    def summed(c: Tensor) -> dict[str, Tensor]:
+        if formed:
+            w = torch.einsum("mbqp,mb->mqp", g, c)
+        else:
+            ec = (e * c[:, :, None, None]).reshape(m, b * t, q)  # (m, B·T, q)
+            w = ec.transpose(1, 2) @ a.reshape(m, b * t, p)  # (m, q, p) book-keeping product
+        out = {weight: w}
+        if bias and eb is not None:
+            out[bias] = torch.einsum("mbq,mb->mq", eb, c)
+        return out
+
+    return sq, summed
+
+
+def _linear(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
+    m, b = a.shape[:2]
+    mod = lay.module
+    a3 = a.reshape(m, b, -1, mod.in_features)  # (m, B, T, p)
+    e3 = e.reshape(m, b, -1, mod.out_features)  # (m, B, T, q)
+    return _gram_core(a3, e3, lay.param("weight"), lay.param("bias") if mod.bias is not None
+                      else None)
+
+
+def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
+    mod = lay.module
+    m, b = a.shape[:2]
+    u = F.unfold(a.reshape(m * b, *a.shape[2:]), mod.kernel_size, mod.dilation, mod.padding,
+                 mod.stride)  # (m·B, C·k·k, T)
+    a3 = u.transpose(1, 2).reshape(m, b, u.shape[2], u.shape[1])  # (m, B, T, p)
+    e3 = e.reshape(m, b, mod.out_channels, -1).transpose(2, 3)  # (m, B, T, q)
+    sq, summed = _gram_core(a3, e3, lay.param("weight"),
+                            lay.param("bias") if mod.bias is not None else None)
+    shape = mod.weight.shape
+
+    def conv_summed(c: Tensor) -> dict[str, Tensor]:
+        out = summed(c)
+        out[lay.param("weight")] = out[lay.param("weight")].reshape(m, *shape)
+        return out
+
+    return sq, conv_summed
+
+
+def _formed(grads: dict[str, Tensor]) -> Contribution:
+    """Per-sample gradients {name: (m, B, *shape)} already formed: norms and weighted sums."""
+    sq = sum(g.flatten(start_dim=2).pow(2).sum(dim=-1) for g in grads.values())
+
+    def summed(c: Tensor) -> dict[str, Tensor]:
+        return {k: torch.einsum("mb...,mb->m...", g, c) for k, g in grads.items()}
+
+    return sq, summed
+
+
+def _group_norm(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
+    mod = lay.module
+    m, b, ch = a.shape[:3]
+    xhat = F.group_norm(a.reshape(m * b, ch, -1), mod.num_groups, eps=mod.eps)  # (m·B, C, S)
+    e3 = e.reshape(m, b, ch, -1)  # (m, B, C, S)
+    return _formed({lay.param("weight"): (e3 * xhat.reshape(e3.shape)).sum(dim=-1),
+                    lay.param("bias"): e3.sum(dim=-1)})
+
+
+def _generic(lay: Layer, a: Tensor, e: Tensor, pdict: dict[str, Tensor]) -> Contribution:
+    """Any layer: per-sample gradients of its own parameters by vmap(vmap(vjp))."""
+    local = {k: pdict[lay.param(k)] for k in _direct_params(lay.module)}  # {k: (m, *shape)}
+
+    def one(p: dict[str, Tensor], ai: Tensor, ei: Tensor) -> dict[str, Tensor]:
+        _, pull = vjp(lambda q: functional_call(lay.module, q, (ai[None],)), p)
+        return pull(ei[None])[0]
+
+    g = vmap(vmap(one, in_dims=(None, 0, 0)))(local, a, e)
+    return _formed({lay.param(k): v for k, v in g.items()})
+
+
+RULES: dict[str, Callable[[Layer, Tensor, Tensor], Contribution]] = {
+    "linear": _linear, "conv2d": _conv2d, "group_norm": _group_norm,
+}
+
+_PLANS: weakref.WeakKeyDictionary[nn.Module, dict[Shape, FastClip | None]] = (
+    weakref.WeakKeyDictionary())
+
+
+def plan_for(module: nn.Module, sample_shape: Shape) -> FastClip | None:
+    """The cached plan of `module` for per-sample inputs of `sample_shape`."""
+    per = _PLANS.setdefault(module, {})
+    if sample_shape not in per:
+        per[sample_shape] = FastClip.build(module, sample_shape)
+    return per[sample_shape]
+
+
+def row_bytes(plan: FastClip, batch: int, itemsize: int) -> int:
+    """Rough bytes one row needs (inputs, output gradients, unfolds, Grams or formed G)."""
+    total = 0
+    for lay in plan.layers:
+        io = math.prod(lay.in_shape) + 2 * math.prod(lay.out_shape)
+        if lay.rule == "conv2d":
+            mod = lay.module
+            t = math.prod(lay.out_shape[1:])
+            p = mod.in_channels * math.prod(mod.kernel_size)
+            io += t * p + min(t * t * 2, p * mod.out_channels)
+        total += io
+    return 2 * total * batch * itemsize
+
+
+def fast_clipped_sum(plan: FastClip, module: nn.Module, pdict: dict[str, Tensor], x: Tensor,
+                     y: Tensor, mask: Tensor, bound: Tensor,
+                     ) -> tuple[dict[str, Tensor], Tensor]:
+    """Clipped sums {name: (m, *shape)} and norms (m, B) of `module` for rows pdict
+    {name: (m, *shape)}, x (m, B, ...), y (m, B), mask (m, B) bool, bound a scalar or (m, B)."""
+    a, e = plan.capture(module, pdict, x, y)
+    parts = [RULES[lay.rule](lay, ak, ek) if lay.rule in RULES
+             else _generic(lay, ak, ek, pdict)
+             for lay, ak, ek in zip(plan.layers, a, e, strict=True)]
+    norms = sum(sq for sq, _ in parts).clamp(min=0).sqrt()  # (m, B)
+    c = (bound / (norms + 1e-12)).clamp(max=1.0) * mask.to(norms.dtype)  # (m, B)
+    sums: dict[str, Tensor] = {}
+    for _, summed in parts:
+        sums.update(summed(c))
+    return sums, norms
