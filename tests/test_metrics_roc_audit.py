@@ -173,7 +173,7 @@ def test_intervals_and_exact_corners() -> None:
     # the exact corners give the same TPR as the full curve at any FPR
     steps = roc_steps(curve)
     for f in (0.002, 0.01, 0.0137, 0.1, 0.33):
-        corner = max(t for x, t in zip(steps["fpr"], steps["tpr"]) if x <= f + 1e-12)
+        corner = max(t for x, t in zip(steps["fpr"], steps["tpr"], strict=True) if x <= f + 1e-12)
         assert corner == tpr_at_fpr(curve, f)["tpr"]
     summ = roc_summary(s, y)
     assert summ["auc_ci"] == [lo, hi]

@@ -358,7 +358,7 @@ def test_reference_membership_is_balanced(holdout: float, copies: int) -> None:
     cands = [tuple(candidates(data, v)[:2]) for v in (0, 1)]
     _, masks = reference_data(data, [0, 1], data.x_test, data.y_test, cands, copies, True,
                               torch.Generator().manual_seed(1))
-    for v, m in zip((0, 1), masks):
+    for v, m in zip((0, 1), masks, strict=True):
         c, n = int(data.counts[v]), m.shape[1]
         assert (m.sum(axis=1) == c).all()
         times = m.sum(axis=0)

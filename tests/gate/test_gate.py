@@ -153,7 +153,7 @@ def test_tpr_bound_reads_the_exact_value_not_the_grid(tmp_path, capsys):
     scores, labels = np.r_[pos, neg], np.r_[np.ones(100), np.zeros(600)]
     cell = _mia_cell(scores, labels)
     grid = cell["attacks"]["lira"]["roc"]
-    on_grid = max(t for f, t in zip(grid["fpr"], grid["tpr"]) if f <= 0.0087)
+    on_grid = max(t for f, t in zip(grid["fpr"], grid["tpr"], strict=True) if f <= 0.0087)
     assert on_grid < 0.4  # the grid under-reads here
     assert _tpr_at(cell, 0.0087) == (0.4, True)
     assert _tpr_at(cell, 0.01) == (0.4, True)  # a standard FPR: read from tpr_at_fpr
