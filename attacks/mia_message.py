@@ -41,7 +41,12 @@ R^2 >= (1 + N / d) / 2, else "cosine" (always "cosine" when N >= d). No membersh
 
 Choices: "regression" is scale-free in G_t and needs no knowledge of the clip bound or step size;
 ridge 1e-3 of the mean squared gradient norm keeps the N x N solve well-posed; the mean over
-rounds weighs every observed round equally.
+rounds weighs every observed round equally. Views that are estimates (`exact=False`, e.g. a lone
+neighbour's difference of a push-sum victim's consecutive messages, which carries its
+neighbours' mixing) form a second test next to the exact views: each group's mean statistic is
+standardized across the candidates and the two are averaged (a label-free Stouffer-style
+combination; on SGP, 6 nodes, 60 rounds, neighbour threat, regression: round-0 exact view alone
+AUC 0.712, plain mean with the 354 difference views 0.678, this combination 0.790).
 """
 
 from __future__ import annotations
@@ -133,11 +138,15 @@ class MIAMessage(MessageAttack):
             raise NotApplicable("no gradient view of the victim was observed")
         n, d = len(y), fm.d
         stats = self.statistics()
-        total = {k: torch.zeros(n, dtype=torch.float64, device=x.device) for k in stats}
+        groups = [[v for v in views if v.exact], [v for v in views if not v.exact]]
+        groups = [grp for grp in groups if grp]
+        # per group (exact views, estimates) and statistic: the (N,) sum over its rounds
+        total = [{k: torch.zeros(n, dtype=torch.float64, device=x.device) for k in stats}
+                 for _ in groups]
         explained, observed = 0.0, 0.0
         chunk = max(1, self.cfg.max_floats // max(1, n * d))
-        for s in range(0, len(views), chunk):
-            part = views[s:s + chunk]
+        for gi, part in ((gi, grp[s:s + chunk]) for gi, grp in enumerate(groups)
+                         for s in range(0, len(grp), chunk)):
             r = len(part)
             params = torch.stack([v.params.to(x.device).float() for v in part])  # (r, d)
             target = self._targets(part, x.device)  # (r, d)
@@ -153,11 +162,15 @@ class MIAMessage(MessageAttack):
                 observed += r * d
             for k in stats:
                 stat, r2 = self._statistic(k, g, target)
-                total[k] += stat.double().sum(dim=0)
+                total[gi][k] += stat.double().sum(dim=0)
                 explained += float(r2.sum()) if r2 is not None else 0.0
         fit = {"explained": explained / len(views) if "regression" in stats else float("nan"),
                "chance": min(1.0, n / max(observed / len(views), 1.0))}
-        return {k: (v / len(views)).cpu().numpy() for k, v in total.items()}, fit
+        means = [{k: (v / len(grp)).cpu().numpy() for k, v in tot.items()}
+                 for tot, grp in zip(total, groups, strict=True)]
+        if len(means) == 1:
+            return means[0], fit
+        return {k: (_standardize(means[0][k]) + _standardize(means[1][k])) / 2 for k in stats}, fit
 
     def _statistic(self, name: str, g: Tensor, target: Tensor) -> tuple[Tensor, Tensor | None]:
         """(r, N) per-round statistic of candidate gradients g (r, N, d) against target (r, d),
@@ -179,3 +192,9 @@ class MIAMessage(MessageAttack):
         if self.cfg.clip > 0:
             g, _ = clip_l2(g, self.cfg.clip)
         return torch.einsum("rnd,rd->rn", g, target), None
+
+
+def _standardize(v: np.ndarray) -> np.ndarray:
+    """(N,) scores centred and scaled to unit spread across the candidates (label-free)."""
+    sd = float(v.std())
+    return (v - v.mean()) / (sd if sd > 0 else 1.0)

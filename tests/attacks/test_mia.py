@@ -200,16 +200,32 @@ def test_run_membership_saved_matches_live(tmp_path: Path) -> None:
         assert saved["auc"] == pytest.approx(live["auc"])
 
 
-def test_message_attack_not_applicable_for_lone_neighbour() -> None:
-    # SGP's gradient view needs every in-neighbour's message into the victim: one neighbour that
-    # is not all of them cannot derive it, and the glue says so instead of inventing data.
+def test_lone_neighbour_attacks_every_observed_round() -> None:
+    # SGP's exact gradient view needs every in-neighbour's message into the victim: one neighbour
+    # that is not all of them has it only in round 0 (public x^0); in every later round it sees,
+    # it uses the difference of the victim's consecutive messages (an estimate, exact=False).
     built = _tiny("sgp", topology="ring", time_varying=False)
+    obs = observe(built, ThreatModel("neighbour", (1,)))
+    views = DEFENSES.get("sgp").gradient_views(obs, 0, list(range(built.ctx.run.rounds)))
+    assert [v.exact for v in views] == [True] + [False] * (built.ctx.run.rounds - 1)
     res = run_membership(built, 0, "mia_message")  # node 1, one of the victim's two in-neighbours
-    # round 0 starts from the public x^0, so only that round's view exists
-    assert res["applicable"] and res["views"] == 1
-    assert res["rounds_not_applicable"] == built.ctx.run.rounds - 1
+    assert res["applicable"] and res["views"] == built.ctx.run.rounds
+    assert res["rounds_not_applicable"] == 0 and res["not_applicable_reasons"] == {}
     far = run_membership(built, 0, "mia_message", threat=ThreatModel("neighbour", (2,)))
     assert not far["applicable"] and "not observed" in far["reason"]
+
+
+def test_not_applicable_rounds_are_counted_with_reasons() -> None:
+    # time-varying one-peer graph: the round-0 neighbour receives the victim's messages only in
+    # the rounds where it is the victim's out-neighbour; the others are counted with their reason
+    built = _tiny("sgp", topology="exponential", nodes=8)
+    res = run_membership(built, 0, "mia_message")
+    assert res["applicable"]
+    skipped = res["rounds_not_applicable"]
+    assert 0 < skipped < built.ctx.run.rounds
+    assert res["views"] + skipped == built.ctx.run.rounds
+    assert sum(res["not_applicable_reasons"].values()) == skipped
+    assert all("not observed" in r for r in res["not_applicable_reasons"])
 
 
 # ------------------------------------------------------------------ DP: empirical eps <= claimed
