@@ -29,8 +29,13 @@ vectors to the observed coordinates `mask`. Per-sample gradients for all candida
 of rounds come from one `per_sample_grads` call (rows = rounds); the loop runs over round chunks.
 
 Statistic "auto" (the default) computes both "regression" and "cosine" from the same per-sample
-gradients and reports both; the one graded (verdict, gate) is chosen by a label-free rule on what
-the attacker observes: the fraction R^2 of the views' energy that the candidates' gradients
+gradients and reports both; the one graded (verdict, gate) is chosen without the target's labels.
+By default (`select = "reference"`, privbench.membership.choose_statistic) on two reference
+systems the attacker trains itself, with known membership: which statistic is stronger under DP
+depends on the defense (quick preset, eps = 8: ADP-VRSGP regression 0.616 vs cosine 0.568; the
+issue's eavesdropper run: regression 0.609 vs cosine 0.674). Without reference systems
+(`select = "fit"`, or when no reference view exists) a label-free rule on what the attacker
+observes decides: the fraction R^2 of the views' energy that the candidates' gradients
 explain in the regression fit (mean over rounds) against its chance level N / d (N candidates, d
 observed coordinates: a random direction is explained by N random ones to about N / d). A raw
 batch gradient lies in the span of its batch's gradients (R^2 near 1): "regression", which then
@@ -73,17 +78,24 @@ class MIAMessageConfig:
     """Attributes:
     statistic: "auto" (default: regression and cosine, chosen by the label-free rule above),
         "regression", "cosine" or "dot".
+    select: how "auto" picks the graded statistic when the caller can train reference systems
+        (privbench.membership): "reference" (default: the higher AUC on two reference copies of
+        the system with known membership) or "fit" (the label-free R^2 rule, always used by
+        callers without reference systems, e.g. the one-run canary audit).
     clip: clip candidate gradients to this L2 norm before a "dot" (0 = no clipping).
     ridge: ridge strength of "regression", relative to the mean squared gradient norm.
     max_floats: memory cap on one per-sample-gradient chunk (rounds x candidates x d floats).
     """
 
     statistic: str = "auto"
+    select: str = "reference"
     clip: float = 0.0
     ridge: float = 1e-3
     max_floats: int = 20_000_000
 
     def __post_init__(self) -> None:
+        if self.select not in ("reference", "fit"):
+            raise ConfigError(f"mia_message.select must be reference or fit, got {self.select!r}")
         if self.statistic not in STATISTICS:
             raise ConfigError(f"mia_message.statistic must be one of {', '.join(STATISTICS)}, "
                               f"got {self.statistic!r}")

@@ -221,6 +221,29 @@ def population(run: RunConfig, data: NodeData, victims: list[int]) -> tuple[Tens
     return ds.x_train[keep], ds.y_train[keep]
 
 
+def _reference_system(obs: Observation, data: NodeData, victims: list[int], copies: int,
+                      online: bool, gen: torch.Generator, device: torch.device,
+                      policy: RecordPolicy, last_round: int) -> tuple[Any, list[np.ndarray]]:
+    """Train `copies` reference systems as one stacked run up to `last_round`, recording
+    `policy`; return the trainer (its ctx holds the log) and per victim the (copies, N_v) IN
+    mask."""
+    load_plugins()
+    run = obs.run
+    cls = DEFENSES.get(obs.defense)
+    cands = [tuple(t.cpu() for t in candidates(data, v)[:2]) for v in victims]
+    pool_x, pool_y = population(run, data, victims)
+    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen)
+    ref_run = replace_checked(run, {"nodes": data.n * copies})
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+    topo = block_topology(obs.topology, copies)
+    ctx = Context(ref_run, obs.fm, ref_data.to(device), topo, MessageBus(cls.kinds, policy),
+                  GroundTruth(RecordPolicy.none()), Streams(seed, device), device)
+    trainer = cls(obs.defense_cfg, ctx)
+    for t in range(last_round + 1):
+        trainer.round(t)
+    return trainer, masks
+
+
 def train_reference_models(obs: Observation, data: NodeData, victims: list[int], copies: int,
                            online: bool, gen: torch.Generator, device: torch.device,
                            observe_round: int | None = None) -> tuple[Tensor, list[np.ndarray]]:
@@ -230,29 +253,71 @@ def train_reference_models(obs: Observation, data: NodeData, victims: list[int],
         (copies, V, d) reference models (read like the target: `observed_model` of each copy's
         victim slots) and per victim the (copies, N_v) IN mask of its candidates.
     """
-    load_plugins()
-    run = obs.run
-    cls = DEFENSES.get(obs.defense)
-    cands = [tuple(t.cpu() for t in candidates(data, v)[:2]) for v in victims]
-    pool_x, pool_y = population(run, data, victims)
-    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen)
     n = data.n
-    t_obs = run.rounds - 1 if observe_round is None else observe_round
+    t_obs = obs.run.rounds - 1 if observe_round is None else observe_round
     slots = frozenset(k * n + v for k in range(copies) for v in victims)
     policy = RecordPolicy(rounds=frozenset({t_obs}), senders=slots)
-    ref_run = replace_checked(run, {"nodes": n * copies})
-    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
-    topo = block_topology(obs.topology, copies)
-    ctx = Context(ref_run, obs.fm, ref_data.to(device), topo, MessageBus(cls.kinds, policy),
-                  GroundTruth(RecordPolicy.none()), Streams(seed, device), device)
-    trainer = cls(obs.defense_cfg, ctx)
-    for t in range(t_obs + 1):
-        trainer.round(t)
-    ref_obs = dataclasses.replace(obs, log=ctx.bus.log, topology=topo,
-                                  threat=ThreatModel("eavesdropper"), run=ref_run)
+    trainer, masks = _reference_system(obs, data, victims, copies, online, gen, device, policy,
+                                       t_obs)
+    ctx = trainer.ctx
+    ref_obs = dataclasses.replace(obs, log=ctx.bus.log, topology=ctx.topology,
+                                  threat=ThreatModel("eavesdropper"), run=ctx.run)
     models = torch.stack([torch.stack([observed_model(ref_obs, k * n + v, t_obs)
                                        for v in victims]) for k in range(copies)])
     return models, masks  # (copies, V, d)
+
+
+STATISTIC_COPIES = 2  # reference systems the message attack picks its statistic on
+
+
+def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: Any,
+                     gen: torch.Generator, device: torch.device) -> dict[str, Any]:
+    """Pick the message statistic on reference systems, never on the target's labels.
+
+    Two reference copies of the whole system (same defense, config, topology and sizes; each
+    victim slot trains on complementary halves of its candidates, the others on population
+    data) are trained and recorded like the target; each victim's slot is attacked through the
+    same threat model (observers mapped into the copy) with every statistic, and the one with
+    the higher AUC over the copies' known memberships is graded on the target.
+
+    Returns:
+        {"statistic": chosen, "reference_auc": {statistic: AUC}} (the label-free R^2 rule of
+        `attacks.mia_message` decides, with "reference_auc" None, when no reference view exists
+        or the reference run diverged).
+    """
+    victims = list(observations)
+    obs = observations[victims[0]]
+    n = data.n
+    trainer, masks = _reference_system(obs, data, victims, STATISTIC_COPIES, True, gen, device,
+                                       RecordPolicy(), obs.run.rounds - 1)
+    ctx = trainer.ctx
+    x0 = ctx.fm.init(ctx.streams.fresh("init", device="cpu"))
+    public = trainer.public() if hasattr(trainer, "public") else None
+    defense = DEFENSES.get(obs.defense)
+    by_stat: dict[str, list[np.ndarray]] = {k: [] for k in atk.statistics()}
+    labels, fits = [], []
+    for k in range(STATISTIC_COPIES):
+        for i, v in enumerate(victims):
+            th = observations[v].threat
+            ref_th = ThreatModel(th.kind, tuple(k * n + o for o in th.observers))
+            ref_obs = Observation(ctx.bus.log.observed_by(ref_th.receivers()), ref_th, ctx.run,
+                                  obs.defense, obs.defense_cfg, obs.fm, ctx.topology, x0, public)
+            views, _ = _victim_views(defense, ref_obs, k * n + v)
+            if not views:
+                continue
+            x, y, _ = candidates(data, v)
+            scores, fit = atk.score_all(obs.fm, views, x.to(device), y.to(device))
+            for name, sc in scores.items():
+                by_stat[name].append(sc)
+            labels.append(masks[i][k])
+            fits.append(fit)
+    if not labels or not all(np.isfinite(np.concatenate(v)).all() for v in by_stat.values()):
+        return {"statistic": None, "reference_auc": None}
+    lab = np.concatenate(labels)
+    if lab.all() or not lab.any():
+        return {"statistic": None, "reference_auc": None}
+    aucs = {name: roc_curve(np.concatenate(v), lab).auc for name, v in by_stat.items()}
+    return {"statistic": max(aucs, key=lambda name: aucs[name]), "reference_auc": aucs}
 
 
 # --------------------------------------------------------------------------------- claims, JSON
@@ -295,6 +360,17 @@ def _not_applicable_summary(reasons: list[str]) -> dict[str, int]:
     return out
 
 
+def _victim_views(defense: Any, obs: Observation, victim: int) -> tuple[list[Any], list[str]]:
+    """The victim's gradient views in every recorded round, and why the other rounds gave none."""
+    views, reasons = [], []
+    for t in obs.log.rounds():
+        try:
+            views += defense.gradient_views(obs, victim, [t])
+        except NotApplicable as exc:
+            reasons.append(str(exc))
+    return views, reasons
+
+
 def _message_scores(atk: Any, observations: dict[int, Observation],
                     cands: list[tuple[Tensor, Tensor, np.ndarray]],
                     device: torch.device) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -308,12 +384,7 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
     parts: list[dict[str, np.ndarray]] = []
     used, reasons, explained, chance = 0, [], [], []
     for v, (x, y, _) in zip(observations, cands, strict=True):
-        views, mine = [], []
-        for t in observations[v].log.rounds():
-            try:
-                views += defense.gradient_views(observations[v], v, [t])
-            except NotApplicable as exc:
-                mine.append(str(exc))
+        views, mine = _victim_views(defense, observations[v], v)
         if not views:
             raise NotApplicable(mine[0] if mine else f"no round of node {v} observed")
         scores, fit = atk.score_all(obs.fm, views, x.to(device), y.to(device))
@@ -360,6 +431,17 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     if atk.level == "message":
         scores_all, info = _message_scores(atk, observations, cands, device)
         info["scores_by_statistic"] = scores_all
+        if len(scores_all) > 1 and atk.cfg.select == "reference":
+            pick = choose_statistic(observations, data, atk, gen, device)
+            info["reference_auc"] = pick["reference_auc"]
+            if pick["statistic"] is not None:
+                info["statistic"] = pick["statistic"]
+                info["statistic_rule"] = (
+                    f"chosen on {STATISTIC_COPIES} reference systems (complementary halves of "
+                    "the candidates, trained and observed like the target): the higher "
+                    "reference AUC; no target label used")
+            else:
+                info["statistic_rule"] += " (fallback: no usable reference view)"
         return scores_all[info["statistic"]], labels, info
     from attacks._mia import ModelMIAInput, model_signals
 

@@ -183,6 +183,10 @@ def test_run_membership_json(attack: str, cfg: dict) -> None:
     if attack == "mia_message":  # both statistics reported, one graded by the label-free rule
         assert set(res["statistics"]) == {"regression", "cosine"}
         assert res["auc"] == res["statistics"][res["statistic"]]["auc"]
+        # picked on reference systems with known membership, not on the target's labels
+        assert res["statistic_rule"].startswith("chosen on 2 reference systems")
+        ref = res["reference_auc"]
+        assert set(ref) == {"regression", "cosine"} and res["statistic"] == max(ref, key=ref.get)
 
 
 def test_run_membership_saved_matches_live(tmp_path: Path) -> None:
