@@ -278,7 +278,9 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
     victim slot trains on complementary halves of its candidates, the others on population
     data) are trained and recorded like the target; each victim's slot is attacked through the
     same threat model (observers mapped into the copy) with every statistic, and the one with
-    the higher AUC over the copies' known memberships is graded on the target.
+    the higher mean AUC over (copy, victim) pairs (each scored against its own known
+    membership; not pooled, since the statistics' scales differ between models) is graded on
+    the target.
 
     Returns:
         {"statistic": chosen, "reference_auc": {statistic: AUC}} (the label-free R^2 rule of
@@ -294,8 +296,7 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
     x0 = ctx.fm.init(ctx.streams.fresh("init", device="cpu"))
     public = trainer.public() if hasattr(trainer, "public") else None
     defense = DEFENSES.get(obs.defense)
-    by_stat: dict[str, list[np.ndarray]] = {k: [] for k in atk.statistics()}
-    labels, fits = [], []
+    by_stat: dict[str, list[float]] = {k: [] for k in atk.statistics()}
     for k in range(STATISTIC_COPIES):
         for i, v in enumerate(victims):
             th = observations[v].threat
@@ -305,18 +306,18 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
             views, _ = _victim_views(defense, ref_obs, k * n + v)
             if not views:
                 continue
+            lab = masks[i][k]
+            if lab.all() or not lab.any():
+                continue
             x, y, _ = candidates(data, v)
-            scores, fit = atk.score_all(obs.fm, views, x.to(device), y.to(device))
-            for name, sc in scores.items():
-                by_stat[name].append(sc)
-            labels.append(masks[i][k])
-            fits.append(fit)
-    if not labels or not all(np.isfinite(np.concatenate(v)).all() for v in by_stat.values()):
+            scores, _ = atk.score_all(obs.fm, views, x.to(device), y.to(device))
+            if not all(np.isfinite(sc).all() for sc in scores.values()):
+                return {"statistic": None, "reference_auc": None}  # the reference run diverged
+            for name, sc in scores.items():  # per (copy, victim): one model's power, unpooled
+                by_stat[name].append(roc_curve(sc, lab).auc)
+    if not all(by_stat.values()):
         return {"statistic": None, "reference_auc": None}
-    lab = np.concatenate(labels)
-    if lab.all() or not lab.any():
-        return {"statistic": None, "reference_auc": None}
-    aucs = {name: roc_curve(np.concatenate(v), lab).auc for name, v in by_stat.items()}
+    aucs = {name: float(np.mean(v)) for name, v in by_stat.items()}
     return {"statistic": max(aucs, key=lambda name: aucs[name]), "reference_auc": aucs}
 
 
