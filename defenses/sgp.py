@@ -22,9 +22,9 @@ from torch import Tensor
 
 from privbench.engine import Context, Trainer, batch_grads
 from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_release
+from privbench.mixing import Mixer, push_sum, push_sum_message_difference, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, Observation
+from privbench.threat import GradientView, NotApplicable, Observation
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,11 @@ class SGP(Trainer):
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
         """The victim's round-t batch gradient (x_i^t - x_i^{t+1/2}) / lr at z_i^t = x_i^t / w_i^t.
 
+        Where the observer cannot rebuild x_i^t (a lone neighbour misses the other in-neighbours'
+        messages), the difference of the victim's own consecutive observed messages instead
+        (`push_sum_message_difference`: an estimate, mixed with its neighbours' share; without
+        momentum only). Rounds where the victim's message is not observed are not applicable.
+
         With momentum m the released step is the buffer b_t = m b_{t-1} + g_t, so the gradient is
         de-momentumized: g_t = b_t - m b_{t-1} (needs round t-1 as well).
 
@@ -89,10 +94,25 @@ class SGP(Trainer):
 
         views = []
         for t in rounds:
-            buf, z = buffer(t)
+            try:
+                buf, z = buffer(t)
+            except NotApplicable as exact_missing:
+                views.append(_difference_view(obs, victim, t, lr, m, exact_missing))
+                continue
             if m:
                 buf = buf - m * buffer(t - 1)[0] if t > 0 else buf
             views.append(GradientView(victim, t, z, buf, "gradient", None, obs.run.batch_size,
                                       "(x_i^t - x_i^{t+1/2}) / lr, de-momentumized" if m else
                                       "(x_i^t - x_i^{t+1/2}) / lr"))
         return views
+
+
+def _difference_view(obs: Observation, victim: int, t: int, lr: float, momentum: float,
+                     exact_missing: NotApplicable) -> GradientView:
+    """The message-difference estimate of round t (see `SGP.gradient_views`)."""
+    if momentum:
+        raise exact_missing
+    g, at, s = push_sum_message_difference(obs, victim, t, lr)
+    return GradientView(victim, t, at, g, "gradient", None, obs.run.batch_size,
+                        f"w_i^t (u_{s} - u_t) / (lr (t - {s})), u = broadcast x_i^(r+1/2) / w_i^r "
+                        "(includes the neighbours' mixing)", exact=False)

@@ -127,15 +127,37 @@ def _metric(cell: dict[str, Any], metric: str) -> float | None:
     return attack_metric(cell, metric)
 
 
-def _tpr_at(cell: dict[str, Any], fpr: float) -> float | None:
-    """Best TPR at FPR <= fpr over the cell's ROC curves."""
-    best = None
+def _tpr_at(cell: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
+    """Best TPR at FPR <= fpr over the cell's attacks, and whether every reading is resolved.
+
+    Read exactly: from an attack's `tpr_at_fpr` entry at this FPR when it stores one, else from
+    its exact ROC corners (`roc_steps`); only results without either (older files) fall back to
+    the plotted `roc` grid, which can under-read the TPR between grid points. A reading is
+    resolved when the attack has enough non-members for one false positive under the FPR.
+    """
+    best, resolved = None, True
     for att in cell.get("attacks", {}).values():
-        roc = att.get("roc") or {}
-        pts = [t for f, t in zip(roc.get("fpr", []), roc.get("tpr", []), strict=False) if f <= fpr]
-        if pts:
-            best = max(pts) if best is None else max(best, max(pts))
-    return best
+        if not str(att.get("status", "ok")).startswith("ok"):
+            continue
+        tpr, ok = _exact_tpr(att, fpr)
+        resolved = resolved and ok
+        if tpr is None:
+            continue
+        best = tpr if best is None else max(best, tpr)
+    return best, resolved
+
+
+def _exact_tpr(att: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
+    """One attack's TPR at FPR <= fpr (exact where stored) and whether it is resolved."""
+    n_neg = att.get("n_nonmembers")
+    ok = n_neg is None or n_neg * fpr >= 1.0 - 1e-9
+    for item in att.get("tpr_at_fpr") or []:
+        if abs(float(item["fpr"]) - fpr) < 1e-12:
+            return item.get("tpr"), bool(item.get("resolved", ok)) and item.get("tpr") is not None
+    roc = att.get("roc_steps") or att.get("roc") or {}
+    pts = [t for f, t in zip(roc.get("fpr", []), roc.get("tpr", []), strict=False)
+           if f <= fpr + 1e-12]
+    return (max(pts) if pts else None), ok
 
 
 def cell_label(cell: dict[str, Any]) -> str:
@@ -158,9 +180,10 @@ def check_bound(bound: dict[str, Any], cell: dict[str, Any]) -> list[Check]:
             ok = value <= limit if kind == "max" else value >= limit
             out.append(Check(f"{label} {key}", ok, f"{metric} = {value:.4g} (bound {limit:g})"))
         elif key == "max_tpr_at_fpr":
-            tpr = _tpr_at(cell, limit["fpr"])
-            ok = tpr is not None and tpr <= limit["tpr"]
-            shown = "not measured" if tpr is None else f"{tpr:.4g}"
+            tpr, resolved = _tpr_at(cell, limit["fpr"])
+            ok = tpr is not None and resolved and tpr <= limit["tpr"]
+            shown = (f"unresolved (too few non-members for FPR {limit['fpr']:g})"
+                     if not resolved else "not measured" if tpr is None else f"{tpr:.4g}")
             out.append(Check(f"{label} max_tpr_at_fpr", ok,
                              f"TPR at FPR <= {limit['fpr']:g} = {shown} (bound {limit['tpr']:g})"))
         elif key == "max_empirical_ratio":

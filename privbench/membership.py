@@ -25,8 +25,11 @@ reference model must be produced by the same process, so each reference model is
 the victim's system: the same defense and hyper-parameters, the same (public) topology, the same
 number of nodes with the same local dataset sizes, trained for the same rounds, and read off the
 same way (`observed_model` of the victim's slot). In copy k each victim's slot trains on a random
-subset of that victim's candidates of its member count (online: each candidate is IN for about
-half the copies when holdout = 0.5, in_mask records which; offline: population samples only), and
+subset of that victim's candidates of its member count (online: balanced membership, every
+candidate IN in the same number of copies, K c / N of them up to one; with holdout = 0.5 that is
+exactly half, as paired complementary halves: copy 2k + 1 trains on the candidates copy 2k left
+out, as in Carlini et al. and Zarifzadeh et al.; in_mask records which; offline: population
+samples only), and
 every other slot on samples of the attacker's population: the dataset's training split minus the
 victims' candidates. All K copies are trained
 at once as ONE run of K * n nodes on a block-diagonal topology (K disjoint copies of the victim's
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +56,7 @@ from privbench.engine import Context
 from privbench.errors import ConfigError
 from privbench.messages import GroundTruth, MessageBus, RecordPolicy
 from privbench.metrics.audit import eps_lower_bound_roc
-from privbench.metrics.roc import roc_summary
+from privbench.metrics.roc import roc_curve, roc_steps, roc_summary
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.seeding import Streams
 from privbench.threat import NotApplicable, Observation, ThreatModel
@@ -165,9 +169,13 @@ def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: T
                    gen: torch.Generator) -> tuple[NodeData, list[np.ndarray]]:
     """Node data of `copies` reference systems and, per victim, the (copies, N_v) IN mask.
 
-    Slot (k, v) of a victim trains on a random subset of v's candidates of v's member count
-    (online) or on population samples (offline); every other slot (k, j) on counts[j] population
-    samples, drawn without replacement within a copy.
+    Slot (k, v) of a victim trains on a subset of v's candidates of v's member count c_v (online)
+    or on population samples (offline); every other slot (k, j) on counts[j] population samples,
+    drawn without replacement within a copy. Online membership is balanced: each copy takes the
+    c_v candidates that are IN in the fewest copies so far (random order among equals), so every
+    candidate is IN in floor or ceil(copies * c_v / N_v) copies; when N_v = 2 c_v, copies 2k and
+    2k + 1 are complementary halves and every candidate is IN in exactly half of an even number
+    of copies.
     """
     n = data.n
     counts = data.counts.cpu().tolist()
@@ -177,6 +185,7 @@ def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: T
         raise ConfigError(f"reference copies need {need} population samples per copy; the "
                           f"population holds {len(pool_y)} (lower nodes or max_per_node)")
     masks = [np.zeros((copies, len(c[1])), dtype=bool) for c in cands]
+    times_in = [torch.zeros(len(c[1])) for c in cands]  # per victim: copies each candidate is IN
     xs, ys = [], []
     for k in range(copies):  # builds data once per copy; training itself is one stacked run
         perm = torch.randperm(len(pool_y), generator=gen)
@@ -184,7 +193,9 @@ def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: T
         for j in range(n):
             if j in own:
                 cx, cy = cands[own[j]]
-                pick = torch.randperm(len(cy), generator=gen)[:counts[j]]
+                ti = times_in[own[j]]
+                pick = torch.argsort(ti + torch.rand(len(cy), generator=gen))[:counts[j]]
+                ti[pick] += 1
                 masks[own[j]][k, pick.numpy()] = True
                 xs.append(cx[pick])
                 ys.append(cy[pick])
@@ -210,6 +221,29 @@ def population(run: RunConfig, data: NodeData, victims: list[int]) -> tuple[Tens
     return ds.x_train[keep], ds.y_train[keep]
 
 
+def _reference_system(obs: Observation, data: NodeData, victims: list[int], copies: int,
+                      online: bool, gen: torch.Generator, device: torch.device,
+                      policy: RecordPolicy, last_round: int) -> tuple[Any, list[np.ndarray]]:
+    """Train `copies` reference systems as one stacked run up to `last_round`, recording
+    `policy`; return the trainer (its ctx holds the log) and per victim the (copies, N_v) IN
+    mask."""
+    load_plugins()
+    run = obs.run
+    cls = DEFENSES.get(obs.defense)
+    cands = [tuple(t.cpu() for t in candidates(data, v)[:2]) for v in victims]
+    pool_x, pool_y = population(run, data, victims)
+    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen)
+    ref_run = replace_checked(run, {"nodes": data.n * copies})
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+    topo = block_topology(obs.topology, copies)
+    ctx = Context(ref_run, obs.fm, ref_data.to(device), topo, MessageBus(cls.kinds, policy),
+                  GroundTruth(RecordPolicy.none()), Streams(seed, device), device)
+    trainer = cls(obs.defense_cfg, ctx)
+    for t in range(last_round + 1):
+        trainer.round(t)
+    return trainer, masks
+
+
 def train_reference_models(obs: Observation, data: NodeData, victims: list[int], copies: int,
                            online: bool, gen: torch.Generator, device: torch.device,
                            observe_round: int | None = None) -> tuple[Tensor, list[np.ndarray]]:
@@ -219,29 +253,72 @@ def train_reference_models(obs: Observation, data: NodeData, victims: list[int],
         (copies, V, d) reference models (read like the target: `observed_model` of each copy's
         victim slots) and per victim the (copies, N_v) IN mask of its candidates.
     """
-    load_plugins()
-    run = obs.run
-    cls = DEFENSES.get(obs.defense)
-    cands = [tuple(t.cpu() for t in candidates(data, v)[:2]) for v in victims]
-    pool_x, pool_y = population(run, data, victims)
-    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen)
     n = data.n
-    t_obs = run.rounds - 1 if observe_round is None else observe_round
+    t_obs = obs.run.rounds - 1 if observe_round is None else observe_round
     slots = frozenset(k * n + v for k in range(copies) for v in victims)
     policy = RecordPolicy(rounds=frozenset({t_obs}), senders=slots)
-    ref_run = replace_checked(run, {"nodes": n * copies})
-    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
-    topo = block_topology(obs.topology, copies)
-    ctx = Context(ref_run, obs.fm, ref_data.to(device), topo, MessageBus(cls.kinds, policy),
-                  GroundTruth(RecordPolicy.none()), Streams(seed, device), device)
-    trainer = cls(obs.defense_cfg, ctx)
-    for t in range(t_obs + 1):
-        trainer.round(t)
-    ref_obs = dataclasses.replace(obs, log=ctx.bus.log, topology=topo,
-                                  threat=ThreatModel("eavesdropper"), run=ref_run)
+    trainer, masks = _reference_system(obs, data, victims, copies, online, gen, device, policy,
+                                       t_obs)
+    ctx = trainer.ctx
+    ref_obs = dataclasses.replace(obs, log=ctx.bus.log, topology=ctx.topology,
+                                  threat=ThreatModel("eavesdropper"), run=ctx.run)
     models = torch.stack([torch.stack([observed_model(ref_obs, k * n + v, t_obs)
                                        for v in victims]) for k in range(copies)])
     return models, masks  # (copies, V, d)
+
+
+STATISTIC_COPIES = 2  # reference systems the message attack picks its statistic on
+
+
+def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: Any,
+                     gen: torch.Generator, device: torch.device) -> dict[str, Any]:
+    """Pick the message statistic on reference systems, never on the target's labels.
+
+    Two reference copies of the whole system (same defense, config, topology and sizes; each
+    victim slot trains on complementary halves of its candidates, the others on population
+    data) are trained and recorded like the target; each victim's slot is attacked through the
+    same threat model (observers mapped into the copy) with every statistic, and the one with
+    the higher mean AUC over (copy, victim) pairs (each scored against its own known
+    membership; not pooled, since the statistics' scales differ between models) is graded on
+    the target.
+
+    Returns:
+        {"statistic": chosen, "reference_auc": {statistic: AUC}} (the label-free R^2 rule of
+        `attacks.mia_message` decides, with "reference_auc" None, when no reference view exists
+        or the reference run diverged).
+    """
+    victims = list(observations)
+    obs = observations[victims[0]]
+    n = data.n
+    trainer, masks = _reference_system(obs, data, victims, STATISTIC_COPIES, True, gen, device,
+                                       RecordPolicy(), obs.run.rounds - 1)
+    ctx = trainer.ctx
+    x0 = ctx.fm.init(ctx.streams.fresh("init", device="cpu"))
+    public = trainer.public() if hasattr(trainer, "public") else None
+    defense = DEFENSES.get(obs.defense)
+    by_stat: dict[str, list[float]] = {k: [] for k in atk.statistics()}
+    for k in range(STATISTIC_COPIES):
+        for i, v in enumerate(victims):
+            th = observations[v].threat
+            ref_th = ThreatModel(th.kind, tuple(k * n + o for o in th.observers))
+            ref_obs = Observation(ctx.bus.log.observed_by(ref_th.receivers()), ref_th, ctx.run,
+                                  obs.defense, obs.defense_cfg, obs.fm, ctx.topology, x0, public)
+            views, _ = _victim_views(defense, ref_obs, k * n + v)
+            if not views:
+                continue
+            lab = masks[i][k]
+            if lab.all() or not lab.any():
+                continue
+            x, y, _ = candidates(data, v)
+            scores, _ = atk.score_all(obs.fm, views, x.to(device), y.to(device))
+            if not all(np.isfinite(sc).all() for sc in scores.values()):
+                return {"statistic": None, "reference_auc": None}  # the reference run diverged
+            for name, sc in scores.items():  # per (copy, victim): one model's power, unpooled
+                by_stat[name].append(roc_curve(sc, lab).auc)
+    if not all(by_stat.values()):
+        return {"statistic": None, "reference_auc": None}
+    aucs = {name: float(np.mean(v)) for name, v in by_stat.items()}
+    return {"statistic": max(aucs, key=lambda name: aucs[name]), "reference_auc": aucs}
 
 
 # --------------------------------------------------------------------------------- claims, JSON
@@ -265,7 +342,8 @@ def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
           delta: float) -> dict[str, Any]:
     """ROC summary + empirical epsilon lower bound (JSON-ready)."""
     out = roc_summary(scores, labels)
-    for f in ("0.1%", "1%"):
+    out["roc_steps"] = roc_steps(roc_curve(scores, labels))
+    for f in ("0.1%", "1%", "10%"):
         out[f"tpr_at_{f}_fpr_resolved"] = out[f"tpr_at_{f}_fpr"] is not None
     d = claimed.get("calibrated", claimed.get("paper", {})).get("delta", delta)
     out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d)
@@ -274,6 +352,58 @@ def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
 
 
 # ------------------------------------------------------------------------------------ the glue
+def _not_applicable_summary(reasons: list[str]) -> dict[str, int]:
+    """Count not-applicable reasons by kind (node and round numbers replaced by N)."""
+    out: dict[str, int] = {}
+    for r in reasons:
+        key = re.sub(r"\d+", "N", r)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _victim_views(defense: Any, obs: Observation, victim: int) -> tuple[list[Any], list[str]]:
+    """The victim's gradient views in every recorded round, and why the other rounds gave none."""
+    views, reasons = [], []
+    for t in obs.log.rounds():
+        try:
+            views += defense.gradient_views(obs, victim, [t])
+        except NotApplicable as exc:
+            reasons.append(str(exc))
+    return views, reasons
+
+
+def _message_scores(atk: Any, observations: dict[int, Observation],
+                    cands: list[tuple[Tensor, Tensor, np.ndarray]],
+                    device: torch.device) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Per statistic, the message-level scores of every victim's candidates (concatenated), and
+    info: views used, rounds not applicable (with their reasons), the statistic graded and the
+    regression fit its label-free rule read (`attacks.mia_message`)."""
+    obs = observations[next(iter(observations))]
+    defense = DEFENSES.get(obs.defense)
+    if not hasattr(defense, "gradient_views"):
+        raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
+    parts: list[dict[str, np.ndarray]] = []
+    used, reasons, explained, chance = 0, [], [], []
+    for v, (x, y, _) in zip(observations, cands, strict=True):
+        views, mine = _victim_views(defense, observations[v], v)
+        if not views:
+            raise NotApplicable(mine[0] if mine else f"no round of node {v} observed")
+        scores, fit = atk.score_all(obs.fm, views, x.to(device), y.to(device))
+        parts.append(scores)
+        explained.append(fit["explained"])
+        chance.append(fit["chance"])
+        used, reasons = used + len(views), reasons + mine
+    fit = {"explained": float(np.mean(explained)), "chance": float(np.mean(chance))}
+    chosen = atk.choose(fit)
+    info = {"level": "message", "views": used, "rounds_not_applicable": len(reasons),
+            "not_applicable_reasons": _not_applicable_summary(reasons), "statistic": chosen,
+            "statistic_rule": ("label-free: regression when the candidates' gradients explain "
+                               "R^2 >= (1 + N/d) / 2 of the views (raw batch gradients), else "
+                               "cosine (noise-dominated views)") if atk.cfg.statistic == "auto"
+            else "configured", "regression_fit": fit}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, info
+
+
 def membership_scores(observations: dict[int, Observation], data: NodeData, attack: str,
                       attack_cfg: dict[str, Any] | None, gen: torch.Generator,
                       device: torch.device, reference_models: int = DEFAULT_REFERENCE_MODELS
@@ -300,23 +430,20 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     fm = obs.fm
     scores: list[np.ndarray] = []
     if atk.level == "message":
-        defense = DEFENSES.get(obs.defense)
-        if not hasattr(defense, "gradient_views"):
-            raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
-        used, skipped = 0, 0
-        for v, (x, y, _) in zip(victims, cands, strict=True):
-            views, reasons = [], []
-            for t in observations[v].log.rounds():
-                try:
-                    views += defense.gradient_views(observations[v], v, [t])
-                except NotApplicable as exc:
-                    reasons.append(str(exc))
-            if not views:
-                raise NotApplicable(reasons[0] if reasons else f"no round of node {v} observed")
-            scores.append(atk.score(fm, views, x.to(device), y.to(device)))
-            used, skipped = used + len(views), skipped + len(reasons)
-        return np.concatenate(scores), labels, {"level": "message", "views": used,
-                                                "rounds_not_applicable": skipped}
+        scores_all, info = _message_scores(atk, observations, cands, device)
+        info["scores_by_statistic"] = scores_all
+        if len(scores_all) > 1 and atk.cfg.select == "reference":
+            pick = choose_statistic(observations, data, atk, gen, device)
+            info["reference_auc"] = pick["reference_auc"]
+            if pick["statistic"] is not None:
+                info["statistic"] = pick["statistic"]
+                info["statistic_rule"] = (
+                    f"chosen on {STATISTIC_COPIES} reference systems (complementary halves of "
+                    "the candidates, trained and observed like the target): the higher "
+                    "reference AUC; no target label used")
+            else:
+                info["statistic_rule"] += " (fallback: no usable reference view)"
+        return scores_all[info["statistic"]], labels, info
     from attacks._mia import ModelMIAInput, model_signals
 
     t_obs = max(last_observed_round(observations[v], v) for v in victims)
@@ -376,7 +503,11 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
     privacy = built.trainer.privacy() if privacy is None else privacy
     per_victim = {str(v): claims(privacy, v) for v in vs}
     claimed = per_victim[str(vs[0])]
-    head = {"attack": attack, "attack_config": attack_cfg or {}, "defense": built.defense,
+    load_plugins()
+    cls = ATTACKS.get(attack)
+    resolved = dataclasses.asdict(replace_checked(cls.Config(), attack_cfg or {}, where="attack"))
+    head = {"attack": attack, "attack_config": attack_cfg or {},
+            "attack_config_resolved": resolved, "defense": built.defense,
             "victims": vs,
             "threat": [{"victim": v, "kind": th.kind, "observers": list(th.observers)}
                        for v, th in threats.items()],
@@ -390,8 +521,23 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
         return {**head, "applicable": False, "claimed_epsilon": claimed, **info,
                 "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
                           "model or messages are not finite (training diverged)"}
+    by_stat = info.pop("scores_by_statistic", None)
+    if by_stat is not None and len(by_stat) > 1:
+        info["statistics"] = {k: _brief(v, labels) for k, v in by_stat.items()}
     return {**head, "applicable": True, **info,
             **grade(scores, labels, claimed, ctx.run.delta)}
+
+
+BRIEF_KEYS = ("auc", "auc_ci", "tpr_at_0.1%_fpr", "tpr_at_0.1%_fpr_ci", "tpr_at_1%_fpr",
+              "tpr_at_1%_fpr_ci", "tpr_at_10%_fpr", "tpr_at_10%_fpr_ci", "tpr_at_0_fpr")
+
+
+def _brief(scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """AUC and TPRs with their intervals of one statistic's scores (None when not finite)."""
+    if not np.isfinite(scores).all():
+        return {"auc": None, "reason": "non-finite scores"}
+    summ = roc_summary(scores, labels)
+    return {k: summ[k] for k in BRIEF_KEYS}
 
 
 def run_membership_saved(folder: str | Path, victims: int | list[int], attack: str,

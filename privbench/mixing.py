@@ -132,3 +132,46 @@ def push_sum_release(obs: Observation, victim: int, t: int, lr: float,
         raise NotApplicable(f"node {victim}'s round-{t} {model_kind} message is not observed "
                             f"by the {obs.threat.kind} threat model")
     return (x_pre - x_half) / lr, x_pre / w_pre
+
+
+def _broadcast_model(obs: Observation, victim: int, t: int, model_kind: str,
+                     weight_kind: str) -> tuple[Tensor, Tensor] | None:
+    """The victim's round-t de-biased half-step model x_i^{t+1/2} / w_i^t and w_i^t, or None."""
+    xs, ws = obs.log.get(t, model_kind), obs.log.get(t, weight_kind)
+    x = xs.sent_by(victim) if xs is not None else None
+    w = ws.sent_by(victim) if ws is not None else None
+    if x is None or w is None:
+        return None
+    return x / w.reshape(-1)[0], w.reshape(-1)[0]
+
+
+def push_sum_message_difference(obs: Observation, victim: int, t: int, lr: float,
+                                model_kind: str = "model",
+                                weight_kind: str = "weight") -> tuple[Tensor, Tensor, int]:
+    """What one observer of the victim's own push-sum messages derives about its round-t step.
+
+    With u_t = x_i^{t+1/2} / w_i^t the de-biased model the victim broadcast in round t and s < t
+    the previous round whose message the observer saw, u_s - u_t = sum of the victim's steps in
+    rounds s+1..t (lr g / w each) plus the change its neighbours' mixing brought. So
+
+        G~_t = w_i^t (u_s - u_t) / (lr (t - s))       at params u_s
+
+    estimates the victim's mean batch gradient over those rounds (exact only without mixing: the
+    neighbours' share is what a lone observer cannot remove; `exact=False` views).
+
+    Returns:
+        (G~_t (d,), the params u_s (d,), s).
+
+    Raises:
+        NotApplicable: when the victim's round-t message, or any earlier one, is not observed.
+    """
+    now = _broadcast_model(obs, victim, t, model_kind, weight_kind)
+    if now is None:
+        raise NotApplicable(f"node {victim}'s round-{t} {model_kind} message is not observed "
+                            f"by the {obs.threat.kind} threat model")
+    for s in range(t - 1, -1, -1):
+        before = _broadcast_model(obs, victim, s, model_kind, weight_kind)
+        if before is not None:
+            return now[1] * (before[0] - now[0]) / (lr * (t - s)), before[0], s
+    raise NotApplicable(f"no earlier message of node {victim} than round {t} is observed, so no "
+                        "difference of its messages exists")

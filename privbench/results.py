@@ -183,6 +183,21 @@ def attack_metric(cell: dict[str, Any], key: str) -> float | None:
     return min(vals) if key in LOWER_MEANS_LEAKIER else max(vals)
 
 
+def attack_interval(cell: dict[str, Any], key: str) -> list[float] | None:
+    """The 95 % interval stored with the attack whose `key` is the cell's worst case (the value
+    `attack_metric` reports), or None when that attack stores none."""
+    worst = attack_metric(cell, key)
+    if worst is None:
+        return None
+    for a in cell.get("attacks", {}).values():
+        if (str(a.get("status", "")).startswith("ok")
+                and finite_or_none(a.get("metrics", {}).get(key)) == worst):
+            ci = (a.get("intervals") or {}).get(key)
+            if ci is not None:
+                return [float(ci[0]), float(ci[1])]
+    return None
+
+
 def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
     """Message kinds that carry data-dependent content outside the DP guarantee."""
     return [m["name"] for m in cell.get("messages", [])

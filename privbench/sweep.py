@@ -219,16 +219,28 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
                 "uses": [], "metrics": {}}
     emp = res.get("empirical_epsilon")
     emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
-    metrics = {"auc": res.get("auc"), "tpr_at_0.1%_fpr": res.get("tpr_at_0.1%_fpr"),
-               "tpr_at_1%_fpr": res.get("tpr_at_1%_fpr"), "empirical_epsilon": emp_value}
+    rates = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
+    metrics = {**{k: res.get(k) for k in rates}, "empirical_epsilon": emp_value}
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
     return {"kind": "membership", "status": "ok",
             "threat": res.get("threat"),
             "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
-            "metrics": metrics, "roc": roc, "empirical_epsilon_detail": emp,
+            "metrics": metrics, "intervals": {k: res.get(f"{k}_ci") for k in rates},
+            "roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
+            "empirical_epsilon_detail": emp,
             "n_members": res.get("n_members"), "n_nonmembers": res.get("n_nonmembers"),
             "tpr_at_0.1%_fpr_resolved": res.get("tpr_at_0.1%_fpr_resolved"),
-            "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved")}
+            "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved"),
+            "attack_config": res.get("attack_config_resolved"),
+            **{k: res[k] for k in MEMBERSHIP_DETAIL if k in res}}
+
+
+# What a membership result adds when it has it: the message attack's statistics and rule, the
+# rounds it used and skipped (with why), the model attack's observed round and references.
+MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc", "regression_fit",
+                     "views",
+                     "rounds_not_applicable", "not_applicable_reasons", "observed_round",
+                     "reference_models", "online")
 
 
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int) -> dict[str, Any]:
@@ -569,13 +581,18 @@ def _device(name: str) -> torch.device:
 
 def summary_table(results: dict[str, Any]) -> str:
     """The terminal summary: one row per (defense, ε)."""
-    from privbench.results import attack_metric, claimed_eps
+    from privbench.results import attack_interval, attack_metric, claimed_eps
 
     def f(v: float | None, d: int = 3) -> str:
         return "-" if v is None else "inf" if v == float("inf") else f"{v:.{d}f}"
 
+    def ci(c: dict[str, Any], key: str) -> str:
+        iv = attack_interval(c, key)
+        return "-" if iv is None else f"[{iv[0]:.2f},{iv[1]:.2f}]"
+
     head = (f"{'defense':<12} {'eps':>5} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
-            f"{'AUC':>6} {'TPR@1%':>7} {'eps_paper':>9} {'eps_cal':>8} {'eps_emp':>8}  status")
+            f"{'AUC':>6} {'95% CI':>11} {'TPR@1%':>7} {'95% CI':>11} {'eps_paper':>9} "
+            f"{'eps_cal':>8} {'eps_emp':>8}  status")
     lines = [head]
     for c in results["cells"]:
         eps = "-" if c.get("epsilon") is None else f"{c['epsilon']:g}"
@@ -583,7 +600,8 @@ def summary_table(results: dict[str, Any]) -> str:
             f"{c['defense']:<12} {eps:>5} {f(c.get('accuracy')):>6} "
             f"{f(attack_metric(c, 'psnr'), 1):>6} {f(attack_metric(c, 'ssim')):>6} "
             f"{f(attack_metric(c, 'label_accuracy'), 2):>6} {f(attack_metric(c, 'auc')):>6} "
-            f"{f(attack_metric(c, 'tpr_at_1%_fpr')):>7} {f(claimed_eps(c, 'paper'), 2):>9} "
+            f"{ci(c, 'auc'):>11} {f(attack_metric(c, 'tpr_at_1%_fpr')):>7} "
+            f"{ci(c, 'tpr_at_1%_fpr'):>11} {f(claimed_eps(c, 'paper'), 2):>9} "
             f"{f(claimed_eps(c, 'calibrated'), 2):>8} "
             f"{f(attack_metric(c, 'empirical_epsilon'), 2):>8}  {c['status']}")
     return "\n".join(lines)

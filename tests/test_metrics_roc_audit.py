@@ -51,8 +51,9 @@ def test_tpr_at_fpr_and_resolution() -> None:
 
 def test_roc_points_step_function() -> None:
     curve = roc_curve([3, 2, 1, 0], [1, 0, 1, 0])  # TPR .5 at FPR 0; 1 at FPR .5
-    pts = roc_points(curve, "linear", 5)  # FPR 0, .25, .5, .75, 1
-    assert pts["tpr"] == pytest.approx([0.5, 0.5, 1.0, 1.0, 1.0])
+    pts = roc_points(curve, "linear", 5)  # FPR 0, .25, .5, .75, 1 and the standard FPRs
+    assert pts["fpr"] == pytest.approx([0, 0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 1])
+    assert pts["tpr"] == pytest.approx([0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0])
     log = roc_points(curve, "log", 3)
     assert log["fpr"][0] == pytest.approx(0.5) and log["fpr"][-1] == pytest.approx(1.0)
     with pytest.raises(ConfigError):
@@ -141,3 +142,43 @@ def test_one_run_audit_counts() -> None:
     assert perfect["epsilon_lb"] == pytest.approx(steinke_eps_lower_bound(10, 10, 10), abs=1e-6)
     sweep = one_run_audit_sweep(scores, scores >= 5, steps=1)  # grid contains (5, 5)
     assert sweep["optimistic"] and sweep["epsilon_lb"] >= perfect["epsilon_lb"] - 1e-9
+
+
+def test_intervals_and_exact_corners() -> None:
+    from privbench.metrics.roc import (
+        _weighted_auc,
+        auc_ci,
+        bootstrap_aucs,
+        clopper_pearson,
+        paired_auc_difference,
+        roc_steps,
+    )
+
+    rng = np.random.default_rng(3)
+    y = np.r_[np.ones(300), np.zeros(500)].astype(bool)
+    s = np.round(rng.normal(size=800) + 0.6 * y, 1)  # many ties
+    curve = roc_curve(s, y)
+    # unit weights reproduce scikit-learn's AUC (ties counted 1/2)
+    assert _weighted_auc(s, y, np.ones((1, 800)))[0] == pytest.approx(curve.auc)
+    lo, hi = auc_ci(s, y)
+    assert lo < curve.auc < hi and hi - lo < 0.12
+    assert auc_ci(s, y) == [lo, hi]  # explicit seeded generator: reproducible
+    # a paired interval of an attack against itself plus tiny jitter is narrow around 0
+    diff = paired_auc_difference(s, s + 1e-9 * rng.normal(size=800), y)
+    assert diff["ci"][0] <= 0 <= diff["ci"][1] and diff["ci"][1] - diff["ci"][0] < 0.01
+    assert bootstrap_aucs(np.stack([s, -s]), y, 50).shape == (2, 50)
+    # Clopper-Pearson: 0/100 -> [0, 0.0362]; 5/100 -> [0.0164, 0.1128] (standard tables)
+    assert clopper_pearson(0, 100) == pytest.approx([0.0, 0.03622], abs=1e-4)
+    assert clopper_pearson(5, 100) == pytest.approx([0.01643, 0.11283], abs=1e-4)
+    # the exact corners give the same TPR as the full curve at any FPR
+    steps = roc_steps(curve)
+    for f in (0.002, 0.01, 0.0137, 0.1, 0.33):
+        corner = max(t for x, t in zip(steps["fpr"], steps["tpr"], strict=True) if x <= f + 1e-12)
+        assert corner == tpr_at_fpr(curve, f)["tpr"]
+    summ = roc_summary(s, y)
+    assert summ["auc_ci"] == [lo, hi]
+    assert summ["tpr_at_1%_fpr_ci"][0] <= summ["tpr_at_1%_fpr"] <= summ["tpr_at_1%_fpr_ci"][1]
+    assert summ["tpr_at_0.1%_fpr_ci"] is None  # 500 non-members do not resolve 0.1 %
+    log = summ["roc"]["log"]
+    for f in (0.01, 0.1):  # the standard FPRs are exact points of the stored curve
+        assert log["tpr"][log["fpr"].index(f)] == tpr_at_fpr(curve, f)["tpr"]

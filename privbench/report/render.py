@@ -13,8 +13,15 @@ from typing import Any
 
 import jinja2
 
+from privbench.metrics.roc import clear_of_chance
 from privbench.report import plots
-from privbench.results import attack_metric, claimed_eps, finite_or_none, uncovered_leaks
+from privbench.results import (
+    attack_interval,
+    attack_metric,
+    claimed_eps,
+    finite_or_none,
+    uncovered_leaks,
+)
 
 TEMPLATE = Path(__file__).with_name("template.html.j2")
 
@@ -44,8 +51,9 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if psnr is not None and psnr >= PSNR_LEAK_DB:
                 reasons.append(f"recognisable reconstructions at {where} (PSNR {psnr:.1f} dB)")
                 level = "leaks"
-            if auc is not None and auc >= AUC_LEAK:
-                reasons.append(f"membership inference at {where} (AUC {auc:.2f})")
+            if auc is not None and auc >= AUC_LEAK and _clear_of_chance(c):
+                reasons.append(f"membership inference at {where} (AUC {auc:.2f}"
+                               f"{_ci_text(attack_interval(c, 'auc'))})")
                 level = "leaks"
             emp, cal = attack_metric(c, "empirical_epsilon"), claimed_eps(c, "calibrated")
             if emp is not None and cal is not None and emp > cal:
@@ -58,6 +66,17 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out[name] = {"level": level if private or level != "resists" else "baseline",
                      "private": private, "reasons": reasons}
     return out
+
+
+def _clear_of_chance(cell: dict[str, Any]) -> bool:
+    """Whether the worst-case AUC's 95 % interval lies above chance (0.5); results without an
+    interval (older files) are judged on the point value alone."""
+    ci = attack_interval(cell, "auc")
+    return ci is None or clear_of_chance(ci, 0.5)
+
+
+def _ci_text(ci: list[float] | None) -> str:
+    return "" if ci is None else f", 95 % CI [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
 def _plots(results: dict[str, Any]) -> dict[str, str | None]:
@@ -118,6 +137,11 @@ def _message_map(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(r, used_by=sorted(r["used_by"])) for _, r in sorted(rows.items())]
 
 
+def _ci_cell(ci: list[float] | None) -> str:
+    """An interval as shown under a value in the report's tables ("" when none)."""
+    return "" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def _fmt(x: Any, digits: int = 3) -> str:
     if x == float("inf") or x == "inf":
         return "∞"
@@ -136,8 +160,9 @@ def render_html(results: dict[str, Any], run_name: str | None = None) -> str:
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
     env.filters["fmt"] = _fmt
+    env.filters["ci"] = _ci_cell
     env.globals.update(claimed_eps=claimed_eps, attack_metric=attack_metric,
-                       uncovered_leaks=uncovered_leaks)
+                       attack_interval=attack_interval, uncovered_leaks=uncovered_leaks)
     return env.get_template(TEMPLATE.name).render(
         r=results, verdicts=verdicts(results), plots=_plots(results),
         galleries=_galleries(results), message_map=_message_map(results),

@@ -126,3 +126,53 @@ def test_junit_output_parses_back(tmp_path):
     assert suite.tag == "testsuite" and suite.get("tests") == "2" and suite.get("failures") == "1"
     failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
     assert failed == ["dp@1 max_psnr"]
+
+
+def _mia_cell(scores, labels):
+    """A cell whose one MIA result is stored the way the sweep stores it (exact points + grid)."""
+    from privbench.metrics.roc import roc_curve, roc_steps, roc_summary
+
+    summ = roc_summary(scores, labels)
+    att = {"status": "ok", "metrics": {"auc": summ["auc"]}, "roc": summ["roc"]["log"],
+           "roc_steps": roc_steps(roc_curve(scores, labels)), "tpr_at_fpr": summ["tpr_at_fpr"],
+           "n_members": summ["n_members"], "n_nonmembers": summ["n_nonmembers"]}
+    return {"defense": "dp", "epsilon": 1.0, "accuracy": 0.7, "privacy": [], "messages": [],
+            "attacks": {"lira": att}}
+
+
+def test_tpr_bound_reads_the_exact_value_not_the_grid(tmp_path, capsys):
+    """600 non-members, 100 members: 40 members outscore every non-member but the 5 highest, so
+    the exact TPR at FPR 0.87 % (5/600 = 0.833 % <= 0.87 %) is 0.40, while the 101-point log grid
+    (1/600 to 1) has its points at 0.823 % and 0.877 %: read off the grid it is 0 at 0.87 %."""
+    import numpy as np
+
+    from privbench.gate import _tpr_at
+
+    neg = np.r_[np.full(5, 10.0), np.linspace(0, 1, 595)]
+    pos = np.r_[np.full(40, 5.0), np.linspace(-1, 0.5, 60)]
+    scores, labels = np.r_[pos, neg], np.r_[np.ones(100), np.zeros(600)]
+    cell = _mia_cell(scores, labels)
+    grid = cell["attacks"]["lira"]["roc"]
+    on_grid = max(t for f, t in zip(grid["fpr"], grid["tpr"], strict=True) if f <= 0.0087)
+    assert on_grid < 0.4  # the grid under-reads here
+    assert _tpr_at(cell, 0.0087) == (0.4, True)
+    assert _tpr_at(cell, 0.01) == (0.4, True)  # a standard FPR: read from tpr_at_fpr
+    res = _results()
+    res["cells"] = [cell]
+    assert _run(tmp_path, '[[bound]]\nmax_tpr_at_fpr = {fpr = 0.0087, tpr = 0.3}\n', res) == 1
+    assert "= 0.4 " in capsys.readouterr().out
+    # the grid reading alone would have passed this bound: the exact value is what is judged
+    legacy = {k: v for k, v in cell["attacks"]["lira"].items()
+              if k not in ("roc_steps", "tpr_at_fpr")}
+    res["cells"] = [dict(cell, attacks={"lira": legacy})]
+    assert _run(tmp_path, '[[bound]]\nmax_tpr_at_fpr = {fpr = 0.0087, tpr = 0.3}\n', res) == 0
+
+
+def test_tpr_bound_unresolved_fails(tmp_path, capsys):
+    import numpy as np
+
+    cell = _mia_cell(np.arange(100.0), np.r_[np.zeros(50), np.ones(50)])  # 50 non-members
+    res = _results()
+    res["cells"] = [cell]
+    assert _run(tmp_path, '[[bound]]\nmax_tpr_at_fpr = {fpr = 0.01, tpr = 1.0}\n', res) == 1
+    assert "unresolved" in capsys.readouterr().out

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from privbench.cli import main
 from privbench.report import render_html, verdicts
 from privbench.results import SCHEMA_VERSION, write_json
@@ -95,3 +97,17 @@ def test_report_rejects_other_schema_versions(tmp_path, capsys):
     assert main(["report", str(path), "-o", str(tmp_path / "x.html")]) == 2
     assert "schema_version 999" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("ci,leaks", [([0.61, 0.69], True), ([0.48, 0.82], False), (None, True)])
+def test_membership_leaks_only_when_interval_clears_chance(ci, leaks):
+    res = _results()
+    cell = {"defense": "dp", "epsilon": 1.0, "accuracy": 0.8, "status": "ok",
+            "privacy": res["cells"][0]["privacy"], "messages": res["cells"][1]["messages"],
+            "attacks": {"mia": {"status": "ok", "uses": ["model"], "metrics": {"auc": 0.65},
+                                "intervals": {"auc": ci}}}}
+    res["cells"] = [cell]
+    v = verdicts(res)["dp"]
+    assert (v["level"] == "leaks") == leaks
+    if ci is not None:
+        assert f"[{ci[0]:.2f}" in render_html(res)  # the interval is shown with the AUC
