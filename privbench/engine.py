@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
+from privbench import canaries
 from privbench.comm import Comm
 from privbench.config import RunConfig
 from privbench.data import NodeData
@@ -94,6 +95,9 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
         (m, d) clipped sums and (m, B) the per-sample gradient norms before clipping; rows
         without a real sample are not computed (zero sum and norms).
     """
+    bank = canaries.active()
+    if bank is not None and bool((y < 0).any()):  # an audit's gradient canaries in the batch
+        return bank.clipped_sum(clipped_grad_sum, fm, params, x, y, mask, bound, max_bytes)
     live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)
     if not bool(live.all()):
         sums, norms = torch.zeros_like(params), torch.zeros(y.shape, device=params.device)
@@ -133,6 +137,7 @@ def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     Returns:
         (m, d); rows without a real sample are not computed (zero, the gradient of a zero loss).
     """
+    canaries.refuse_unclipped(y)
     if mask is None:
         mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
     live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)

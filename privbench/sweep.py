@@ -178,7 +178,8 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     emp = res.get("empirical_epsilon")
     emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
     metrics = {"auc": res.get("auc"), "tpr_at_0.1%_fpr": res.get("tpr_at_0.1%_fpr"),
-               "tpr_at_1%_fpr": res.get("tpr_at_1%_fpr"), "empirical_epsilon": emp_value}
+               "tpr_at_1%_fpr": res.get("tpr_at_1%_fpr"), "empirical_epsilon": emp_value,
+               "empirical_epsilon_cap": _roc_cap(res)}
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
     return {"kind": "membership", "status": "ok",
             "threat": res.get("threat"),
@@ -189,12 +190,51 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
             "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved")}
 
 
+def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
+                     gen: torch.Generator) -> dict[str, Any]:
+    """The one-run white-box gradient-canary audit of the victim (`attacks/canary.py`): the
+    defense retrained with m canaries; ε lower bound and the cap a perfect guesser reaches."""
+    from privbench.config import to_dict
+    from privbench.membership import canary_audit
+
+    cls = ATTACKS.get(attack)
+    cfg = replace_checked(cls.Config(), audit.attack_config.get(attack) or {}, where="attack")
+    res = canary_audit(built.ctx.run, built.defense, audit.victim, cfg.canaries,
+                       overrides=to_dict(built.trainer.cfg), gen=gen,
+                       threat=threat_for(audit.threat, built, audit.victim), kind="gradient",
+                       norm_factor=cfg.norm_factor)
+    if not res.get("applicable", False):
+        return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
+                "metrics": {}}
+    one = res["one_run"]
+    metrics = {"empirical_epsilon": one["epsilon_lb"], "empirical_epsilon_cap": res["cap"]}
+    return {"kind": "canary", "status": "ok", "threat": res["threat"],
+            "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
+            "metrics": metrics, "canaries": res["canaries"], "included": res["included"],
+            "canary_norm": res["canary_norm"], "one_run": one,
+            "claimed_epsilon": res["claimed_epsilon"]}
+
+
+def _roc_cap(res: dict[str, Any]) -> float | None:
+    """The Clopper-Pearson bound a perfect attack reaches with this many members / non-members."""
+    from privbench.metrics.audit import roc_cap
+
+    n1, n0, emp = res.get("n_members"), res.get("n_nonmembers"), res.get("empirical_epsilon")
+    if not (n1 and n0 and isinstance(emp, dict)):
+        return None
+    claimed = res.get("claimed_epsilon") or {}
+    delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", 0.0)
+    return roc_cap(int(n1), int(n0), float(delta), float(emp["alpha"]))
+
+
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int) -> dict[str, Any]:
     """Run one attack; a diverging or crashing attack is recorded as failed with its reason."""
     from privbench.seeding import derive_seed
 
     gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
     try:
+        if getattr(ATTACKS.get(attack), "level", None) == "training":
+            return run_canary_audit(built, attack, audit, gen)
         if _is_membership(attack):
             return run_membership_attack(built, attack, audit, gen)
         return run_inversion_attack(built, attack, audit, gen)

@@ -22,7 +22,8 @@ def _results():
              "attacks": {
                  "geiping": {"status": "ok", "metrics": {"psnr": 12.0, "ssim": 0.1, "mse": 0.06,
                                                          "label_accuracy": 0.2, "lpips": 0.6}},
-                 "lira": {"status": "ok", "metrics": {"auc": 0.52, "empirical_epsilon": 0.2},
+                 "lira": {"status": "ok", "metrics": {"auc": 0.52, "empirical_epsilon": 0.2,
+                                                      "empirical_epsilon_cap": 3.0},
                           "roc": {"fpr": [0.0, 0.001, 0.01, 1.0], "tpr": [0.0, 0.002, 0.02, 1.0]}},
                  "broken": {"status": "failed: diverged", "metrics": {"psnr": 99.0}}}},
             {"defense": "leaky", "epsilon": 1.0, "accuracy": 0.9, "privacy": [],
@@ -59,6 +60,19 @@ def test_each_bound_kind_passes_and_fails(tmp_path, capsys, bound, ok):
     assert code == (0 if ok else 1)
     out = capsys.readouterr().out
     assert ("0 failed" in out) == ok
+
+
+def test_an_empirical_ratio_the_audit_cannot_fail_is_not_a_pass(tmp_path, capsys):
+    # cap 3.0 at claimed ε 1: a ratio bound of 2 could fail (passes with 0.2), one of 3 or 4
+    # could not (no attack certifies above its cap), nor one whose audit recorded no cap
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_empirical_ratio = 2\n') == 0
+    capsys.readouterr()
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_empirical_ratio = 4\n') == 1
+    assert "cannot fail" in capsys.readouterr().out
+    no_cap = _results()
+    del no_cap["cells"][0]["attacks"]["lira"]["metrics"]["empirical_epsilon_cap"]
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_empirical_ratio = 2\n', no_cap) == 1
+    assert "cap not recorded" in capsys.readouterr().out
 
 
 def test_failed_attacks_do_not_count_as_measurements(tmp_path):
