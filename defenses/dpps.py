@@ -51,7 +51,11 @@ protocol's behaviour at that budget.
 Diagnostics (card §1.1 item 9, §2.4): every round records S_i (n,), max_i S_i, the real
 sensitivity S_real = max_{i,j} ||s_i^{t+1/2} - s_j^{t+1/2}||_1, the S used for the noise, the
 per-coordinate Laplace scale, ||eps_i||_1 and ||n_i||_1. `sensitivity_trace()` returns them;
-`privacy()` carries a summary (`sensitivity_check`: rounds where the estimate < real, min ratio).
+`privacy()` carries a summary (`sensitivity_check`: rounds where the estimate < real, the min
+ratio over the finite rounds with the non-finite rounds listed, and whether C' < 1 voids the
+reset-round bound: at a reset S_real <= 2 gamma_s max ||g||_1 needs C' >= 1, card §8 item 5).
+The realized reading is the headline (`reading: "realized"`): `privbench.results.claimed_eps`,
+the gate and the report's verdict read it, not the assumed (calibrated) one.
 
 Choices and deviations (card §8 item numbers):
 - The mixing matrix is the run topology's column-stochastic push-sum matrix (privbench
@@ -436,13 +440,23 @@ class DPPS(Trainer):
             return {"recorded": False}
         est = torch.stack(self.trace["S_est"]).cpu().double()
         real = torch.stack(self.trace["S_real"]).cpu().double()
-        below = torch.nonzero(est < real).flatten().tolist()
-        ratio = est / real.clamp(min=1e-30)
-        bad = torch.nonzero(~(torch.isfinite(est) & torch.isfinite(real))).flatten().tolist()
+        finite = torch.isfinite(est) & torch.isfinite(real)  # (T,)
+        below = torch.nonzero(finite & (est < real)).flatten().tolist()
+        bad = torch.nonzero(~finite).flatten().tolist()
+        costly = finite & (real > 0)  # rounds whose ratio is defined
+        ratio = est[costly] / real[costly]
+        zero_est = torch.nonzero(costly & (est <= 0)).flatten().tolist()
+        reset_void = self.cfg.c_prime < 1 and self.cfg.sensitivity_mode == "estimated"
         return {"recorded": True, "rounds": len(est), "estimate_below_real": len(below),
-                "violation_rounds": below[:50], "min_ratio_est_over_real": float(ratio.min()),
-                "max_real": float(real.max()), "max_estimate": float(est.max()),
+                "violation_rounds": below[:50],
+                "min_ratio_est_over_real": float(ratio.min()) if len(ratio) else None,
+                "ratio_over": "finite rounds with S_real > 0",
+                "non_finite_rounds": bad[:50], "non_finite_count": len(bad),
+                "estimate_zero_rounds": zero_est[:50],
+                "max_real": float(real[finite].max()) if bool(finite.any()) else None,
+                "max_estimate": float(est[finite].max()) if bool(finite.any()) else None,
                 "first_non_finite_round": bad[0] if bad else None,
+                "c_prime": self.cfg.c_prime, "c_prime_voids_reset_bound": reset_void,
                 "doubly_stochastic": self.doubly, "sensitivity_mode": self.cfg.sensitivity_mode}
 
     def privacy(self) -> list[dict[str, Any]]:
@@ -471,12 +485,13 @@ class DPPS(Trainer):
                       note=f"{cfg.composition} composition over {rounds} rounds; nodes are "
                            "the records; holds only if S(t) >= true L1 sensitivity every round; "
                            f"{knob}")
-        reports = [paper, cal]
+        readings = [(paper, "assumed"), (cal, "assumed")]
         if check.get("recorded"):
-            reports.append(self._realized(uncovered))
+            readings.append((self._realized(uncovered), "realized"))
         extra = {"b": b0, "gamma_n": cfg.gamma_n, "epsilon_round": eps_r[0],
                  "b_is_not_epsilon": True, "sensitivity_check": check}
-        return [{"node": i, **r.to_dict(), **extra} for i in range(self.ctx.n) for r in reports]
+        return [{"node": i, **r.to_dict(), **extra, "reading": reading}
+                for i in range(self.ctx.n) for r, reading in readings]
 
     def _realized(self, uncovered: tuple[str, ...]) -> EpsilonReport:
         """Composition of S_real(t) / scale(t) over the rounds run (rounds with S_real = 0 release

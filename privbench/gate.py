@@ -5,6 +5,7 @@ A policy is TOML. Each `[[bound]]` table applies to the cells it selects (`defen
 
     max_psnr, max_ssim, min_mse, max_lpips_similarity (= max of 1 - LPIPS), max_label_accuracy,
     max_auc, max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}, min_accuracy,
+    require_sampling_match (the sampling drawn is the sampling each ledger accounts),
     max_empirical_ratio (empirical ε lower bound / claimed ε; fails when the audit's cap, the ε a
     perfect attack would certify, is not above the bound), require_coverage (no uncovered
     data-dependent message kind), min_psnr / min_auc (floors that prove an attack still works,
@@ -36,7 +37,8 @@ SIMPLE_BOUNDS: dict[str, tuple[str, str]] = {
     "min_accuracy": ("accuracy", "min"), "min_psnr": ("psnr", "min"), "min_auc": ("auc", "min"),
     "max_lpips_similarity": ("lpips_similarity", "max"),
 }
-OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage")
+OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage",
+                "require_sampling_match")
 SELECTORS = ("defense", "eps")
 # Direction in which a metric moving means *less* privacy, and its default tolerance.
 BASELINE_METRICS: dict[str, tuple[int, float]] = {
@@ -86,7 +88,7 @@ def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
     where = f"policy {path}: bound #{i + 1} {key}"
     if key in SIMPLE_BOUNDS or key == "max_empirical_ratio":
         ok = _is_number(value)
-    elif key == "require_coverage":
+    elif key in ("require_coverage", "require_sampling_match"):
         ok = isinstance(value, bool)
     elif key == "defense":
         ok = isinstance(value, str)
@@ -162,7 +164,25 @@ def check_bound(bound: dict[str, Any], cell: dict[str, Any]) -> list[Check]:
             out.append(Check(f"{label} require_coverage", not leaks,
                              "all data-dependent messages covered" if not leaks else
                              "uncovered data-dependent messages: " + ", ".join(leaks)))
+        elif key == "require_sampling_match" and limit:
+            out.append(sampling_check(label, cell))
     return out
+
+
+def sampling_check(label: str, cell: dict[str, Any]) -> Check:
+    """The sampling the trainer drew (`sampling_drawn`, recorded by the data layer while the
+    cell trained) is the sampling every privacy report accounts (its `sampling` field); a ledger
+    without subsampling amplification ("none") fits any draw."""
+    name = f"{label} require_sampling_match"
+    drawn = cell.get("sampling_drawn")
+    claimed = {str(r.get("sampling")) for r in cell.get("privacy", [])}
+    if drawn is None:
+        return Check(name, False, "the sampling drawn was not recorded")
+    if not cell.get("privacy") or "None" in claimed:
+        return Check(name, False, "a privacy report records no sampling model")
+    wrong = sorted((claimed - {"none"}) - set(drawn))
+    detail = f"drawn {', '.join(drawn) or 'nothing'}; accounted {', '.join(sorted(claimed))}"
+    return Check(name, not wrong and (claimed == {"none"} or set(drawn) <= claimed), detail)
 
 
 def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:

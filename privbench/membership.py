@@ -248,12 +248,12 @@ def train_reference_models(obs: Observation, data: NodeData, victims: list[int],
 # --------------------------------------------------------------------------------- claims, JSON
 def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Any]:
     """The victim's claimed epsilon per mode ("paper", "calibrated") from `trainer.privacy()`."""
+    from privbench.results import headline_reports
+
     out: dict[str, Any] = {}
-    for rep in privacy:
-        if rep.get("node", victim) != victim:
-            continue
-        mode = rep.get("mode")
-        if mode in ("paper", "calibrated") and mode not in out:
+    mine = [r for r in privacy if r.get("node", victim) == victim]
+    for mode in ("paper", "calibrated"):
+        for rep in headline_reports(mine, mode).values():
             eps = rep.get("epsilon")
             out[mode] = {"epsilon": math.inf if eps == "inf" else float(eps),
                          "delta": float(rep.get("delta", 0.0)),

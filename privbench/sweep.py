@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
+from privbench.data import recording_sampling
 from privbench.engine import train
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.messages import GroundTruth, MessageLog, RecordPolicy
@@ -42,7 +43,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "run": {"model": "mlp", "nodes": 6, "rounds": 60, "eval_every": 60, "batch_size": 16,
                 "lr": 0.2, "delta": 1e-5},
         "eps": (1.0, 8.0),
-        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message"),
+        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message", "canary"),
         "attack_config": {"geiping": {"steps": 300}, "idlg": {"adam_steps": 300}},
         "inversion_rounds": (1,),
         "reference_models": 4,
@@ -52,7 +53,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "run": {"model": "mlp", "nodes": 10, "rounds": 500, "eval_every": 100, "batch_size": 32,
                 "lr": 0.2, "delta": 1e-5},
         "eps": (0.5, 1.0, 2.0, 4.0, 8.0),
-        "attacks": ("dlg", "idlg", "geiping", "mia_threshold", "lira", "rmia", "mia_message"),
+        "attacks": ("dlg", "idlg", "geiping", "mia_threshold", "lira", "rmia", "mia_message",
+                    "canary"),
         "attack_config": {},
         "inversion_rounds": (1, 10),
         "reference_models": 16,
@@ -349,7 +351,8 @@ class Sweep:
 
         eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"
         with tqdm(total=run.rounds, desc=f"train {defense} {eps}", unit="round", leave=False,
-                  disable=not self.progress, file=sys.stderr) as bar:
+                  disable=not self.progress, file=sys.stderr) as bar, \
+                recording_sampling() as drawn:
             res = train(built.trainer, progress=bar.update)
         status = ("ok" if res.diverged_round is None
                   else f"diverged (NaN/Inf) at round {res.diverged_round}")
@@ -358,7 +361,8 @@ class Sweep:
                 "status": status, "accuracy": res.average_accuracy,
                 "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
                 "messages": full["messages"], "defense_config": full["defense_config"],
-                "history": res.history, "seconds": res.seconds}
+                "history": res.history, "sampling_drawn": sorted(drawn),
+                "seconds": res.seconds}
         return built, cell
 
     def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:

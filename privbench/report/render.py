@@ -47,6 +47,10 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if auc is not None and auc >= AUC_LEAK:
                 reasons.append(f"membership inference at {where} (AUC {auc:.2f})")
                 level = "leaks"
+            realized = realized_overspend(c)
+            if realized:
+                reasons.append(f"{realized} at {where}")
+                level = "violates"
             emp, cal = attack_metric(c, "empirical_epsilon"), claimed_eps(c, "calibrated")
             if emp is not None and cal is not None and emp > cal:
                 reasons.append(f"empirical ε {emp:.2f} exceeds the calibrated ε {cal:.2f} "
@@ -58,6 +62,26 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out[name] = {"level": level if private or level != "resists" else "baseline",
                      "private": private, "reasons": reasons}
     return out
+
+
+def realized_overspend(cell: dict[str, Any]) -> str | None:
+    """A sentence when a defense's realized ε (DPPS / PartPSP: the noise drawn w.r.t. the true
+    sensitivity) exceeds the ε it assumed, else None."""
+    reps = cell.get("privacy", [])
+    real = [r for r in reps if r.get("reading") == "realized"]
+    assumed = [r for r in reps if r.get("mode") == "calibrated" and r.get("reading") == "assumed"]
+    if not real or not assumed:
+        return None
+    as_float = [float(r["epsilon"]) for r in real]  # "inf" -> inf
+    worst, claim = max(as_float), max(float(r["epsilon"]) for r in assumed)
+    if worst <= claim * (1 + 1e-6):
+        return None
+    check = real[0].get("sensitivity_check") or {}
+    why = (f"the sensitivity estimate fell below the real one in "
+           f"{check.get('estimate_below_real', '?')} rounds")
+    if check.get("non_finite_count"):
+        why += f", {check['non_finite_count']} rounds non-finite"
+    return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
 
 
 def _plots(results: dict[str, Any]) -> dict[str, str | None]:

@@ -341,3 +341,47 @@ def test_shared_mask_rejects_empty_split():
     built = _build()
     with pytest.raises(ConfigError):
         shared_mask(built.ctx.fm, type(built.trainer.cfg)(shared_prefixes=("nope",)))
+
+
+# ------------------------------------------------------------------ realized ε is the headline
+
+
+def test_realized_epsilon_is_the_headline_and_non_finite_rounds_are_listed():
+    """The quick-preset setting (random_out graph, calibrated ε = 1, 6 rounds) goes non-finite:
+    the realized ε is infinite and is what `claimed_eps` and the victim's claim read; the min
+    ratio is taken over the finite rounds (not NaN) and the non-finite rounds are listed."""
+    from privbench.membership import claims
+    from privbench.results import claimed_eps
+
+    run = RunConfig(model="mlp", nodes=6, rounds=6, batch_size=16, lr=0.2, epsilon=1.0,
+                    eval_every=6, device="cpu", seed=0)
+    built = build(run, "partpsp", {}, policy=RecordPolicy.none())
+    train(built.trainer)
+    reps = built.trainer.privacy()
+    node0 = [r for r in reps if r["node"] == 0]
+    assert [r["reading"] for r in node0] == ["assumed", "assumed", "realized"]
+    assumed, realized = node0[1], node0[2]
+    check = realized["sensitivity_check"]
+    assert check["non_finite_rounds"] and check["non_finite_count"] == len(
+        check["non_finite_rounds"])
+    assert math.isfinite(check["min_ratio_est_over_real"])  # over the rounds before them
+    assert check["estimate_below_real"] >= 1 and check["min_ratio_est_over_real"] < 1
+    assert realized["epsilon"] == "inf"
+    assert check["c_prime_voids_reset_bound"]  # the default C' = 0.78 < 1
+    cell = {"privacy": reps}
+    expect = math.inf if realized["epsilon"] == "inf" else realized["epsilon"]
+    assert claimed_eps(cell, "calibrated") == expect
+    assert claims(reps, 0)["calibrated"]["epsilon"] == expect
+    assert assumed["epsilon"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_verdict_flags_a_realized_epsilon_above_the_assumed_one():
+    from privbench.report.render import realized_overspend
+
+    check = {"estimate_below_real": 3, "non_finite_count": 0}
+    cell = {"privacy": [{"mode": "calibrated", "reading": "assumed", "epsilon": 1.0},
+                        {"mode": "calibrated", "reading": "realized", "epsilon": 2.5,
+                         "sensitivity_check": check}]}
+    assert "realized ε 2.5 exceeds the assumed ε 1" in realized_overspend(cell)
+    cell["privacy"][1]["epsilon"] = 0.9
+    assert realized_overspend(cell) is None
