@@ -61,10 +61,10 @@ Choices and deviations (card §8 item numbers):
 - The mixing matrix is the run topology's column-stochastic push-sum matrix (privbench
   convention: sender-side 1/(out-degree + 1), the paper's convention, item 14). On a regular
   graph (the one-peer `exponential` graph = the paper's EXP for N = 10, or `circulant` registered
-  here = the paper's d-Out) it is doubly stochastic and a_i == 1; on the default `random_out`
-  graph it is not, a_i moves, and Lemma 2's sensitivity argument does not apply (the trainer still
-  runs; `sensitivity_check.doubly_stochastic` says which). `require_doubly_stochastic=True` makes
-  a non-doubly-stochastic graph an error.
+  here = the paper's d-Out) it is doubly stochastic and a_i == 1; on a `random_out` graph it is
+  not, a_i moves, and Lemma 2's sensitivity argument does not apply. So a run with topology
+  "auto" (the default) uses `exponential`, and a non-doubly-stochastic graph is refused unless
+  `require_doubly_stochastic=false` (then `sensitivity_check.doubly_stochastic` is false).
 - Sensitivity max (item 7): simulated broadcast: every node sends S_i to every other node.
 - `sensitivity_mode` (item 8): "estimated" (Eq. 22, default), "oracle" (noise from S_real, as
   Table 2 and "PartPSP-Real"; the oracle value is not a node's message so no `sensitivity`
@@ -209,7 +209,9 @@ class DPPSConfig:
         sync_period: SP (code default 4; 5 for Fig 2 / Table 3).
         decay_rounds: rounds at which gamma_s, gamma_l, gamma_n are multiplied by decay_factor.
         decay_factor: the decay (code: 0.1 at epochs 5 and 10).
-        require_doubly_stochastic: raise if a round's push-sum matrix is not doubly stochastic.
+        require_doubly_stochastic: refuse a topology whose push-sum matrix is not doubly
+            stochastic (default; false runs it, with `sensitivity_check.doubly_stochastic`
+            false and the realized ε saying what it cost).
         diagnostics: record the per-round sensitivity trace (real vs estimate).
     """
 
@@ -230,7 +232,7 @@ class DPPSConfig:
     sync_period: int = 4
     decay_rounds: tuple[int, ...] = ()
     decay_factor: float = 0.1
-    require_doubly_stochastic: bool = False
+    require_doubly_stochastic: bool = True
     diagnostics: bool = True
 
 
@@ -305,6 +307,7 @@ class DPPS(Trainer):
     )
     mixing = "column"
     private = True
+    default_topology = "exponential"  # doubly stochastic: Lemma 2's sensitivity bound applies
 
     def __init__(self, cfg: DPPSConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -329,7 +332,9 @@ class DPPS(Trainer):
             for p in range(ctx.topology.graphs.shape[0]))
         if cfg.require_doubly_stochastic and not self.doubly:
             raise ConfigError(f"topology {ctx.topology.name!r} gives a push-sum matrix that is not "
-                              "doubly stochastic (use exponential or circulant)")
+                              "doubly stochastic, so the sensitivity bound (Lemma 2) does not "
+                              "hold; use exponential or circulant (or set "
+                              "defense.require_doubly_stochastic=false to run it anyway)")
         self.eps_round, self.b_base = self._budget()
         self.rounds_done = 0
         self.trace: dict[str, list[Tensor]] = {k: [] for k in (

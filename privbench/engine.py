@@ -228,6 +228,7 @@ class Trainer(abc.ABC):
     Config: ClassVar[type]
     kinds: ClassVar[tuple[MessageKind, ...]]
     mixing: ClassVar[str] = "column"  # "column" (push-sum) or "doubly" (gossip)
+    default_topology: ClassVar[str] = "random_out"  # the graph of a run with topology "auto"
     private: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, ctx: Context) -> None:

@@ -98,7 +98,7 @@ def test_push_sum_invariants(topology):
     doubly-stochastic (regular) graph; everyone agrees after a sync round."""
     run = RunConfig(dataset="digits", model="psp_mlp", nodes=6, topology=topology, rounds=8,
                     batch_size=16, lr=0.1, device="cpu", seed=1)
-    built = _build(run=run, b=2.0)
+    built = _build(run=run, b=2.0, require_doubly_stochastic=topology == "exponential")
     tr, log = built.trainer, built.ctx.bus.log
     for t in range(8):
         tr.round(t)
@@ -347,15 +347,17 @@ def test_shared_mask_rejects_empty_split():
 
 
 def test_realized_epsilon_is_the_headline_and_non_finite_rounds_are_listed():
-    """The quick-preset setting (random_out graph, calibrated ε = 1, 6 rounds) goes non-finite:
-    the realized ε is infinite and is what `claimed_eps` and the victim's claim read; the min
-    ratio is taken over the finite rounds (not NaN) and the non-finite rounds are listed."""
+    """The quick-preset setting on the (explicitly allowed) random_out graph, calibrated ε = 1,
+    6 rounds, goes non-finite: the realized ε is infinite and is what `claimed_eps` and the
+    victim's claim read; the min ratio is taken over the finite rounds (not NaN) and the
+    non-finite rounds are listed."""
     from privbench.membership import claims
     from privbench.results import claimed_eps
 
     run = RunConfig(model="mlp", nodes=6, rounds=6, batch_size=16, lr=0.2, epsilon=1.0,
-                    eval_every=6, device="cpu", seed=0)
-    built = build(run, "partpsp", {}, policy=RecordPolicy.none())
+                    eval_every=6, device="cpu", seed=0, topology="random_out")
+    built = build(run, "partpsp", {"require_doubly_stochastic": False},
+                  policy=RecordPolicy.none())
     train(built.trainer)
     reps = built.trainer.privacy()
     node0 = [r for r in reps if r["node"] == 0]
@@ -385,3 +387,13 @@ def test_verdict_flags_a_realized_epsilon_above_the_assumed_one():
     assert "realized ε 2.5 exceeds the assumed ε 1" in realized_overspend(cell)
     cell["privacy"][1]["epsilon"] = 0.9
     assert realized_overspend(cell) is None
+
+
+def test_a_doubly_stochastic_graph_by_default_and_others_refused(tmp_path, capsys):
+    built = build(RunConfig(rounds=1, nodes=6, device="cpu", eval_every=1), "partpsp")
+    assert built.ctx.run.topology == built.ctx.topology.name == "exponential"
+    assert built.trainer.doubly
+    code = cli_main(["train", "--defense", "dpps", "--topology", "random_out", "--nodes", "6",
+                     "--rounds", "1", "--device", "cpu", "--quiet", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "not doubly stochastic" in err and "\n" not in err
