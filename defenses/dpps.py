@@ -196,7 +196,9 @@ class DPPSConfig:
         b: the paper's privacy knob (NOT epsilon); None derives it from the run's epsilon.
         calibrate_with: with b unset, "calibrated" (run epsilon composed over the rounds) or
             "paper" (run epsilon read as the per-round Theorem 1 budget).
-        composition: pure-epsilon composition for the calibrated reading, "basic" or "advanced".
+        composition: pure-epsilon composition for the calibrated reading, "basic" (the card's),
+            "advanced" or "laplace_pld" (tight: dp-accounting's Laplace PLD, about 10x less
+            noise than basic for the same (ε, δ) claim over hundreds of rounds).
         gamma_n: noise rate multiplying the raw Laplace draw.
         gamma_s: shared step size (None: the run's lr).
         gamma_l: local step size (None: the run's lr).
@@ -273,7 +275,8 @@ def _check(cfg: DPPSConfig) -> None:
          f"sensitivity_mode must be one of {', '.join(SENSITIVITY_MODES)}"),
         (cfg.calibrate_with in ("calibrated", "paper"),
          "calibrate_with must be calibrated or paper"),
-        (cfg.composition in ("basic", "advanced"), "composition must be basic or advanced"),
+        (cfg.composition in ("basic", "advanced", "laplace_pld"),
+         "composition must be basic, advanced or laplace_pld"),
         (cfg.b is None or cfg.b > 0, "b must be > 0"),
         (cfg.gamma_n > 0, "gamma_n must be > 0"),
         (cfg.clip is None or cfg.clip > 0, "clip must be > 0"),

@@ -397,3 +397,25 @@ def test_a_doubly_stochastic_graph_by_default_and_others_refused(tmp_path, capsy
                      "--rounds", "1", "--device", "cpu", "--quiet", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "not doubly stochastic" in err and "\n" not in err
+
+
+def test_laplace_pld_composition_is_tight_and_an_upper_bound():
+    """dp-accounting's Laplace PLD over T = 60 rounds: the calibrated per-round ε composes back
+    to at most the target, is > 2x basic composition's (less noise for the same claim), and the
+    composition is never above basic; randomized response is refused."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    from privbench.accounting import make_plan
+    from privbench.accounting.pure import compose_pure, per_release_epsilon
+    from privbench.errors import ConfigError
+
+    eps_pld = per_release_epsilon(1.0, 60, "laplace_pld", 1e-5)
+    assert compose_pure([(eps_pld, 60)], "laplace_pld", 1e-5) <= 1.0
+    assert eps_pld > 2 * per_release_epsilon(1.0, 60, "basic", 1e-5)
+    direct = pld.from_laplace_mechanism(1 / 0.05).self_compose(60).get_epsilon_for_delta(1e-5)
+    assert compose_pure([(0.05, 60)], "laplace_pld", 1e-5) == pytest.approx(direct, rel=0.02)
+    assert compose_pure([(0.05, 60)], "laplace_pld", 1e-5) <= 0.05 * 60
+    plan = make_plan("partpsp", 1.0, 1e-5, 60, 1.0, "laplace_pld")
+    assert plan.noise["epsilon_round"] == pytest.approx(eps_pld)
+    with pytest.raises(ConfigError, match="Laplace"):
+        make_plan("defl_vp", 1.0, 1e-5, 2, 1.0, "laplace_pld", dim=10)
