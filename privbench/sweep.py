@@ -259,6 +259,21 @@ def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
     return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
 
 
+def sensitivity_trace(built: Built) -> dict[str, Any] | None:
+    """Per round, a data-dependent sensitivity estimate vs the real value (DPPS / PartPSP's
+    `sensitivity_trace`: S_est, S_real, sync), non-finite values as None (strict JSON)."""
+    if not hasattr(built.trainer, "sensitivity_trace"):
+        return None
+    tr = built.trainer.sensitivity_trace()
+    if not tr.get("S_est"):
+        return None
+
+    def clean(xs: list[float]) -> list[float | None]:
+        return [float(x) if math.isfinite(x) else None for x in xs]
+
+    return {"S_est": clean(tr["S_est"]), "S_real": clean(tr["S_real"]), "sync": tr["sync"]}
+
+
 @dataclass
 class Sweep:
     """An audit run writing into `out`."""
@@ -363,6 +378,9 @@ class Sweep:
                 "messages": full["messages"], "defense_config": full["defense_config"],
                 "history": res.history, "sampling_drawn": sorted(drawn),
                 "seconds": res.seconds}
+        trace = sensitivity_trace(built)
+        if trace is not None:
+            cell["sensitivity_trace"] = trace
         return built, cell
 
     def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:

@@ -115,6 +115,10 @@ def _plots(results: dict[str, Any]) -> dict[str, str | None]:
         "auc": plots.metric_vs_eps(series["auc"], base["auc"], "AUC (best MIA)",
                                    "Membership inference: AUC vs ε"),
         "roc": plots.roc_loglog(curves),
+        "sensitivity": plots.sensitivity_traces(
+            [(f"{c['defense']}@{c.get('epsilon')}", c["sensitivity_trace"])
+             for c in results.get("cells", [])
+             if c.get("sensitivity_trace")]),
     }
 
 
