@@ -140,3 +140,38 @@ def test_junit_output_parses_back(tmp_path):
     assert suite.tag == "testsuite" and suite.get("tests") == "2" and suite.get("failures") == "1"
     failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
     assert failed == ["dp@1 max_psnr"]
+
+
+def test_sampling_match_compares_the_draw_with_each_ledger(tmp_path, capsys):
+    res = _results()
+    cell = res["cells"][0]
+    cell["sampling_drawn"] = ["fixed_without_replacement"]
+    for rep in cell["privacy"]:
+        rep["sampling"] = "poisson"  # Poisson accounted for fixed-size batches: caught
+    policy = '[[bound]]\ndefense = "dp"\nrequire_sampling_match = true\n'
+    assert _run(tmp_path, policy, res) == 1
+    assert "drawn fixed_without_replacement; accounted poisson" in capsys.readouterr().out
+    for rep in cell["privacy"]:
+        rep["sampling"] = "fixed_without_replacement"
+    assert _run(tmp_path, policy, res) == 0
+    cell["privacy"][0]["sampling"] = "none"  # a ledger without amplification fits any draw
+    assert _run(tmp_path, policy, res) == 0
+    del cell["privacy"][1]["sampling"]
+    assert _run(tmp_path, policy, res) == 1
+    del cell["sampling_drawn"]
+    assert _run(tmp_path, policy, res) == 1
+
+
+def test_the_data_layer_records_the_sampling_drawn():
+    from privbench.config import RunConfig
+    from privbench.data import recording_sampling
+    from privbench.engine import train
+    from privbench.runner import build
+
+    run = RunConfig(nodes=4, rounds=2, eval_every=2, batch_size=4, device="cpu", epsilon=1.0)
+    drawn = {}
+    for name in ("dp_sgp", "sgp"):
+        with recording_sampling() as got:
+            train(build(run, name).trainer)
+        drawn[name] = sorted(got)
+    assert drawn == {"dp_sgp": ["poisson"], "sgp": ["fixed_without_replacement"]}
