@@ -431,7 +431,8 @@ def summary_table(results: dict[str, Any]) -> str:
         return "-" if v is None else "inf" if v == float("inf") else f"{v:.{d}f}"
 
     head = (f"{'defense':<12} {'eps':>5} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
-            f"{'AUC':>6} {'TPR@1%':>7} {'eps_paper':>9} {'eps_cal':>8} {'eps_emp':>8}  status")
+            f"{'AUC':>6} {'TPR@1%':>7} {'eps_paper':>9} {'eps_cal':>8} {'eps_emp':>8} "
+            f"{'cap':>5}  status")
     lines = [head]
     for c in results["cells"]:
         eps = "-" if c.get("epsilon") is None else f"{c['epsilon']:g}"
@@ -441,7 +442,8 @@ def summary_table(results: dict[str, Any]) -> str:
             f"{f(attack_metric(c, 'label_accuracy'), 2):>6} {f(attack_metric(c, 'auc')):>6} "
             f"{f(attack_metric(c, 'tpr_at_1%_fpr')):>7} {f(claimed_eps(c, 'paper'), 2):>9} "
             f"{f(claimed_eps(c, 'calibrated'), 2):>8} "
-            f"{f(attack_metric(c, 'empirical_epsilon'), 2):>8}  {c['status']}")
+            f"{f(attack_metric(c, 'empirical_epsilon'), 2):>8} "
+            f"{f(attack_metric(c, 'empirical_epsilon_cap'), 2):>5}  {c['status']}")
     return "\n".join(lines)
 
 
