@@ -11,7 +11,10 @@ whole, which is what a record with a large gradient does.
 
 A canary is an ordinary member of the victim's local dataset for everything else (the defense's own
 sampling draws it, its sampling rate and calibration count it); only its gradient is replaced. Its
-label encodes its id, `y = -(j + 1)` (real labels are >= 0), so `engine.clipped_grad_sum` can
+label encodes its id, `y = -(j + 1)` (real labels are >= 0), so `engine.clipped_grad_sum`
+(per-sample clipped sums: DP-SGD-style defenses) and `engine.batch_grads` (batch means: the
+non-private baselines, DeFL-VP, DPPS / PartPSP, whose node-level claims bound any one record's
+influence too)
 recognise canary slots in any batch without knowing the defense. The bank is active only inside
 `inserted(bank)`; outside it the hook is never consulted.
 """
@@ -73,20 +76,41 @@ class GradientCanaries:
         return sums, norms
 
 
+    def batch_mean(self, inner: Callable[..., Tensor], fm: object, params: Tensor, x: Tensor,
+                   y: Tensor, mask: Tensor) -> Tensor:
+        """`inner` (the engine's batch-mean gradient) with every sampled canary counted as one
+        more sample of the mean: (sum of real gradients + sum of canary vectors) / batch count.
+        No per-sample clip applies here, so a canary keeps its full norm (which is what a record
+        with a large gradient does to a defense that does not clip per sample).
+
+        Args:
+            params: (m_rows, d); x: (m_rows, B, ...); y: (m_rows, B) with canaries < 0;
+            mask: (m_rows, B) sampled slots.
+        """
+        is_canary = y < 0  # (m_rows, B)
+        real = mask & ~is_canary
+        n_all = mask.sum(dim=1).clamp(min=1).to(params.dtype)  # (m_rows,)
+        g = inner(fm, params, x, y.clamp(min=0), real)  # (m_rows, d) mean over real samples
+        g = g * (real.sum(dim=1).to(params.dtype) / n_all)[:, None]
+        present = (mask & is_canary).to(g.dtype) * self.norm / n_all[:, None]  # (m_rows, B)
+        coords = self.coords.to(y.device)[(-y - 1).clamp(min=0, max=self.m - 1)]
+        return g.scatter_add(1, coords, present)
+
+
 def active() -> GradientCanaries | None:
     """The bank inserted in the current context, if any."""
     return _ACTIVE.get()
 
 
-def refuse_unclipped(y: Tensor) -> None:
-    """Called by gradient paths that do not clip per sample: canaries cannot be inserted there.
+def refuse(y: Tensor, where: str) -> None:
+    """Called by gradient paths that cannot take canaries (e.g. per-sample gradients handed to
+    the defense itself).
 
     Raises:
         NotApplicable: when a bank is active and `y` holds canary labels.
     """
     if _ACTIVE.get() is not None and bool((y < 0).any()):
-        raise NotApplicable("the defense computes batch gradients without per-sample clipping, "
-                            "so white-box gradient canaries cannot be inserted")
+        raise NotApplicable(f"white-box gradient canaries cannot be inserted into {where}")
 
 
 @contextlib.contextmanager

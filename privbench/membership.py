@@ -499,7 +499,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     obs = observe(built, threat)
     if kind == "gradient":
         scores = gradient_canary_scores(obs, type(built.trainer), victim, bank,
-                                        claimed_clip(built.trainer.cfg),
+                                        _clip_or(built.trainer.cfg, norm_factor),
                                         _sample_rate(built.trainer.privacy(), victim, built.ctx))
     else:
         scores = _input_canary_scores(atk, obs, type(built.trainer), victim, cx, cy, ctx)
@@ -565,6 +565,14 @@ def claimed_clip(cfg: Any) -> float:
     return max(values)
 
 
+def _clip_or(cfg: Any, default: float) -> float:
+    """The claimed clip bound, or `default` (the canary norm) for defenses without one."""
+    try:
+        return claimed_clip(cfg)
+    except NotApplicable:
+        return default
+
+
 def _gradient_canaries(base: Any, canaries: int, norm_factor: float, gen: torch.Generator
                        ) -> tuple[Any, Tensor, Tensor]:
     """A `GradientCanaries` bank on distinct random coordinates and its placeholder records."""
@@ -578,11 +586,8 @@ def _gradient_canaries(base: Any, canaries: int, norm_factor: float, gen: torch.
         raise ConfigError(f"canary norm factor must be >= 1 (a canary at least as large as the "
                           f"clip bound), got {norm_factor}")
     coords = torch.randperm(d, generator=gen)[:canaries]
-    try:
-        norm = norm_factor * claimed_clip(base.trainer.cfg)
-    except NotApplicable:
-        norm = norm_factor
-    bank = GradientCanaries(coords, norm)
+    clip = _clip_or(base.trainer.cfg, 1.0)
+    bank = GradientCanaries(coords, norm_factor * clip)
     data = base.ctx.data
     cx = torch.zeros(canaries, *data.x.shape[2:], dtype=data.x.dtype)
     return bank, cx, bank.labels(torch.arange(canaries))
@@ -644,21 +649,36 @@ def gradient_canary_scores(obs: Observation, cls: type, victim: int, bank: Any, 
     Returns:
         (m,) float64 scores, higher = guessed "in".
     """
-    views = [v for v in _victim_views(obs, cls, victim) if v.kind == "gradient"]
-    if not views:
-        raise NotApplicable("gradient canaries need full gradient views (not sign or partial)")
-    coords = bank.coords
-    g = torch.stack([v.gradient.detach().double().cpu() for v in views])  # (T, d)
-    a = torch.tensor([clip / max(1, v.batch_size) for v in views], dtype=torch.float64)  # (T,)
-    med = g.median(dim=1, keepdim=True).values  # (T, 1)
-    s = 1.4826 * (g - med).abs().median(dim=1).values  # (T,)
-    s = torch.maximum(s, 1e-6 * a)
-    x = g[:, coords]  # (T, m)
-    llr = (a[:, None] * x - a[:, None] ** 2 / 2) / s[:, None] ** 2  # (T, m)
+    views = _victim_views(obs, cls, victim)
+    score = np.zeros(bank.m)
+    for v in views:
+        score += _view_llr(v, bank.coords, clip, rate)
+    return score
+
+
+def _view_llr(view: Any, coords: Tensor, clip: float, rate: float) -> np.ndarray:
+    """(m,) one view's evidence per canary (0 where the canary's coordinate is not observed).
+
+    "gradient" / "partial" views: the subsampled-Gaussian log-likelihood ratio of
+    `gradient_canary_scores`, the noise scale estimated over the observed coordinates. "sign"
+    views (randomized response on signs): the observed sign on the canary's coordinate (the
+    canary pushes it to +1; the likelihood ratio of randomized response is monotone in it).
+    """
+    g = view.gradient.detach().double().cpu()  # (d,)
+    seen = (torch.ones_like(g, dtype=torch.bool) if view.mask is None
+            else view.mask.detach().cpu().bool())  # (d,)
+    if view.kind == "sign":
+        return (torch.sign(g[coords]) * seen[coords]).numpy()
+    obs = g[seen]
+    if obs.numel() == 0:
+        return np.zeros(len(coords))
+    a = clip / max(1, view.batch_size)  # one sampled canary's contribution to the mean
+    s = max(1.4826 * float((obs - obs.median()).abs().median()), 1e-6 * a)
+    llr = (a * g[coords] - a * a / 2) / (s * s)  # (m,)
     q = min(max(rate, 1e-12), 1.0)
-    per_round = torch.logaddexp(torch.full_like(llr, math.log1p(-q) if q < 1 else -math.inf),
-                                math.log(q) + llr)  # (T, m)
-    return per_round.sum(dim=0).numpy()
+    out = torch.logaddexp(torch.full_like(llr, math.log1p(-q) if q < 1 else -math.inf),
+                          math.log(q) + llr)
+    return (out * seen[coords]).numpy()
 
 
 def _input_canary_scores(atk: Any, obs: Observation, cls: type, victim: int, cx: Tensor,
