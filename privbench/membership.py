@@ -449,7 +449,8 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
 
     `canaries` records, each added to the victim's training data with probability 1/2; the run is
     trained once; every canary is scored; the top k+ are guessed "in", the bottom k- "out" (fixed
-    a priori: m / 4 each by default), and the exact binomial test gives the epsilon lower bound at
+    a priori: m / 4 each by default; m / 5 and 0 for gradient canaries), and the exact binomial
+    test gives the epsilon lower bound at
     the claim's delta. The victim's claim is re-read from the trained defense (its local dataset
     grew, so its sampling rate and calibration changed accordingly).
 
@@ -505,9 +506,11 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
         scores = _input_canary_scores(atk, obs, type(built.trainer), victim, cx, cy, ctx)
     claimed = claims(built.trainer.privacy(), victim)
     delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
-    default_k = canaries // (10 if kind == "gradient" else 4)
-    kp = default_k if k_plus is None else k_plus
-    km = default_k if k_minus is None else k_minus
+    # gradient canaries: "in" guesses only (k+ = m / 5, k- = 0): an included canary that the
+    # defense's sampling never drew is indistinguishable from an excluded one, so "out" guesses
+    # are unreliable; input canaries: m / 4 each
+    kp = (canaries // 5 if kind == "gradient" else canaries // 4) if k_plus is None else k_plus
+    km = (0 if kind == "gradient" else canaries // 4) if k_minus is None else k_minus
     head = {"kind": kind, "attack": "gradient_inner_product" if kind == "gradient" else attack,
             "defense": defense, "victim": victim, "canaries": canaries,
             "included": int(included.sum()), "mislabelled": mislabel and kind == "input",
