@@ -152,3 +152,44 @@ def test_poisson_claimed_for_fixed_batches_fails_the_sampling_match(monkeypatch,
     assert res["cells"][0]["sampling_drawn"] == ["fixed_without_replacement"]
     assert any("require_sampling_match" in c.name for c in failed_checks(res))
 
+
+
+def table() -> None:  # pragma: no cover - prints the README's table; run by hand
+    """PYTHONPATH=$PWD python -c 'from tests.regression.test_mutants import table; table()'
+
+    The canary audit and the structural checks of every mutant (the quick preset's canary audit
+    alone: its numbers equal those of the full audit, which derives its generator per attack).
+    """
+    import contextlib
+    import tempfile
+    from unittest import mock
+
+    p = sweep.PRESETS["quick"]
+    base = replace_checked(RunConfig(), {**p["run"], "device": "cpu"}, where="run")
+    cfg = sweep.audit_config("quick", ["dp_sgp"], [1.0], ["canary"], None, {})
+    keep = ("max_empirical_ratio", "require_coverage", "require_sampling_match")
+
+    def registered(cls: type) -> contextlib.AbstractContextManager:
+        return mock.patch.dict(DEFENSES._items, {"dp_sgp": cls})
+
+    real = dp_sgp.clipped_grad_sum
+    unclipped = mock.patch.object(
+        dp_sgp, "clipped_grad_sum",
+        lambda fm, params, x, y, mask, bound, *a, **k: real(fm, params, x, y, mask, math.inf,
+                                                            *a, **k))
+    mutants = {"correct": contextlib.nullcontext(), "noise x 0.3": registered(scaled_noise(0.3)),
+               "noise x 0": registered(scaled_noise(0.0)), "clipping off": unclipped,
+               "unnoised message": registered(UnnoisedMessage),
+               "Poisson claimed, fixed batches": registered(FixedBatches)}
+    for name, patch in mutants.items():
+        with patch, tempfile.TemporaryDirectory() as tmp:
+            res = sweep.Sweep(base, {}, cfg, Path(tmp) / "a", progress=False).run()
+        cell = res["cells"][0]
+        m = cell["attacks"]["canary"].get("metrics", {})
+        policy = gate.load_policy(HERE / "policy.toml")
+        policy["bound"].append({"defense": "*", "eps": 1.0, "require_sampling_match": True})
+        failed = [c.name.split(" ", 1)[1] for c in gate.run_checks(res, policy)
+                  if not c.passed and c.name.split(" ", 1)[-1] in keep]
+        print(f"| {name} | {m.get('empirical_epsilon', float('nan')):.2f} | "
+              f"{m.get('empirical_epsilon_cap', float('nan')):.2f} | "
+              f"{', '.join(failed) or 'none'} | {cell['sampling_drawn']} |", flush=True)
