@@ -196,7 +196,6 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                      gen: torch.Generator) -> dict[str, Any]:
     """The one-run white-box gradient-canary audit of the victim (`attacks/canary.py`): the
     defense retrained with m canaries; ε lower bound and the cap a perfect guesser reaches."""
-    from privbench.config import to_dict
     from privbench.membership import canary_audit
 
     cls = ATTACKS.get(attack)
