@@ -461,9 +461,10 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
 
     kind "gradient" (white-box, Nasr et al. 2023; Steinke et al. 2023 §6): Dirac gradient canaries
     (`privbench.canaries`) of norm `norm_factor` x the defense's claimed clip bound (clipped to C
-    by a correct defense), inserted into the victim's per-sample clipped sums whenever its own
-    sampling draws them, and scored from every gradient view the threat model observes
-    (`gradient_canary_scores`); `attack` is not used.
+    by a correct defense; `norm_factor` itself where the defense declares no clip), inserted into
+    the victim's per-sample clipped sums (or batch-mean gradients) whenever its own sampling
+    draws them, and scored from every gradient view the threat model observes
+    (`gradient_canary_scores`); `attack` is not used. Only "in" guesses by default (k+ = m / 5).
 
     Returns:
         JSON-ready dict: applicable, one_run (`one_run_audit` result), one_run_sweep (best over a
@@ -511,7 +512,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     # are unreliable; input canaries: m / 4 each
     kp = (canaries // 5 if kind == "gradient" else canaries // 4) if k_plus is None else k_plus
     km = (0 if kind == "gradient" else canaries // 4) if k_minus is None else k_minus
-    head = {"kind": kind, "attack": "gradient_inner_product" if kind == "gradient" else attack,
+    head = {"kind": kind, "attack": "gradient_likelihood_ratio" if kind == "gradient" else attack,
             "defense": defense, "victim": victim, "canaries": canaries,
             "included": int(included.sum()), "mislabelled": mislabel and kind == "input",
             "threat": {"kind": threat.kind, "observers": list(threat.observers)},
