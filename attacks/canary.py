@@ -9,8 +9,9 @@ victim's messages; the guesses give the one-run ε lower bound (`privbench.metri
 
 Unlike a membership attack, this audit trains: `privbench attack` runs it through
 `privbench.membership.canary_audit(kind="gradient")` (the only place the canaries are built, the
-run retrained and the bound computed). With m = 1000 and k+ = k- = m / 10 guesses a perfect
-guesser certifies ε ≈ 4.2 at δ = 1e-5 (the `cap` reported beside the bound), so a claim of ε = 1
+run retrained and the bound computed). With m = 1000 and k+ = m / 5 "in" guesses (no "out"
+guesses: an included canary the sampling never drew looks excluded) a perfect guesser certifies
+ε ≈ 4.2 at δ = 1e-5 (the `cap` reported beside the bound), so a claim of ε = 1
 that leaks more than it says can be caught, which the Clopper-Pearson bound over one victim's
 few held-out samples cannot (its cap is 0.70 with 20 / 20 samples).
 """
