@@ -42,7 +42,8 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="allow torchvision to download the dataset into --data-root")
     g.add_argument("--model", help="model registry key (default mlp)")
     g.add_argument("--nodes", type=int, help="number of nodes (default 8)")
-    g.add_argument("--topology", help="topology registry key (default random_out)")
+    g.add_argument("--topology", help="topology registry key (default auto: the defense's, "
+                        "random_out; exponential for dpps / partpsp)")
     g.add_argument("--out-degree", dest="out_degree", type=int, help="k of random_out (default 2)")
     g.add_argument("--partition", help="iid or dirichlet")
     g.add_argument("--alpha", type=float, help="Dirichlet concentration")

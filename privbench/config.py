@@ -36,7 +36,9 @@ class RunConfig:
         max_per_node: cap on samples per node (tiny/overfit settings), or None.
         nodes: number of simulated nodes.
         model: model registry key.
-        topology: topology registry key.
+        topology: topology registry key, or "auto": the defense's default (`default_topology`:
+            random_out; exponential for DPPS / PartPSP, whose sensitivity bound needs a
+            doubly-stochastic push-sum matrix).
         out_degree: k of `random_out`.
         time_varying: resample / cycle the graph over rounds (None: the topology's default).
         rounds: training rounds (iterations).
@@ -58,7 +60,7 @@ class RunConfig:
     max_per_node: int | None = None
     nodes: int = 8
     model: str = "mlp"
-    topology: str = "random_out"
+    topology: str = "auto"
     out_degree: int = 2
     time_varying: bool | None = None
     rounds: int = 500

@@ -13,7 +13,9 @@ for all nodes are sampled in one tensor operation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,6 +255,7 @@ class NodeData:
             has fewer than B members (those slots are padding and must get zero weight) and for
             nodes whose data this process does not hold.
         """
+        note_sampling("fixed_without_replacement")
         n, m = self.y.shape
         keys = torch.rand(n, m, generator=gen, device=self.y.device)  # (n, M)
         keys = keys.masked_fill(self.arange_mask(), 2.0)  # padding sorts last
@@ -276,6 +279,7 @@ class NodeData:
             (all False for nodes whose data this process does not hold); B' >= 1. Slots and B'
             are those of the whole network, whatever this process holds.
         """
+        note_sampling("poisson")
         n, m = self.y.shape
         if isinstance(rate, Tensor):
             rate = rate.reshape(-1, 1).to(self.y.device)
@@ -331,3 +335,25 @@ def split_nodes(ds: Dataset, n: int, scheme: str = "iid", alpha: float = 0.5,
         xo, yo = ds.x_train[:0].expand(n, 0, *ds.input_shape), ds.y_train[:0].expand(n, 0)
         io, co = torch.zeros(n, 0, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
     return NodeData(x, y, idx, counts, xo, yo, io, co, ds.x_test, ds.y_test, ds.num_classes)
+
+
+# The sampling models actually drawn, recorded while a run trains (`recording_sampling`), so that
+# the gate can compare them with the sampling model each privacy ledger accounts.
+_DRAWN: ContextVar[set[str] | None] = ContextVar("privbench_sampling_drawn", default=None)
+
+
+def note_sampling(model: str) -> None:
+    """Record that a batch was drawn with `model` ("poisson", "fixed_without_replacement")."""
+    drawn = _DRAWN.get()
+    if drawn is not None:
+        drawn.add(model)
+
+
+@contextlib.contextmanager
+def recording_sampling() -> Iterator[set[str]]:
+    """Collect the sampling models drawn inside the block into the yielded set."""
+    token = _DRAWN.set(set())
+    try:
+        yield _DRAWN.get()  # type: ignore[misc]
+    finally:
+        _DRAWN.reset(token)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
+from privbench import canaries
 from privbench.comm import Comm
 from privbench.config import RunConfig
 from privbench.data import NodeData
@@ -68,6 +69,7 @@ def per_sample_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> Ten
     DP steps that only need the clipped sum should call `clipped_grad_sum`: it never builds this
     (m, B, d) stack (2-3x faster for the CNN on CPU, and memory bounded in m).
     """
+    canaries.refuse(y, "per-sample gradients handed to the defense")
     return _dict_to_rows(fm, _per_sample_dict(fm, params, x, y), lead=2)
 
 
@@ -97,6 +99,9 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
         (m, d) clipped sums and (m, B) the per-sample gradient norms before clipping; rows
         without a real sample are not computed (zero sum and norms).
     """
+    bank = canaries.active()
+    if bank is not None and bool((y < 0).any()):  # an audit's gradient canaries in the batch
+        return bank.clipped_sum(clipped_grad_sum, fm, params, x, y, mask, bound, max_bytes)
     live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)
     if not bool(live.all()):
         sums = torch.zeros_like(params)
@@ -156,6 +161,9 @@ def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     """
     if mask is None:
         mask = torch.ones(y.shape, dtype=torch.bool, device=y.device)
+    bank = canaries.active()
+    if bank is not None and bool((y < 0).any()):  # an audit's gradient canaries in the batch
+        return bank.batch_mean(batch_grads, fm, params, x, y, mask)
     live = mask.any(dim=1)  # (m,) rows with a real sample (all, except other ranks' nodes)
     if not bool(live.all()):
         out = torch.zeros_like(params)
@@ -244,6 +252,7 @@ class Trainer(abc.ABC):
     Config: ClassVar[type]
     kinds: ClassVar[tuple[MessageKind, ...]]
     mixing: ClassVar[str] = "column"  # "column" (push-sum) or "doubly" (gossip)
+    default_topology: ClassVar[str] = "random_out"  # the graph of a run with topology "auto"
     private: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, ctx: Context) -> None:

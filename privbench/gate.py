@@ -5,7 +5,9 @@ A policy is TOML. Each `[[bound]]` table applies to the cells it selects (`defen
 
     max_psnr, max_ssim, min_mse, max_lpips_similarity (= max of 1 - LPIPS), max_label_accuracy,
     max_auc, max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}, min_accuracy,
-    max_empirical_ratio (empirical ε lower bound / calibrated ε), require_coverage (no uncovered
+    require_sampling_match (the sampling drawn is the sampling each ledger accounts),
+    max_empirical_ratio (empirical ε lower bound / claimed ε; fails when the audit's cap, the ε a
+    perfect attack would certify, is not above the bound), require_coverage (no uncovered
     data-dependent message kind), min_psnr / min_auc (floors that prove an attack still works,
     for the non-private baseline: a gate that can fail both ways)
 
@@ -44,7 +46,8 @@ SIMPLE_BOUNDS: dict[str, tuple[str, str]] = {
     "min_accuracy": ("accuracy", "min"), "min_psnr": ("psnr", "min"), "min_auc": ("auc", "min"),
     "max_lpips_similarity": ("lpips_similarity", "max"),
 }
-OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage")
+OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage",
+                "require_sampling_match")
 SELECTORS = ("defense", "eps")
 # Direction in which a metric moving means *less* privacy, and its default tolerance.
 BASELINE_METRICS: dict[str, tuple[int, float]] = {
@@ -94,7 +97,7 @@ def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
     where = f"policy {path}: bound #{i + 1} {key}"
     if key in SIMPLE_BOUNDS or key == "max_empirical_ratio":
         ok = _is_number(value)
-    elif key == "require_coverage":
+    elif key in ("require_coverage", "require_sampling_match"):
         ok = isinstance(value, bool)
     elif key == "defense":
         ok = isinstance(value, str)
@@ -187,20 +190,53 @@ def check_bound(bound: dict[str, Any], cell: dict[str, Any]) -> list[Check]:
             out.append(Check(f"{label} max_tpr_at_fpr", ok,
                              f"TPR at FPR <= {limit['fpr']:g} = {shown} (bound {limit['tpr']:g})"))
         elif key == "max_empirical_ratio":
-            emp, cal = attack_metric(cell, "empirical_epsilon"), claimed_eps(cell, "calibrated")
-            if emp is None or not cal:
-                out.append(Check(f"{label} max_empirical_ratio", False,
-                                 "empirical or calibrated ε missing"))
-                continue
-            out.append(Check(f"{label} max_empirical_ratio", emp / cal <= limit,
-                             f"empirical {emp:.3g} / calibrated {cal:.3g} = {emp / cal:.3g} "
-                             f"(bound {limit:g})"))
+            out.append(empirical_ratio_check(label, cell, limit))
         elif key == "require_coverage" and limit:
             leaks = uncovered_leaks(cell)
             out.append(Check(f"{label} require_coverage", not leaks,
                              "all data-dependent messages covered" if not leaks else
                              "uncovered data-dependent messages: " + ", ".join(leaks)))
+        elif key == "require_sampling_match" and limit:
+            out.append(sampling_check(label, cell))
     return out
+
+
+def sampling_check(label: str, cell: dict[str, Any]) -> Check:
+    """The sampling the trainer drew (`sampling_drawn`, recorded by the data layer while the
+    cell trained) is the sampling every privacy report accounts (its `sampling` field); a ledger
+    without subsampling amplification ("none") fits any draw."""
+    name = f"{label} require_sampling_match"
+    drawn = cell.get("sampling_drawn")
+    claimed = {str(r.get("sampling")) for r in cell.get("privacy", [])}
+    if drawn is None:
+        return Check(name, False, "the sampling drawn was not recorded")
+    if not cell.get("privacy") or "None" in claimed:
+        return Check(name, False, "a privacy report records no sampling model")
+    wrong = sorted((claimed - {"none"}) - set(drawn))
+    detail = f"drawn {', '.join(drawn) or 'nothing'}; accounted {', '.join(sorted(claimed))}"
+    return Check(name, not wrong and (claimed == {"none"} or set(drawn) <= claimed), detail)
+
+
+def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:
+    """empirical ε / claimed ε <= limit, and only where the audit could have failed it.
+
+    The empirical ε is the largest lower bound over the cell's audits (`attack_metric`), its cap
+    the largest ε any of them could certify with a perfect attack (`empirical_epsilon_cap`: the
+    canary count of the one-run audit, the member / non-member counts of the ROC bound). A cap
+    below limit x claimed means no outcome of the audit could exceed the bound: that check cannot
+    fail, so it is not a pass.
+    """
+    name = f"{label} max_empirical_ratio"
+    emp, cal = attack_metric(cell, "empirical_epsilon"), claimed_eps(cell, "calibrated")
+    cap = attack_metric(cell, "empirical_epsilon_cap")
+    if emp is None or not cal:
+        return Check(name, False, "empirical or calibrated ε missing")
+    detail = (f"empirical {emp:.3g} (cap {'not recorded' if cap is None else f'{cap:.3g}'}) / "
+              f"claimed {cal:.3g} = {emp / cal:.3g} (bound {limit:g})")
+    if cap is None or cap <= limit * cal:
+        return Check(name, False, f"{detail}: the audit cannot fail, a perfect attack certifies "
+                                  f"at most the cap, not above {limit:g} x {cal:.3g}")
+    return Check(name, emp / cal <= limit, detail)
 
 
 def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],

@@ -40,6 +40,7 @@ RMIA's population z is the dataset's test split, which no model trains on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -324,12 +325,12 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
 # --------------------------------------------------------------------------------- claims, JSON
 def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Any]:
     """The victim's claimed epsilon per mode ("paper", "calibrated") from `trainer.privacy()`."""
+    from privbench.results import headline_reports
+
     out: dict[str, Any] = {}
-    for rep in privacy:
-        if rep.get("node", victim) != victim:
-            continue
-        mode = rep.get("mode")
-        if mode in ("paper", "calibrated") and mode not in out:
+    mine = [r for r in privacy if r.get("node", victim) == victim]
+    for mode in ("paper", "calibrated"):
+        for rep in headline_reports(mine, mode).values():
             eps = rep.get("epsilon")
             out[mode] = {"epsilon": math.inf if eps == "inf" else float(eps),
                          "delta": float(rep.get("delta", 0.0)),
@@ -589,36 +590,106 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
                  attack: str = "mia_message", attack_cfg: dict[str, Any] | None = None,
                  overrides: dict[str, Any] | None = None, gen: torch.Generator | None = None,
                  threat: ThreatModel | None = None, k_plus: int | None = None,
-                 k_minus: int | None = None, mislabel: bool = True) -> dict[str, Any]:
+                 k_minus: int | None = None, mislabel: bool = True, kind: str = "input",
+                 norm_factor: float = 10.0) -> dict[str, Any]:
     """One-run audit (Steinke, Nasr, Jagielski 2023) of node `victim`'s sample-level claim.
 
-    `canaries` samples that no node holds (the dataset's training split minus every node's share),
-    relabelled to a random wrong class when `mislabel` (the strongest input-space canary in ML
-    Privacy Meter's table, reference §3.6), are each added to the victim's training data with
-    probability 1/2; the run is trained once; `attack` (one without reference models: mia_threshold
-    or mia_message) scores every canary; the top k+ are guessed "in", the bottom k- "out" (fixed
-    a priori: m / 4 each by default), and the exact binomial test gives the epsilon lower bound at
+    `canaries` records, each added to the victim's training data with probability 1/2; the run is
+    trained once; every canary is scored; the top k+ are guessed "in", the bottom k- "out" (fixed
+    a priori: m / 4 each by default; m / 5 and 0 for gradient canaries), and the exact binomial
+    test gives the epsilon lower bound at
     the claim's delta. The victim's claim is re-read from the trained defense (its local dataset
     grew, so its sampling rate and calibration changed accordingly).
 
+    kind "input": samples that no node holds (the dataset's training split minus every node's
+    share), relabelled to a random wrong class when `mislabel` (the strongest input-space canary in
+    ML Privacy Meter's table, reference §3.6), scored by `attack` (one without reference models:
+    mia_threshold or mia_message).
+
+    kind "gradient" (white-box, Nasr et al. 2023; Steinke et al. 2023 §6): Dirac gradient canaries
+    (`privbench.canaries`) of norm `norm_factor` x the defense's claimed clip bound (clipped to C
+    by a correct defense; `norm_factor` itself where the defense declares no clip), inserted into
+    the victim's per-sample clipped sums (or batch-mean gradients) whenever its own sampling
+    draws them, and scored from every gradient view the threat model observes
+    (`gradient_canary_scores`); `attack` is not used. Only "in" guesses by default (k+ = m / 5).
+
     Returns:
         JSON-ready dict: applicable, one_run (`one_run_audit` result), one_run_sweep (best over a
-        (k+, k-) grid; optimistic), claimed_epsilon, canaries, included, attack, threat (or
-        applicable False with the reason when the run diverged).
+        (k+, k-) grid; optimistic), cap (the bound a perfect guesser certifies with these m, k+,
+        k- and delta), claimed_epsilon, canaries, included, attack, threat (or applicable False
+        with the reason when the run diverged or canaries cannot be inserted).
     """
-    from privbench.engine import train
-    from privbench.metrics.audit import one_run_audit, one_run_audit_sweep
-    from privbench.runner import Built, build
+    from privbench.canaries import inserted
+    from privbench.metrics.audit import one_run_audit, one_run_audit_sweep, one_run_cap
+    from privbench.runner import build
 
+    if kind not in CANARY_KINDS:
+        raise ConfigError(f"unknown canary kind {kind!r}; accepted: {', '.join(CANARY_KINDS)}")
     load_plugins()
+    base = build(run, defense, overrides)
+    ctx = base.ctx
+    gen = gen or ctx.streams.fresh("mia", "canary", device="cpu")
+    if kind == "gradient":
+        bank, cx, cy = _gradient_canaries(base, canaries, norm_factor, gen)
+    else:
+        atk = _reference_free_attack(attack, attack_cfg)
+        cx, cy = _input_canaries(run, ctx.data, canaries, mislabel, gen)
+    included = (torch.rand(canaries, generator=gen) < 0.5).numpy()
+    inc = torch.from_numpy(included)
+    with contextlib.ExitStack() as stack:
+        if kind == "gradient":
+            stack.enter_context(inserted(bank))
+        try:
+            built = _train_with_members(base, victim, cx[inc], cy[inc])
+        except NotApplicable as exc:
+            return {"kind": kind, "defense": defense, "victim": victim, "canaries": canaries,
+                    "applicable": False, "reason": str(exc)}
+    threat = threat or default_threat(built.ctx.topology, victim)
+    obs = observe(built, threat)
+    if kind == "gradient":
+        scores = gradient_canary_scores(obs, type(built.trainer), victim, bank,
+                                        _clip_or(built.trainer.cfg, norm_factor),
+                                        _sample_rate(built.trainer.privacy(), victim, built.ctx))
+    else:
+        scores = _input_canary_scores(atk, obs, type(built.trainer), victim, cx, cy, ctx)
+    claimed = claims(built.trainer.privacy(), victim)
+    delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
+    # gradient canaries: "in" guesses only (k+ = m / 5, k- = 0): an included canary that the
+    # defense's sampling never drew is indistinguishable from an excluded one, so "out" guesses
+    # are unreliable; input canaries: m / 4 each
+    kp = (canaries // 5 if kind == "gradient" else canaries // 4) if k_plus is None else k_plus
+    km = (0 if kind == "gradient" else canaries // 4) if k_minus is None else k_minus
+    head = {"kind": kind, "attack": "gradient_likelihood_ratio" if kind == "gradient" else attack,
+            "defense": defense, "victim": victim, "canaries": canaries,
+            "included": int(included.sum()), "mislabelled": mislabel and kind == "input",
+            "threat": {"kind": threat.kind, "observers": list(threat.observers)},
+            "claimed_epsilon": claimed,
+            "cap": one_run_cap(canaries, kp + km, delta)}
+    if kind == "gradient":
+        head["canary_norm"] = bank.norm
+    if not np.isfinite(scores).all():
+        return {**head, "applicable": False,
+                "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
+    return {**head, "applicable": True,
+            "one_run": one_run_audit(scores, included, kp, km, delta),
+            "one_run_sweep": one_run_audit_sweep(scores, included, delta)}
+
+
+CANARY_KINDS = ("input", "gradient")
+
+
+def _reference_free_attack(attack: str, attack_cfg: dict[str, Any] | None) -> Any:
     cls_atk = ATTACKS.get(attack)
     atk = cls_atk(replace_checked(cls_atk.Config(), attack_cfg or {}, where="attack"))
     if getattr(atk, "needs_reference", False):
         raise ConfigError(f"the canary audit runs one training: attack {attack!r} needs reference "
                           "models (use mia_threshold or mia_message)")
-    base = build(run, defense, overrides)
-    ctx, data = base.ctx, base.ctx.data
-    gen = gen or ctx.streams.fresh("mia", "canary", device="cpu")
+    return atk
+
+
+def _input_canaries(run: RunConfig, data: NodeData, canaries: int, mislabel: bool,
+                    gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """`canaries` samples no node holds, (m, C, H, W) and (m,) (labels shifted when mislabel)."""
     ds = load_dataset(run.dataset, run.data_root, run.download)
     used = torch.cat([data.idx.flatten(), data.idx_out.flatten()]).cpu()
     free = torch.ones(len(ds.y_train), dtype=torch.bool)
@@ -632,47 +703,142 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     if mislabel:
         shift = torch.randint(1, data.num_classes, (canaries,), generator=gen)
         cy = (cy + shift) % data.num_classes
-    included = (torch.rand(canaries, generator=gen) < 0.5).numpy()
-    inc = torch.from_numpy(included)
-    new_data = with_extra_members(data.to(torch.device("cpu")), victim, cx[inc],
-                                  cy[inc]).to(ctx.device)
-    cls = DEFENSES.get(defense)
+    return cx, cy
+
+
+def claimed_clip(cfg: Any) -> float:
+    """The defense's claimed per-sample clip bound: its largest finite `clip*` config field."""
+    values = [float(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+              if f.name.startswith("clip") and isinstance(getattr(cfg, f.name), (int, float))
+              and math.isfinite(float(getattr(cfg, f.name)))]
+    if not values:
+        raise NotApplicable("the defense declares no clip bound: gradient canaries need one")
+    return max(values)
+
+
+def _clip_or(cfg: Any, default: float) -> float:
+    """The claimed clip bound, or `default` (the canary norm) for defenses without one."""
+    try:
+        return claimed_clip(cfg)
+    except NotApplicable:
+        return default
+
+
+def _gradient_canaries(base: Any, canaries: int, norm_factor: float, gen: torch.Generator
+                       ) -> tuple[Any, Tensor, Tensor]:
+    """A `GradientCanaries` bank on distinct random coordinates and its placeholder records."""
+    from privbench.canaries import GradientCanaries
+
+    d = base.ctx.fm.d
+    if not 0 < canaries <= d:
+        raise ConfigError(f"gradient canaries need 1 <= m <= d = {d} distinct coordinates, "
+                          f"got m = {canaries}")
+    if not norm_factor >= 1:
+        raise ConfigError(f"canary norm factor must be >= 1 (a canary at least as large as the "
+                          f"clip bound), got {norm_factor}")
+    coords = torch.randperm(d, generator=gen)[:canaries]
+    clip = _clip_or(base.trainer.cfg, 1.0)
+    bank = GradientCanaries(coords, norm_factor * clip)
+    data = base.ctx.data
+    cx = torch.zeros(canaries, *data.x.shape[2:], dtype=data.x.dtype)
+    return bank, cx, bank.labels(torch.arange(canaries))
+
+
+def _train_with_members(base: Any, victim: int, x_extra: Tensor, y_extra: Tensor) -> Any:
+    """A fresh copy of `base`'s run where `victim` also holds (x_extra, y_extra), trained."""
+    from privbench.engine import train
+    from privbench.runner import Built
+
+    ctx = base.ctx
+    cls = DEFENSES.get(base.defense)
+    new_data = with_extra_members(ctx.data.to(torch.device("cpu")), victim, x_extra,
+                                  y_extra).to(ctx.device)
     policy = ctx.bus.policy
     ctx2 = dataclasses.replace(ctx, data=new_data, bus=MessageBus(cls.kinds, policy),
-                               truth=GroundTruth(policy), streams=Streams(run.seed, ctx.device))
-    built = Built(cls(base.trainer.cfg, ctx2), ctx2, defense)
+                               truth=GroundTruth(policy), streams=Streams(ctx.run.seed, ctx.device))
+    built = Built(type(base.trainer)(base.trainer.cfg, ctx2), ctx2, base.defense)
     train(built.trainer)
-    threat = threat or default_threat(ctx2.topology, victim)
-    obs = observe(built, threat)
+    return built
+
+
+def _sample_rate(privacy: list[dict[str, Any]], victim: int, ctx: Context) -> float:
+    """The victim's claimed sampling rate (its privacy report's), else batch / members."""
+    for rep in privacy:
+        if rep.get("node", victim) == victim and isinstance(rep.get("sample_rate"), (int, float)):
+            return float(rep["sample_rate"])
+    return min(1.0, ctx.run.batch_size / max(1, int(ctx.data.counts[victim])))
+
+
+def _victim_views(obs: Observation, cls: type, victim: int) -> list[Any]:
+    """Every gradient view of the victim the observation supports."""
+    if not hasattr(cls, "gradient_views"):
+        raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
+    views = []
+    for t in obs.log.rounds():
+        try:
+            views += cls.gradient_views(obs, victim, [t])
+        except NotApplicable:
+            continue
+    if not views:
+        raise NotApplicable(f"no gradient view of node {victim} is observed")
+    return views
+
+
+def gradient_canary_scores(obs: Observation, cls: type, victim: int, bank: Any, clip: float,
+                           rate: float) -> np.ndarray:
+    """Each canary's log-likelihood ratio "in" vs "out", summed over the observed rounds.
+
+    Per view t: g_t (d,) the victim's released batch-mean gradient, x_tj = g_t[coords[j]] its
+    value on canary j's coordinate, s_t the per-coordinate noise scale estimated from the message
+    itself (1.4826 x the median absolute deviation over all coordinates), a_t = C / B_t the
+    contribution of one sampled canary clipped to the claimed C. Canary j is in a round's batch
+    with probability q (the claimed rate) when included, so per round the likelihood ratio of
+    "in" is (1 - q) + q exp((a_t x_tj - a_t^2 / 2) / s_t^2) (the subsampled Gaussian's, the
+    Neyman-Pearson test of one release); the score is the sum of its logs. Any score gives a
+    valid audit; this one is near-optimal when the claimed noise is the noise drawn.
+
+    Returns:
+        (m,) float64 scores, higher = guessed "in".
+    """
+    views = _victim_views(obs, cls, victim)
+    score = np.zeros(bank.m)
+    for v in views:
+        score += _view_llr(v, bank.coords, clip, rate)
+    return score
+
+
+def _view_llr(view: Any, coords: Tensor, clip: float, rate: float) -> np.ndarray:
+    """(m,) one view's evidence per canary (0 where the canary's coordinate is not observed).
+
+    "gradient" / "partial" views: the subsampled-Gaussian log-likelihood ratio of
+    `gradient_canary_scores`, the noise scale estimated over the observed coordinates. "sign"
+    views (randomized response on signs): the observed sign on the canary's coordinate (the
+    canary pushes it to +1; the likelihood ratio of randomized response is monotone in it).
+    """
+    g = view.gradient.detach().double().cpu()  # (d,)
+    seen = (torch.ones_like(g, dtype=torch.bool) if view.mask is None
+            else view.mask.detach().cpu().bool())  # (d,)
+    if view.kind == "sign":
+        return (torch.sign(g[coords]) * seen[coords]).numpy()
+    obs = g[seen]
+    if obs.numel() == 0:
+        return np.zeros(len(coords))
+    a = clip / max(1, view.batch_size)  # one sampled canary's contribution to the mean
+    s = max(1.4826 * float((obs - obs.median()).abs().median()), 1e-6 * a)
+    llr = (a * g[coords] - a * a / 2) / (s * s)  # (m,)
+    q = min(max(rate, 1e-12), 1.0)
+    out = torch.logaddexp(torch.full_like(llr, math.log1p(-q) if q < 1 else -math.inf),
+                          math.log(q) + llr)
+    return (out * seen[coords]).numpy()
+
+
+def _input_canary_scores(atk: Any, obs: Observation, cls: type, victim: int, cx: Tensor,
+                         cy: Tensor, ctx: Context) -> np.ndarray:
+    """Input-space canaries scored by a reference-free membership attack."""
     x, y = cx.to(ctx.device), cy.to(ctx.device)
     if atk.level == "message":
-        if not hasattr(cls, "gradient_views"):
-            raise NotApplicable(f"defense {defense!r} provides no gradient views")
-        views = []
-        for t in obs.log.rounds():
-            try:
-                views += cls.gradient_views(obs, victim, [t])
-            except NotApplicable:
-                continue
-        if not views:
-            raise NotApplicable(f"no gradient view of node {victim} is observed")
-        scores = atk.score(ctx.fm, views, x, y)
-    else:
-        from attacks._mia import ModelMIAInput, model_signals
+        return atk.score(ctx.fm, _victim_views(obs, cls, victim), x, y)
+    from attacks._mia import ModelMIAInput, model_signals
 
-        target = observed_model(obs, victim).to(ctx.device)[None]
-        scores = atk.score(ModelMIAInput(model_signals(ctx.fm, target, x, y)))
-    claimed = claims(built.trainer.privacy(), victim)
-    delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
-    kp = canaries // 4 if k_plus is None else k_plus
-    km = canaries // 4 if k_minus is None else k_minus
-    head = {"attack": attack, "defense": defense, "victim": victim, "canaries": canaries,
-            "included": int(included.sum()), "mislabelled": mislabel,
-            "threat": {"kind": threat.kind, "observers": list(threat.observers)},
-            "claimed_epsilon": claimed}
-    if not np.isfinite(scores).all():
-        return {**head, "applicable": False,
-                "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
-    return {**head, "applicable": True,
-            "one_run": one_run_audit(scores, included, kp, km, delta),
-            "one_run_sweep": one_run_audit_sweep(scores, included, delta)}
+    target = observed_model(obs, victim).to(ctx.device)[None]
+    return atk.score(ModelMIAInput(model_signals(ctx.fm, target, x, y)))

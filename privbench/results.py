@@ -143,17 +143,31 @@ def finite_or_none(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
 
 
+def headline_reports(privacy: list[dict[str, Any]], mode: str) -> dict[Any, dict[str, Any]]:
+    """node -> its headline report in `mode`: the realized reading where the defense reports one
+    (`reading: "realized"`, DPPS / PartPSP: the ε of the noise actually drawn w.r.t. the true
+    sensitivity), else the node's first report of that mode."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in privacy:
+        if r.get("mode") != mode:
+            continue
+        node = r.get("node", 0)
+        if node not in out or (r.get("reading") == "realized"
+                               and out[node].get("reading") != "realized"):
+            out[node] = r
+    return out
+
+
 def claimed_eps(cell: dict[str, Any], mode: str) -> float | None:
-    """The largest over nodes of each node's primary ε in `mode` ("paper" or "calibrated").
+    """The largest over nodes of each node's headline ε in `mode` ("paper" or "calibrated").
 
     A defense may report several readings per mode (e.g. DeFL-VP's per-coordinate and
-    per-vector paper readings); the first one of each node is its headline claim, the others
-    appear in the report's privacy table. An infinite claim is returned as inf.
+    per-vector paper readings); the first one of each node is its headline claim, unless the
+    node reports a realized reading (`headline_reports`); the others appear in the report's
+    privacy table. An infinite claim is returned as inf.
     """
-    first: dict[Any, Any] = {}
-    for r in cell.get("privacy", []):
-        if r.get("mode") == mode:
-            first.setdefault(r.get("node", 0), r.get("epsilon"))
+    first = {node: r.get("epsilon")
+             for node, r in headline_reports(cell.get("privacy", []), mode).items()}
     values = []
     for v in first.values():
         if v in ("inf", float("inf")):

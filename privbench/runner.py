@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     comm = comm or Comm()
     cls = DEFENSES.get(defense)
     cfg = replace_checked(cls.Config(), overrides or {}, where="defense")
+    if run.topology == "auto":  # the defense's default graph, recorded in the run it trains
+        run = replace(run, topology=cls.default_topology)
     device = device or resolve_device(run.device)
     streams = Streams(run.seed, device)
     ds = load_dataset(run.dataset, run.data_root, run.download)

@@ -30,6 +30,7 @@ import torch
 
 from privbench import fingerprint as fp
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
+from privbench.data import recording_sampling
 from privbench.engine import train
 from privbench.errors import ConfigError, DataError, PrivbenchError
 from privbench.messages import GroundTruth, MessageLog, RecordPolicy
@@ -59,7 +60,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "run": {"model": "mlp", "nodes": 6, "rounds": 60, "eval_every": 60, "batch_size": 16,
                 "lr": 0.2, "delta": 1e-5},
         "eps": (1.0, 8.0),
-        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message"),
+        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message", "canary"),
         "attack_config": {"geiping": {"steps": 300}, "idlg": {"adam_steps": 300}},
         "inversion_rounds": (1,),
         "reference_models": 4,
@@ -69,7 +70,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "run": {"model": "mlp", "nodes": 10, "rounds": 500, "eval_every": 100, "batch_size": 32,
                 "lr": 0.2, "delta": 1e-5},
         "eps": (0.5, 1.0, 2.0, 4.0, 8.0),
-        "attacks": ("dlg", "idlg", "geiping", "mia_threshold", "lira", "rmia", "mia_message"),
+        "attacks": ("dlg", "idlg", "geiping", "mia_threshold", "lira", "rmia", "mia_message",
+                    "canary"),
         "attack_config": {},
         "inversion_rounds": (1, 10),
         "reference_models": 16,
@@ -220,7 +222,8 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     emp = res.get("empirical_epsilon")
     emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
     rates = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
-    metrics = {**{k: res.get(k) for k in rates}, "empirical_epsilon": emp_value}
+    metrics = {**{k: res.get(k) for k in rates}, "empirical_epsilon": emp_value,
+               "empirical_epsilon_cap": _roc_cap(res)}
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
     return {"kind": "membership", "status": "ok",
             "threat": res.get("threat"),
@@ -243,12 +246,50 @@ MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc
                      "reference_models", "online")
 
 
+def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
+                     gen: torch.Generator) -> dict[str, Any]:
+    """The one-run white-box gradient-canary audit of the victim (`attacks/canary.py`): the
+    defense retrained with m canaries; ε lower bound and the cap a perfect guesser reaches."""
+    from privbench.membership import canary_audit
+
+    cls = ATTACKS.get(attack)
+    cfg = replace_checked(cls.Config(), audit.attack_config.get(attack) or {}, where="attack")
+    res = canary_audit(built.ctx.run, built.defense, audit.victim, cfg.canaries,
+                       overrides=to_dict(built.trainer.cfg), gen=gen,
+                       threat=threat_for(audit.threat, built, audit.victim), kind="gradient",
+                       norm_factor=cfg.norm_factor)
+    if not res.get("applicable", False):
+        return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
+                "metrics": {}}
+    one = res["one_run"]
+    metrics = {"empirical_epsilon": one["epsilon_lb"], "empirical_epsilon_cap": res["cap"]}
+    return {"kind": "canary", "status": "ok", "threat": res["threat"],
+            "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
+            "metrics": metrics, "canaries": res["canaries"], "included": res["included"],
+            "canary_norm": res["canary_norm"], "one_run": one,
+            "claimed_epsilon": res["claimed_epsilon"]}
+
+
+def _roc_cap(res: dict[str, Any]) -> float | None:
+    """The Clopper-Pearson bound a perfect attack reaches with this many members / non-members."""
+    from privbench.metrics.audit import roc_cap
+
+    n1, n0, emp = res.get("n_members"), res.get("n_nonmembers"), res.get("empirical_epsilon")
+    if not (n1 and n0 and isinstance(emp, dict)):
+        return None
+    claimed = res.get("claimed_epsilon") or {}
+    delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", 0.0)
+    return roc_cap(int(n1), int(n0), float(delta), float(emp["alpha"]))
+
+
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int) -> dict[str, Any]:
     """Run one attack; a diverging or crashing attack is recorded as failed with its reason."""
     from privbench.seeding import derive_seed
 
     gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
     try:
+        if getattr(ATTACKS.get(attack), "level", None) == "training":
+            return run_canary_audit(built, attack, audit, gen)
         if _is_membership(attack):
             return run_membership_attack(built, attack, audit, gen)
         return run_inversion_attack(built, attack, audit, gen)
@@ -289,6 +330,21 @@ class Laps:
     def total(self) -> float:
         """Seconds since creation."""
         return time.perf_counter() - self.start
+
+
+def sensitivity_trace(built: Built) -> dict[str, Any] | None:
+    """Per round, a data-dependent sensitivity estimate vs the real value (DPPS / PartPSP's
+    `sensitivity_trace`: S_est, S_real, sync), non-finite values as None (strict JSON)."""
+    if not hasattr(built.trainer, "sensitivity_trace"):
+        return None
+    tr = built.trainer.sensitivity_trace()
+    if not tr.get("S_est"):
+        return None
+
+    def clean(xs: list[float]) -> list[float | None]:
+        return [float(x) if math.isfinite(x) else None for x in xs]
+
+    return {"S_est": clean(tr["S_est"]), "S_real": clean(tr["S_real"]), "sync": tr["sync"]}
 
 
 @dataclass
@@ -493,7 +549,8 @@ class Sweep:
 
         eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"
         with tqdm(total=run.rounds, desc=f"train {defense} {eps}", unit="round", leave=False,
-                  disable=not self.progress, file=sys.stderr) as bar:
+                  disable=not self.progress, file=sys.stderr) as bar, \
+                recording_sampling() as drawn:
             res = train(built.trainer, progress=bar.update)
         timing["train_s"] = laps.lap()
         status = ("ok" if res.diverged_round is None
@@ -503,7 +560,11 @@ class Sweep:
                 "status": status, "accuracy": res.average_accuracy,
                 "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
                 "messages": full["messages"], "defense_config": full["defense_config"],
-                "history": res.history, "seconds": res.seconds}
+                "history": res.history, "sampling_drawn": sorted(drawn),
+                "seconds": res.seconds}
+        trace = sensitivity_trace(built)
+        if trace is not None:
+            cell["sensitivity_trace"] = trace
         timing["summary_s"] = laps.lap()
         return built, cell
 
@@ -592,7 +653,7 @@ def summary_table(results: dict[str, Any]) -> str:
 
     head = (f"{'defense':<12} {'eps':>5} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
             f"{'AUC':>6} {'95% CI':>11} {'TPR@1%':>7} {'95% CI':>11} {'eps_paper':>9} "
-            f"{'eps_cal':>8} {'eps_emp':>8}  status")
+            f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  status")
     lines = [head]
     for c in results["cells"]:
         eps = "-" if c.get("epsilon") is None else f"{c['epsilon']:g}"
@@ -603,7 +664,8 @@ def summary_table(results: dict[str, Any]) -> str:
             f"{ci(c, 'auc'):>11} {f(attack_metric(c, 'tpr_at_1%_fpr')):>7} "
             f"{ci(c, 'tpr_at_1%_fpr'):>11} {f(claimed_eps(c, 'paper'), 2):>9} "
             f"{f(claimed_eps(c, 'calibrated'), 2):>8} "
-            f"{f(attack_metric(c, 'empirical_epsilon'), 2):>8}  {c['status']}")
+            f"{f(attack_metric(c, 'empirical_epsilon'), 2):>8} "
+            f"{f(attack_metric(c, 'empirical_epsilon_cap'), 2):>5}  {c['status']}")
     return "\n".join(lines)
 
 

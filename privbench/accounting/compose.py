@@ -8,7 +8,7 @@ delta_pure, with delta split in half when advanced composition needs a delta' of
 
 from __future__ import annotations
 
-from privbench.accounting.events import PrivacyLedger
+from privbench.accounting.events import LaplaceEvent, PrivacyLedger
 from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions, gaussian_epsilon
 from privbench.accounting.pure import compose_pure
 from privbench.accounting.report import EpsilonReport
@@ -19,6 +19,7 @@ from privbench.accounting.validation import (
     check_choice,
     check_delta,
 )
+from privbench.errors import ConfigError
 
 
 def account(
@@ -38,7 +39,8 @@ def account(
         delta: target delta in (0, 1) (pure-only ledgers under basic composition report 0).
         accountant: Gaussian accountant: "pld" (default), "rdp" or "gdp_clt" (approximate).
         mode: "calibrated" or "paper" (recorded in the report).
-        pure_composition: "basic" (default) or "advanced" for Laplace / randomized response.
+        pure_composition: "basic" (default) or "advanced" for Laplace / randomized response,
+            "laplace_pld" (tight PLD composition) for Laplace only.
         options: numerical accountant settings.
         note: free text carried into the report.
 
@@ -50,16 +52,19 @@ def account(
     pure_composition = check_choice(pure_composition, "pure composition", PURE_COMPOSITIONS)
     check_choice(mode, "mode", MODES)
     gauss, pure = ledger.gaussian_events, ledger.pure_events
+    if pure_composition == "laplace_pld" and not all(isinstance(e, LaplaceEvent) for e in pure):
+        raise ConfigError("pure composition laplace_pld composes Laplace events only; use basic "
+                          "or advanced for randomized response")
     atoms = [e.atoms for e in pure]
     if gauss and pure:
-        pure_delta = delta / 2 if pure_composition == "advanced" else 0.0
+        pure_delta = delta / 2 if pure_composition != "basic" else 0.0
         eps = gaussian_epsilon(gauss, delta - pure_delta, accountant, options)
         eps += compose_pure(atoms, pure_composition, pure_delta or delta)
         name, used_delta = f"{accountant}+{pure_composition}", delta
     elif pure:
         eps = compose_pure(atoms, pure_composition, delta)
         name = pure_composition
-        used_delta = delta if pure_composition == "advanced" else 0.0
+        used_delta = delta if pure_composition != "basic" else 0.0
     else:
         eps = gaussian_epsilon(gauss, delta, accountant, options)
         name, used_delta = accountant, delta

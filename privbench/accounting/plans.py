@@ -62,7 +62,7 @@ from privbench.errors import ConfigError
 from privbench.registry import Registry
 
 GAUSSIAN_PLAN_ACCOUNTANTS = ("pld", "rdp")
-PURE_PLAN_ACCOUNTANTS = ("pld", "rdp", "basic", "advanced")
+PURE_PLAN_ACCOUNTANTS = ("pld", "rdp", "basic", "advanced", "laplace_pld")
 
 
 @dataclass(frozen=True)
@@ -281,8 +281,11 @@ def plan_dpdl(
 # ---------------------------------------------------------------- pure-epsilon plans
 
 
-def _pure_rule(accountant: str) -> tuple[str, tuple[str, ...]]:
-    if accountant in ("basic", "advanced"):
+def _pure_rule(accountant: str, laplace: bool = True) -> tuple[str, tuple[str, ...]]:
+    if accountant == "laplace_pld" and not laplace:
+        raise ConfigError("accountant laplace_pld composes Laplace mechanisms only; use basic "
+                          "or advanced")
+    if accountant in ("basic", "advanced", "laplace_pld"):
         return accountant, ()
     return "basic", (f"pure-epsilon mechanism: accountant {accountant!r} applies to Gaussian "
                      "events; composed with basic composition",)
@@ -307,7 +310,7 @@ def plan_defl_vp(
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
     order = check_choice(order, "DeFL-VP order", ("vr_rr", "rr_vr"))
-    rule, notes = _pure_rule(accountant)
+    rule, notes = _pure_rule(accountant, laplace=False)
     uncovered = ("control_variate",) if order == "vr_rr" else ()
     dim = check_count(dim, "dim")
     if calibrate_with == "calibrated":

@@ -14,7 +14,7 @@ from privbench.errors import ConfigError
 GAUSSIAN_ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp", "gdp_clt")
 """Gaussian-event accountants: dp-accounting PLD and RDP, and the mu-GDP CLT (approximate)."""
 
-PURE_COMPOSITIONS: tuple[str, ...] = ("basic", "advanced")
+PURE_COMPOSITIONS: tuple[str, ...] = ("basic", "advanced", "laplace_pld")
 """Composition rules for pure-epsilon events (Laplace, randomized response)."""
 
 MODES: tuple[str, ...] = ("paper", "calibrated")

@@ -216,3 +216,17 @@ def one_run_audit_sweep(scores: ArrayLike, included: ArrayLike, delta: float = 0
             if float(res["epsilon_lb"]) > float(best["epsilon_lb"]):  # type: ignore[arg-type]
                 best = res
     return {**best, "optimistic": True}
+
+
+def roc_cap(n_members: int, n_nonmembers: int, delta: float = 0.0, alpha: float = 0.05) -> float:
+    """The `eps_lower_bound_roc` of a perfect attack with these sample counts: distinct scores
+    (as the attacks produce), every member above every non-member. An audit whose cap is below
+    the ε it checks cannot fail (0.70 for 20 / 20 samples at delta = 1e-5, 2.54 for 180 / 60)."""
+    scores = np.arange(n_members + n_nonmembers, dtype=np.float64)
+    labels = scores >= n_nonmembers
+    return float(eps_lower_bound_roc(scores, labels, delta, alpha)["epsilon_lb"])
+
+
+def one_run_cap(canaries: int, guesses: int, delta: float = 0.0, p_star: float = 0.05) -> float:
+    """The one-run bound of a perfect guesser (all `guesses` correct) with m = `canaries`."""
+    return steinke_eps_lower_bound(guesses, guesses, canaries, delta, p_star)

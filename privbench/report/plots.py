@@ -90,3 +90,30 @@ def image_grid(rows: list[list[Any]]) -> str:
                 ax.imshow(np.clip(img, 0, 1), cmap="gray" if img.ndim == 2 else None,
                           vmin=0, vmax=1, interpolation="nearest")
     return _png(fig)
+
+
+def sensitivity_traces(traces: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """Per round, the sensitivity estimate (solid) vs the real sensitivity (dashed) of each
+    cell, log y; rounds where the estimate fell below the real value are marked with a cross."""
+    traces = [(label, tr) for label, tr in traces if tr.get("S_est")]
+    if not traces:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, tr in traces:
+        est = np.array([np.nan if v is None else v for v in tr["S_est"]], dtype=float)
+        real = np.array([np.nan if v is None else v for v in tr["S_real"]], dtype=float)
+        t = np.arange(len(est))
+        (line,) = ax.plot(t, np.where(est > 0, est, np.nan), label=f"{label} estimate")
+        ax.plot(t, np.where(real > 0, real, np.nan), linestyle="--", color=line.get_color(),
+                label=f"{label} real")
+        below = np.isfinite(est) & np.isfinite(real) & (est < real)
+        if below.any():
+            ax.plot(t[below], np.where(real[below] > 0, real[below], np.nan), "x",
+                    color="crimson", label=f"{label}: estimate < real")
+    ax.set_yscale("log")
+    ax.set_xlabel("round")
+    ax.set_ylabel("L1 sensitivity")
+    ax.set_title("Sensitivity estimate vs real, per round", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6)
+    return _png(fig)

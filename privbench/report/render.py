@@ -55,6 +55,10 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 reasons.append(f"membership inference at {where} (AUC {auc:.2f}"
                                f"{_ci_text(attack_interval(c, 'auc'))})")
                 level = "leaks"
+            realized = realized_overspend(c)
+            if realized:
+                reasons.append(f"{realized} at {where}")
+                level = "violates"
             emp, cal = attack_metric(c, "empirical_epsilon"), claimed_eps(c, "calibrated")
             if emp is not None and cal is not None and emp > cal:
                 reasons.append(f"empirical ε {emp:.2f} exceeds the calibrated ε {cal:.2f} "
@@ -77,6 +81,26 @@ def _clear_of_chance(cell: dict[str, Any]) -> bool:
 
 def _ci_text(ci: list[float] | None) -> str:
     return "" if ci is None else f", 95 % CI [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def realized_overspend(cell: dict[str, Any]) -> str | None:
+    """A sentence when a defense's realized ε (DPPS / PartPSP: the noise drawn w.r.t. the true
+    sensitivity) exceeds the ε it assumed, else None."""
+    reps = cell.get("privacy", [])
+    real = [r for r in reps if r.get("reading") == "realized"]
+    assumed = [r for r in reps if r.get("mode") == "calibrated" and r.get("reading") == "assumed"]
+    if not real or not assumed:
+        return None
+    as_float = [float(r["epsilon"]) for r in real]  # "inf" -> inf
+    worst, claim = max(as_float), max(float(r["epsilon"]) for r in assumed)
+    if worst <= claim * (1 + 1e-6):
+        return None
+    check = real[0].get("sensitivity_check") or {}
+    why = (f"the sensitivity estimate fell below the real one in "
+           f"{check.get('estimate_below_real', '?')} rounds")
+    if check.get("non_finite_count"):
+        why += f", {check['non_finite_count']} rounds non-finite"
+    return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
 
 
 def _plots(results: dict[str, Any]) -> dict[str, str | None]:
@@ -110,6 +134,10 @@ def _plots(results: dict[str, Any]) -> dict[str, str | None]:
         "auc": plots.metric_vs_eps(series["auc"], base["auc"], "AUC (best MIA)",
                                    "Membership inference: AUC vs ε"),
         "roc": plots.roc_loglog(curves),
+        "sensitivity": plots.sensitivity_traces(
+            [(f"{c['defense']}@{c.get('epsilon')}", c["sensitivity_trace"])
+             for c in results.get("cells", [])
+             if c.get("sensitivity_trace")]),
     }
 
 

@@ -98,7 +98,7 @@ def test_push_sum_invariants(topology):
     doubly-stochastic (regular) graph; everyone agrees after a sync round."""
     run = RunConfig(dataset="digits", model="psp_mlp", nodes=6, topology=topology, rounds=8,
                     batch_size=16, lr=0.1, device="cpu", seed=1)
-    built = _build(run=run, b=2.0)
+    built = _build(run=run, b=2.0, require_doubly_stochastic=topology == "exponential")
     tr, log = built.trainer, built.ctx.bus.log
     for t in range(8):
         tr.round(t)
@@ -341,3 +341,81 @@ def test_shared_mask_rejects_empty_split():
     built = _build()
     with pytest.raises(ConfigError):
         shared_mask(built.ctx.fm, type(built.trainer.cfg)(shared_prefixes=("nope",)))
+
+
+# ------------------------------------------------------------------ realized ε is the headline
+
+
+def test_realized_epsilon_is_the_headline_and_non_finite_rounds_are_listed():
+    """The quick-preset setting on the (explicitly allowed) random_out graph, calibrated ε = 1,
+    6 rounds, goes non-finite: the realized ε is infinite and is what `claimed_eps` and the
+    victim's claim read; the min ratio is taken over the finite rounds (not NaN) and the
+    non-finite rounds are listed."""
+    from privbench.membership import claims
+    from privbench.results import claimed_eps
+
+    run = RunConfig(model="mlp", nodes=6, rounds=6, batch_size=16, lr=0.2, epsilon=1.0,
+                    eval_every=6, device="cpu", seed=0, topology="random_out")
+    built = build(run, "partpsp", {"require_doubly_stochastic": False},
+                  policy=RecordPolicy.none())
+    train(built.trainer)
+    reps = built.trainer.privacy()
+    node0 = [r for r in reps if r["node"] == 0]
+    assert [r["reading"] for r in node0] == ["assumed", "assumed", "realized"]
+    assumed, realized = node0[1], node0[2]
+    check = realized["sensitivity_check"]
+    assert check["non_finite_rounds"] and check["non_finite_count"] == len(
+        check["non_finite_rounds"])
+    assert math.isfinite(check["min_ratio_est_over_real"])  # over the rounds before them
+    assert check["estimate_below_real"] >= 1 and check["min_ratio_est_over_real"] < 1
+    assert realized["epsilon"] == "inf"
+    assert check["c_prime_voids_reset_bound"]  # the default C' = 0.78 < 1
+    cell = {"privacy": reps}
+    expect = math.inf if realized["epsilon"] == "inf" else realized["epsilon"]
+    assert claimed_eps(cell, "calibrated") == expect
+    assert claims(reps, 0)["calibrated"]["epsilon"] == expect
+    assert assumed["epsilon"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_verdict_flags_a_realized_epsilon_above_the_assumed_one():
+    from privbench.report.render import realized_overspend
+
+    check = {"estimate_below_real": 3, "non_finite_count": 0}
+    cell = {"privacy": [{"mode": "calibrated", "reading": "assumed", "epsilon": 1.0},
+                        {"mode": "calibrated", "reading": "realized", "epsilon": 2.5,
+                         "sensitivity_check": check}]}
+    assert "realized ε 2.5 exceeds the assumed ε 1" in realized_overspend(cell)
+    cell["privacy"][1]["epsilon"] = 0.9
+    assert realized_overspend(cell) is None
+
+
+def test_a_doubly_stochastic_graph_by_default_and_others_refused(tmp_path, capsys):
+    built = build(RunConfig(rounds=1, nodes=6, device="cpu", eval_every=1), "partpsp")
+    assert built.ctx.run.topology == built.ctx.topology.name == "exponential"
+    assert built.trainer.doubly
+    code = cli_main(["train", "--defense", "dpps", "--topology", "random_out", "--nodes", "6",
+                     "--rounds", "1", "--device", "cpu", "--quiet", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "not doubly stochastic" in err and "\n" not in err
+
+
+def test_laplace_pld_composition_is_tight_and_an_upper_bound():
+    """dp-accounting's Laplace PLD over T = 60 rounds: the calibrated per-round ε composes back
+    to at most the target, is > 2x basic composition's (less noise for the same claim), and the
+    composition is never above basic; randomized response is refused."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    from privbench.accounting import make_plan
+    from privbench.accounting.pure import compose_pure, per_release_epsilon
+    from privbench.errors import ConfigError
+
+    eps_pld = per_release_epsilon(1.0, 60, "laplace_pld", 1e-5)
+    assert compose_pure([(eps_pld, 60)], "laplace_pld", 1e-5) <= 1.0
+    assert eps_pld > 2 * per_release_epsilon(1.0, 60, "basic", 1e-5)
+    direct = pld.from_laplace_mechanism(1 / 0.05).self_compose(60).get_epsilon_for_delta(1e-5)
+    assert compose_pure([(0.05, 60)], "laplace_pld", 1e-5) == pytest.approx(direct, rel=0.02)
+    assert compose_pure([(0.05, 60)], "laplace_pld", 1e-5) <= 0.05 * 60
+    plan = make_plan("partpsp", 1.0, 1e-5, 60, 1.0, "laplace_pld")
+    assert plan.noise["epsilon_round"] == pytest.approx(eps_pld)
+    with pytest.raises(ConfigError, match="Laplace"):
+        make_plan("defl_vp", 1.0, 1e-5, 2, 1.0, "laplace_pld", dim=10)

@@ -22,7 +22,8 @@ def _results():
              "attacks": {
                  "geiping": {"status": "ok", "metrics": {"psnr": 12.0, "ssim": 0.1, "mse": 0.06,
                                                          "label_accuracy": 0.2, "lpips": 0.6}},
-                 "lira": {"status": "ok", "metrics": {"auc": 0.52, "empirical_epsilon": 0.2},
+                 "lira": {"status": "ok", "metrics": {"auc": 0.52, "empirical_epsilon": 0.2,
+                                                      "empirical_epsilon_cap": 3.0},
                           "roc": {"fpr": [0.0, 0.001, 0.01, 1.0], "tpr": [0.0, 0.002, 0.02, 1.0]}},
                  "broken": {"status": "failed: diverged", "metrics": {"psnr": 99.0}}}},
             {"defense": "leaky", "epsilon": 1.0, "accuracy": 0.9, "privacy": [],
@@ -59,6 +60,19 @@ def test_each_bound_kind_passes_and_fails(tmp_path, capsys, bound, ok):
     assert code == (0 if ok else 1)
     out = capsys.readouterr().out
     assert ("0 failed" in out) == ok
+
+
+def test_an_empirical_ratio_the_audit_cannot_fail_is_not_a_pass(tmp_path, capsys):
+    # cap 3.0 at claimed ε 1: a ratio bound of 2 could fail (passes with 0.2), one of 3 or 4
+    # could not (no attack certifies above its cap), nor one whose audit recorded no cap
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_empirical_ratio = 2\n') == 0
+    capsys.readouterr()
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_empirical_ratio = 4\n') == 1
+    assert "cannot fail" in capsys.readouterr().out
+    no_cap = _results()
+    del no_cap["cells"][0]["attacks"]["lira"]["metrics"]["empirical_epsilon_cap"]
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\nmax_empirical_ratio = 2\n', no_cap) == 1
+    assert "cap not recorded" in capsys.readouterr().out
 
 
 def test_failed_attacks_do_not_count_as_measurements(tmp_path):
@@ -176,3 +190,38 @@ def test_tpr_bound_unresolved_fails(tmp_path, capsys):
     res["cells"] = [cell]
     assert _run(tmp_path, '[[bound]]\nmax_tpr_at_fpr = {fpr = 0.01, tpr = 1.0}\n', res) == 1
     assert "unresolved" in capsys.readouterr().out
+
+
+def test_sampling_match_compares_the_draw_with_each_ledger(tmp_path, capsys):
+    res = _results()
+    cell = res["cells"][0]
+    cell["sampling_drawn"] = ["fixed_without_replacement"]
+    for rep in cell["privacy"]:
+        rep["sampling"] = "poisson"  # Poisson accounted for fixed-size batches: caught
+    policy = '[[bound]]\ndefense = "dp"\nrequire_sampling_match = true\n'
+    assert _run(tmp_path, policy, res) == 1
+    assert "drawn fixed_without_replacement; accounted poisson" in capsys.readouterr().out
+    for rep in cell["privacy"]:
+        rep["sampling"] = "fixed_without_replacement"
+    assert _run(tmp_path, policy, res) == 0
+    cell["privacy"][0]["sampling"] = "none"  # a ledger without amplification fits any draw
+    assert _run(tmp_path, policy, res) == 0
+    del cell["privacy"][1]["sampling"]
+    assert _run(tmp_path, policy, res) == 1
+    del cell["sampling_drawn"]
+    assert _run(tmp_path, policy, res) == 1
+
+
+def test_the_data_layer_records_the_sampling_drawn():
+    from privbench.config import RunConfig
+    from privbench.data import recording_sampling
+    from privbench.engine import train
+    from privbench.runner import build
+
+    run = RunConfig(nodes=4, rounds=2, eval_every=2, batch_size=4, device="cpu", epsilon=1.0)
+    drawn = {}
+    for name in ("dp_sgp", "sgp"):
+        with recording_sampling() as got:
+            train(build(run, name).trainer)
+        drawn[name] = sorted(got)
+    assert drawn == {"dp_sgp": ["poisson"], "sgp": ["fixed_without_replacement"]}

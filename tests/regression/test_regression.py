@@ -2,8 +2,9 @@
 
 Every defense runs on a tiny digits setting (4 nodes, 30 rounds, 40 samples per node of which
 half are held out, batch 2, MLP) with Inverting Gradients (round 1, eavesdropper) and the
-message-level membership attack. `policy.toml` demands that the non-private baseline stays
-attackable (PSNR >= 30 dB, AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
+message-level membership attack and the one-run gradient-canary audit (1000 canaries, cap ≈ 4.2).
+`policy.toml` (plus this setting's PSNR >= 30 dB floor) demands that the non-private baseline stays
+attackable (AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
 `baseline.json` (a committed run of this suite) catches drifts toward less privacy. A defense
 whose noise is silently disabled (`privbench.testing.disable_noise`, a test-only switch) must make
 the gate fail.
@@ -33,7 +34,10 @@ from privbench.testing import TINY_RUN, disable_noise
 HERE = Path(__file__).parent
 DP_DEFENSES = ("dp_sgp", "dyn_d2p", "adp_vrsgp", "dpdl", "defl_vp")
 RUN = {**TINY_RUN, "rounds": 30, "eval_every": 30, "max_per_node": 40, "holdout": 0.5}
-ATTACKS = ("geiping", "mia_message")
+ATTACKS = ("geiping", "mia_message", "canary")
+# The tiny setting's own floor on top of policy.toml: at batch 2 inversion works without DP (the
+# quick preset's batch 16 keeps it near a blank image, 10.9 dB, so the shipped policy has none).
+TINY_FLOOR = {"defense": "sgp", "eps": "none", "min_psnr": 30}
 ATTACK_CONFIG = {"geiping": {"steps": 150}}
 DEFL_VP_CALIBRATED = {"protect_control_variate": True, "eps_mode": "per_run"}
 
@@ -52,7 +56,9 @@ def run_suite(out: Path, defenses: tuple[str, ...], overrides: dict | None = Non
 
 
 def gate_checks(results: dict, baseline: dict | None = None) -> list[gate.Check]:
-    return gate.run_checks(results, gate.load_policy(HERE / "policy.toml"), baseline)
+    policy = gate.load_policy(HERE / "policy.toml")
+    policy["bound"].append(TINY_FLOOR)
+    return gate.run_checks(results, policy, baseline)
 
 
 @pytest.fixture(scope="module")

@@ -111,3 +111,24 @@ def test_membership_leaks_only_when_interval_clears_chance(ci, leaks):
     assert (v["level"] == "leaks") == leaks
     if ci is not None:
         assert f"[{ci[0]:.2f}" in render_html(res)  # the interval is shown with the AUC
+
+
+def test_sensitivity_trace_is_drawn_and_a_realized_overspend_violates():
+    res = _results()
+    trace = {"S_est": [1.0, 2.0, 0.5, None], "S_real": [0.5, 2.5, 0.4, None],
+             "sync": [False, False, False, True]}
+    check = {"estimate_below_real": 1, "non_finite_count": 1}
+    res["cells"].append({
+        "defense": "partpsp", "epsilon": 1.0, "accuracy": 0.5, "status": "ok", "messages": [],
+        "attacks": {}, "sensitivity_trace": trace,
+        "privacy": [{"epsilon": 1.0, "delta": 1e-5, "accountant": "basic", "mode": "calibrated",
+                     "unit": "node-level", "uncovered": [], "node": 0, "reading": "assumed"},
+                    {"epsilon": "inf", "delta": 0.0, "accountant": "basic", "mode": "calibrated",
+                     "unit": "node-level", "uncovered": [], "node": 0, "reading": "realized",
+                     "sensitivity_check": check}]})
+    html = render_html(res)
+    assert "Sensitivity estimate vs real" in html
+    v = verdicts(res)["partpsp"]
+    assert v["level"] == "violates"
+    assert any("realized ε inf exceeds the assumed ε 1" in r for r in v["reasons"])
+    assert "Sensitivity estimate vs real" not in render_html(_results())
