@@ -42,7 +42,7 @@ def test_json_output_and_options(capsys: pytest.CaptureFixture[str]) -> None:
 def test_pure_defense_with_default_accountant(capsys: pytest.CaptureFixture[str]) -> None:
     run_account(parse("--defense", "dpps", "--eps", "4", "--delta", "1e-5", "--rounds", "40"))
     out = capsys.readouterr().out
-    assert "b=" in out and "sensitivity" in out and "basic composition" in out
+    assert "b=" in out and "sensitivity" in out and "accountant=basic" in out  # its own default
 
 
 def test_parse_options_types() -> None:
