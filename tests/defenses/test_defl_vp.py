@@ -48,8 +48,13 @@ def _run(rounds: int = 4, nodes: int = 4, **over) -> RunConfig:
 
 
 def _train(name: str = "defl_vp", rounds: int = 4, overrides: dict | None = None, **run_over):
-    """Build and run `rounds` rounds by hand, keeping each round's raw gradient and models."""
-    built = build(_run(rounds, **run_over), name, overrides or {}, policy=RecordPolicy())
+    """Build and run `rounds` rounds by hand, keeping each round's raw gradient and models.
+
+    The mechanics are tested at the paper's per-coordinate epsilon (Alg. 3): the default per-run
+    calibration makes eps0 ~ 1e-7, a flip probability of 1/2 and a debias factor ~1e7.
+    """
+    over = {"eps_mode": "per_coordinate", **(overrides or {})}
+    built = build(_run(rounds, **run_over), name, over, policy=RecordPolicy())
     tr = built.trainer
     xs, gs, qs = [tr.x.clone()], [], []
     for t in range(rounds):
@@ -215,7 +220,8 @@ def test_ablation_switches_match_the_method_table():
         assert not covered.get("control_variate", False)
         train(built.trainer)
         assert ("control_variate" in built.ctx.bus.log.kinds()) == vr
-        assert all(not r["uncovered"] for r in built.trainer.privacy()) or vr
+        if dp == "rr" and not vr:  # D-PSGD+RR: nothing it sends is outside the guarantee
+            assert all(not r["uncovered"] for r in built.trainer.privacy())
 
 
 def test_dfl_vr_message_is_the_corrected_gradient():
