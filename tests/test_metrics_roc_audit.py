@@ -12,8 +12,8 @@ from privbench.errors import ConfigError
 from privbench.metrics.audit import (
     clopper_pearson,
     eps_from_rates,
-    group_epsilon,
     eps_lower_bound_roc,
+    group_epsilon,
     one_run_audit,
     one_run_audit_sweep,
     steinke_eps_lower_bound,

@@ -26,9 +26,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from fractions import Fraction
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import dp_accounting
 import numpy as np
@@ -36,9 +36,13 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from privbench.accounting.events import GaussianEvent
-from privbench.accounting.validation import SAMPLINGS
 from privbench.accounting.gdp import clt_mu_total, gdp_epsilon
-from privbench.accounting.validation import GAUSSIAN_ACCOUNTANTS, check_choice, check_delta
+from privbench.accounting.validation import (
+    GAUSSIAN_ACCOUNTANTS,
+    SAMPLINGS,
+    check_choice,
+    check_delta,
+)
 from privbench.errors import ConfigError
 
 Term = tuple[float, float, int, str]
