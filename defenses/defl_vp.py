@@ -60,11 +60,13 @@ Choices and deviations (card §8):
   max_i ceil(|D_i| / B) steps, and a node whose epoch has ended stops moving (masked step).
 * A2 step sizes: raw-update methods (dp=none) use eta = local_lr; sign methods (dp=rr/sign)
   use eta = `eta_sign` (paper-literal 0.01). The run's `lr` (--lr) is not used by this trainer.
-* A3 `eps_mode`: per_coordinate (default, Alg. 3: p = sigmoid(eps) per coordinate per round),
-  per_vector (Theorem 1: eps0 = eps / d, so each round's whole message is eps-LDP), or per_run
-  (the accounting package's calibration: eps0 = eps / (d T), the whole run eps-LDP). The run's
-  --eps is that budget. Both readings (per coordinate and composed over d coordinates and T
-  rounds) are reported by `privacy()` for every mode.
+* A3 `eps_mode`: per_run (default, the accounting package's calibration: eps0 = eps / (d T), the
+  whole run eps-LDP, so a cell `defl_vp@1` spends 1), per_coordinate (the paper's Alg. 3:
+  p = sigmoid(eps) per coordinate per round, which composes to d T eps: ~10^6 at eps = 1 for the
+  MLP; the card's reading for reproducing the paper) or per_vector (Theorem 1: eps0 = eps / d,
+  so each round's whole message is eps-LDP, T eps over the run). The run's --eps is that budget.
+  Both readings (per coordinate and composed over d coordinates and T rounds) are reported by
+  `privacy()` for every mode.
 * A4 / §1.7 `protect_control_variate`: false (default, VR -> RR, h from raw g, leaks); true is
   the card's order=rr_vr: a = RR(sign(g)) / (2p - 1), v = a - h + h̄, q = C(v),
   h^{t+1} = (1 - a) h + a * a_i, so the exchanged h is post-processing of RR outputs.
@@ -189,8 +191,10 @@ class DeFLVPConfig:
         local_lr: local SGD lr eta_l of G2, and eta of Eq. 17 for raw updates (card §5: 0.01).
         local_momentum: momentum of the local epoch (G2 only; card §5: 0.9).
         eta_sign: eta of Eq. 17 for sign updates (card §1.4: paper-literal 0.01).
-        eps_mode: what the run's epsilon means (card §2 / A3): "per_coordinate" (Alg. 3),
-            "per_vector" (Theorem 1, eps / d per coordinate) or "per_run" (eps / (d T)).
+        eps_mode: what the run's epsilon means (card §2 / A3): "per_run" (default: eps / (d T)
+            per coordinate, so the whole run's messages compose to eps, the cell's label),
+            "per_coordinate" (Alg. 3: eps per coordinate per round; the run then composes to
+            d T eps) or "per_vector" (Theorem 1, eps / d per coordinate; composes to T eps).
         protect_control_variate: the card's order=rr_vr (§1.7): RR before VR, control variates
             built from privatized signs (privacy-clean h).
         composition: pure-epsilon composition rule of the calibrated report ("basic"/"advanced").
@@ -206,7 +210,7 @@ class DeFLVPConfig:
     local_lr: float = 0.01
     local_momentum: float = 0.9
     eta_sign: float = 0.01
-    eps_mode: Literal["per_coordinate", "per_vector", "per_run"] = "per_coordinate"
+    eps_mode: Literal["per_coordinate", "per_vector", "per_run"] = "per_run"
     protect_control_variate: bool = False
     composition: Literal["basic", "advanced"] = "basic"
     weight_decay: float = 0.0
@@ -234,25 +238,32 @@ class DeFLVPConfig:
         return self.dp != "none"
 
     @property
+    def calibration_mode(self) -> str:
+        """"calibrated" when the whole run composes to the budget (per_run), else "paper"."""
+        return "calibrated" if self.eps_mode == "per_run" else "paper"
+
+    @property
     def order(self) -> str:
         """The card's `order` (§1.7): "rr_vr" when the control variate is protected."""
         return "rr_vr" if self.protect_control_variate else "vr_rr"
 
 
 def _kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
-    """The message kinds with their DP coverage under `cfg` (card §1.5, §3.3)."""
+    """The message kinds sent under `cfg`, with their DP coverage (card §1.5, §3.3).
+
+    Without VR no control variate is sent, so none is declared (nor flagged uncovered).
+    """
     dp = cfg.dp == "rr"
-    return (
-        MessageKind("model", covered=dp,
-                    description="x_i^t, the model (post-processing of past q's when dp=rr)"),
-        MessageKind("control_variate", covered=dp and cfg.protect_control_variate,
-                    description="h_i^t, EMA of raw local gradients, sent in the clear (the leak)"
-                    if not cfg.protect_control_variate else
-                    "h_i^t, EMA of privatized debiased signs (order rr_vr)"),
-        MessageKind("update", covered=dp,
-                    description="q_i^t = C(RR(sign(v_i^t)) / (2p-1)), dense (d,) with zeros off "
-                                "the rand-k support"),
-    )
+    model = MessageKind("model", covered=dp,
+                        description="x_i^t, the model (post-processing of past q's when dp=rr)")
+    cv = MessageKind("control_variate", covered=dp and cfg.protect_control_variate,
+                     description="h_i^t, EMA of raw local gradients, sent in the clear (the leak)"
+                     if not cfg.protect_control_variate else
+                     "h_i^t, EMA of privatized debiased signs (order rr_vr)")
+    update = MessageKind("update", covered=dp,
+                         description="q_i^t = C(RR(sign(v_i^t)) / (2p-1)), dense (d,) with zeros "
+                                     "off the rand-k support")
+    return (model, cv, update) if cfg.vr else (model, update)
 
 
 # ---------------------------------------------------------------- trainer
@@ -369,7 +380,7 @@ class DeFLVP(Trainer):
         run, cfg = self.ctx.run, self.cfg
         eps = run.epsilon / self.d if cfg.eps_mode == "per_vector" else run.epsilon
         return make_plan("defl_vp", eps, run.delta, run.rounds, 1.0, cfg.composition, dim=self.d,
-                         order=cfg.order,
+                         order=cfg.order, control_variates=cfg.vr,
                          calibrate_with="calibrated" if cfg.eps_mode == "per_run" else "paper")
 
     def privacy(self) -> list[dict[str, Any]]:

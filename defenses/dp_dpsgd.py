@@ -17,9 +17,11 @@ two_hub, Metropolis-Hastings otherwise, identical to the card's on ring and comp
 `sigma_rule="per_node"` (a deviation shared with DPDL's option) gives node i its own sigma_i, the
 smallest with eps_i <= target.
 
-Choices (card §12): fixed-size batches by default (`sampling="fixed"`, accounted as Poisson;
-`"poisson"` matches the accountant exactly); optional heavy-ball `momentum` (0 = the card's
-plain step). DP-CGA (card §9, a quadratic program per agent) is not implemented.
+Choices (card §12): Poisson batches by default (`sampling="poisson"`, Poisson add/remove
+accounting); `sampling="fixed"` keeps the card's fixed-size batches, accounted as sampling without
+replacement with replace-one adjacency and sensitivity 2C (as in DPDL); optional heavy-ball
+`momentum` (0 = the card's plain step). DP-CGA (card §9, a quadratic program per agent) is not
+implemented.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from torch import Tensor
 
 from defenses.dpdl import (
     RDP_OPTIONS,
+    SAMPLING_MODELS,
     calibrate_max_node,
     graph_periods,
     mixing_matrix,
@@ -67,7 +70,7 @@ class DPDPSGDConfig:
         sigma: noise multiplier; None calibrates it to the run's (epsilon, delta); 0 = no noise.
         sigma_rule: "max" (one sigma, max_i eps_i <= target) or "per_node" (sigma_i per agent).
         accountant: "rdp" (integer orders 2..256, as DPDL) or "pld".
-        sampling: "fixed" or "poisson" (as in DPDL).
+        sampling: "poisson" (default) or "fixed" (as in DPDL, accounted without replacement).
         weights: "card" or "metropolis" (as in DPDL).
     """
 
@@ -76,12 +79,12 @@ class DPDPSGDConfig:
     sigma: float | None = None
     sigma_rule: str = "max"
     accountant: str = "rdp"
-    sampling: str = "fixed"
+    sampling: str = "poisson"
     weights: str = "card"
 
     def __post_init__(self) -> None:
         choices = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
-                   "sampling": ("fixed", "poisson"), "weights": ("card", "metropolis")}
+                   "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
         check_choices("dp_dpsgd", self, choices)
         if not self.clip > 0:
             raise ConfigError(f"dp_dpsgd clip must be > 0, got {self.clip}")
@@ -115,10 +118,10 @@ class DPDPSGD(Trainer):
             sigma = [float(cfg.sigma)] * ctx.n
         elif cfg.sigma_rule == "max":
             sigma = [calibrate_max_node(run.epsilon, run.delta, run.rounds, rates, [1.0] * ctx.n,
-                                        cfg.accountant, opts)] * ctx.n
+                                        cfg.accountant, opts, cfg.sampling)] * ctx.n
         else:
             z = {q: calibrate_max_node(run.epsilon, run.delta, run.rounds, [q], [1.0],
-                                       cfg.accountant, opts) for q in set(rates)}
+                                       cfg.accountant, opts, cfg.sampling) for q in set(rates)}
             sigma = [z[q] for q in rates]
         self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (n,)
         self.x = self.init_params()  # (n, d)
@@ -155,15 +158,16 @@ class DPDPSGD(Trainer):
         """Per node: the RDP (paper) report and the configured accountant's (calibrated)."""
         if self._reports is None:
             run, out = self.ctx.run, []
+            model = SAMPLING_MODELS[self.cfg.sampling]
             for i, (q, sig) in enumerate(zip(self.rates.tolist(), self.sigma.tolist(),
                                              strict=True)):
                 for mode, acc in (("paper", "rdp"), ("calibrated", self.cfg.accountant)):
                     if sig == 0:
                         rep = EpsilonReport(math.inf, run.delta, acc, mode, "sample-level",
-                                            note="sigma = 0: no noise")
+                                            note="sigma = 0: no noise", sampling=model)
                     else:
                         ledger = PrivacyLedger(node=i).record(
-                            GaussianEvent(sig, q, run.rounds))
+                            GaussianEvent(sig, q, run.rounds, model))
                         rep = account(ledger, run.delta, acc, mode=mode, options=RDP_OPTIONS
                                       if acc == "rdp" else AccountantOptions(),
                                       note="one subsampled Gaussian per round (A(DP)^2SGD)")

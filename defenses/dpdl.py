@@ -51,10 +51,21 @@ Choices and deviations (card §12 numbers in brackets):
   `weights="metropolis"` uses Metropolis-Hastings everywhere. N_i = support of row i of W.
 - alpha: 1.0 on two_hub / complete / other graphs, 0.5 on ring (§8) unless set.
 - eta is the run's `lr`; the card's default is 0.01 (§8).
-- One batch per round shared by every cross-gradient and the self-gradient [5]. `sampling=
-  "fixed"` (card default [6]) draws B samples without replacement and divides by B (by |D_i|
-  when |D_i| < B) while the accountant assumes Poisson(q_i); `sampling="poisson"` samples each
-  member with probability q_i and divides by the expected size q_i |D_i|, matching the accountant.
+- One batch per round shared by every cross-gradient and the self-gradient [5].
+  `sampling="poisson"` (default) samples each member with probability q_i and divides by the
+  expected size q_i |D_i|: Poisson add/remove accounting, sensitivity C. `sampling="fixed"` (the
+  card's [6]) draws B samples without replacement and divides by B (by |D_i| when |D_i| < B); it
+  is accounted as what it is, sampling without replacement with replace-one adjacency and
+  sensitivity 2C (RDP, `SampledWithoutReplacementDpEvent`), so it needs about twice the noise.
+  Every report names its `sampling` model.
+- Calibration weight of the agent's own term (eq. 15 with j = i): `self_weight="clean"`
+  (default, a deviation) computes S^ii = cos(hat g^ii, hat g^ii) from the clean self-gradient,
+  so c^ii = sigmoid(-1) is data-independent and the calibration term alpha sum_j w_ij c^ij
+  hat g^ii is (0.731 + 1/4 < 1)-Lipschitz in hat g^ii (card §5.2 Lemma 2): sensitivity
+  <= alpha kappa C / B with kappa = 1, so the strict reading is an upper bound.
+  `self_weight="noisy"` is the paper's S^ii = cos(ddot g^ii, hat g^ii): the weight then depends
+  on the noise and the data together (card §5.2 Lemma 3: kappa ~ 1 + w_ii C / (4 nu), taken as
+  1), so every reading is flagged approximate.
 - `sigma_rule="max"` (card §5.3) gives every agent the sigma that the worst agent needs (under
   Dirichlet splits the smallest agent, whose q_i is largest); `"per_node"` (a deviation, not in
   the card) lets each agent i use its own sigma_i with eps_i <= target, the paper's "each agent
@@ -72,7 +83,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -103,6 +114,8 @@ from privbench.topology import Topology, metropolis_hastings
 
 READINGS = ("paper", "full", "strict")
 RDP_OPTIONS = AccountantOptions(rdp_orders=INTEGER_RDP_ORDERS)
+SAMPLING_MODELS = {"poisson": "poisson", "fixed": "fixed_without_replacement"}
+"""Config `sampling` -> the accounting sampling model it is (privbench.accounting SAMPLINGS)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,10 @@ class DPDLConfig:
             (each agent its own sigma_i, every eps_i <= target; a deviation, see the docstring).
         calibrate_with: reading that sets sigma: "strict" (default), "full" or "paper".
         accountant: "rdp" (§5.3, integer orders 2..256) or "pld".
-        sampling: "fixed" (§12 item 6) or "poisson" (exactly what the accountant assumes).
+        sampling: "poisson" (default; Poisson add/remove accounting) or "fixed" (§12 item 6;
+            accounted as sampling without replacement, replace-one, sensitivity 2C).
+        self_weight: "clean" (default; c^ii from the clean self-gradient, exact accounting) or
+            "noisy" (the paper's eq. 15; the readings are then approximate).
         weights: "card" (§7: CGA weights on two_hub, else Metropolis-Hastings) or "metropolis".
         row_chunk: per-sample-gradient rows per call (0 = all E + n rows in one call).
     """
@@ -134,15 +150,16 @@ class DPDLConfig:
     sigma_rule: str = "max"
     calibrate_with: str = "strict"
     accountant: str = "rdp"
-    sampling: str = "fixed"
+    sampling: str = "poisson"
     weights: str = "card"
     row_chunk: int = 0
+    self_weight: str = "clean"
 
     def __post_init__(self) -> None:
         choices = {"cross_coef": ("inv_sqrt_w_over_N", "w"), "calibrate_with": READINGS,
                    "sigma_rule": ("max", "per_node"),
-                   "accountant": ("rdp", "pld"), "sampling": ("fixed", "poisson"),
-                   "weights": ("card", "metropolis")}
+                   "accountant": ("rdp", "pld"), "sampling": tuple(SAMPLING_MODELS),
+                   "weights": ("card", "metropolis"), "self_weight": ("clean", "noisy")}
         check_choices("dpdl", self, choices)
         if not self.clip > 0:
             raise ConfigError(f"dpdl clip must be > 0, got {self.clip}")
@@ -156,6 +173,11 @@ class DPDLConfig:
             raise ConfigError("dpdl clip=inf has unbounded sensitivity: it needs sigma=0")
         if self.row_chunk < 0:
             raise ConfigError(f"dpdl row_chunk must be >= 0, got {self.row_chunk}")
+
+    @property
+    def calibration_mode(self) -> str:
+        """"calibrated" when the rigorous `strict` reading sets sigma, else "paper"."""
+        return "calibrated" if self.calibrate_with == "strict" else "paper"
 
 
 # ---------------------------------------------------------------- mixing (card §7)
@@ -282,14 +304,17 @@ class DPDLPrivacy:
 
 def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
                        ratios: Sequence[float], accountant: str,
-                       options: AccountantOptions) -> float:
+                       options: AccountantOptions, sampling: str = "poisson") -> float:
     """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
     every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
-    distinct ratio only the largest rate needs calibrating)."""
+    distinct ratio only the largest rate needs calibrating). `sampling` is the config's
+    ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
     worst: dict[float, float] = {}
     for q, r in zip(rates, ratios, strict=True):
         worst[r] = max(worst.get(r, 0.0), q)
-    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options) / r
+    model = SAMPLING_MODELS[sampling]
+    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options,
+                                     sampling=model) / r
                for r, q in worst.items())
 
 
@@ -318,10 +343,10 @@ def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_siz
         opts = RDP_OPTIONS if acc == "rdp" else AccountantOptions()
         if cfg.sigma_rule == "max":
             sigma = ones * calibrate_max_node(epsilon, delta, rounds, rates,
-                                              [u[read] for u in unit], acc, opts)
+                                              [u[read] for u in unit], acc, opts, cfg.sampling)
         else:
-            target = {q: calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, acc, opts)
-                      for q in set(rates)}
+            target = {q: calibrate_max_node(epsilon, delta, rounds, [q], [1.0], acc, opts,
+                                            cfg.sampling) for q in set(rates)}
             z_star = np.array([target[q] for q in rates])
             sigma = z_star / np.array([u[read] for u in unit])  # as if neighbours matched
             for _ in range(1000):  # raise only the nodes under target (monotone, bounded)
@@ -342,8 +367,10 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
     notes = {"paper": "paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)",
              "full": "full reading: cross-gradients + broadcast, paper noise (card §5.3)",
              "strict": "strict reading: cross-gradients + broadcast, only the node's own noise"}
-    sampling = ("" if cfg.sampling == "poisson" else
-                "; accounted as Poisson(q_i) sampling, trained with fixed-size batches (§12 #6)")
+    model = SAMPLING_MODELS[cfg.sampling]
+    approx = ("" if cfg.self_weight == "clean" else
+              "; approximate: the paper's noisy self-weight c^ii (eq. 15) makes the release a "
+              "non-Gaussian function of the noise (card §5.2 Lemma 3, kappa taken as 1)")
     out = []
     for i, (q, m) in enumerate(zip(plan.sample_rates, plan.multipliers, strict=True)):
         for reading in READINGS:
@@ -352,12 +379,13 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
             uncovered = ("cross_grad",) if reading == "paper" else ()
             if m[reading] == 0:
                 rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level", uncovered,
-                                    note="sigma = 0: no noise")
+                                    note="sigma = 0: no noise", sampling=model)
             else:
                 ledger = PrivacyLedger(node=i, uncovered=uncovered).record(
-                    GaussianEvent(m[reading], q, rounds))
-                rep = account(ledger, delta, acc, mode=mode, note=notes[reading] + sampling,
+                    GaussianEvent(m[reading], q, rounds, model))
+                rep = account(ledger, delta, acc, mode=mode, note=notes[reading] + approx,
                               options=RDP_OPTIONS if acc == "rdp" else AccountantOptions())
+                rep = replace(rep, approximate=rep.approximate or bool(approx))
             out.append({**rep.to_dict(), "node": i, "reading": reading,
                         "sigma": plan.sigma[i], "sample_rate": q,
                         "noise_multiplier": m[reading]})
@@ -467,7 +495,7 @@ class DPDL(Trainer):
         cross = ctx.bus.per_edge(t, "cross_grad", noisy[:e], src, dst)  # (E, d) step 5
         self_noisy = noisy[e:]  # (n, d)
         s_edge = cosine(cross, clean[dst])  # (E,) receiver dst's S, eq. (15)
-        s_self = cosine(self_noisy, clean)  # (n,)
+        s_self = cosine(clean if cfg.self_weight == "clean" else self_noisy, clean)  # (n,)
         c_edge, c_self = calibration_weight(s_edge), calibration_weight(s_self)  # eq. (16)
         w_edge, w_self = w[dst, src], torch.diagonal(w)  # (E,), (n,) receiver's weights
         k_edge = cross_coefficient(w_edge, n, cfg.cross_coef)  # (E,)

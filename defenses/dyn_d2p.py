@@ -33,17 +33,23 @@ Choices and deviations (card section in brackets):
 - Mini-batch generalisation [§1.6, §8.1]: Poisson sampling with p_i = B / J_i (B = the run's
   batch size) is the default; noise goes on the sum of clipped per-sample gradients, which is
   divided by the EXPECTED batch size min(B, J_i), so the sensitivity stays C_k / B.
-  `sampling="one_sample"` is the paper-literal mode: one uniform sample per node and round,
-  accounted as Poisson(1/J_i) as the paper does [§8.2: the accountant assumes Poisson].
+  `sampling="one_sample"` is the paper-literal mode: one uniform sample per node and round. The
+  paper accounts it as Poisson(1/J_i) [§8.2]; privbench accounts it as what is drawn, a fixed-size
+  sample without replacement (replace-one adjacency, sensitivity 2 C_k; dp-accounting's
+  `SampledWithoutReplacementDpEvent` under RDP), so it is calibrated with about twice the noise.
 - Add/remove-one adjacency, per-step L2 sensitivity C_k [§8.3]; flat L2 norm over all
   parameters [§8.7]; clip factor C / max(||h||, 1e-12) via `engine.clip_l2` [§8.6].
 - Nodes with different J_i each solve their own mu_0 with p_i = B / J_i [§8.17]; every node's
   (epsilon, delta) is its own, never summed.
-- Noise calibration [§8.13]: `calibrate_with="paper"` (default, the card's recommendation for
-  reproducing the paper: the CLT of eqs. 4/6/8 sets mu_0, so the rigorous epsilon exceeds the
-  target by ~1-12%, card §3.8) or `"calibrated"` (mu_0 such that the PLD / RDP epsilon meets the
-  target). Both epsilons are always reported. The PLD accountant buckets the schedule into <= 48
-  noise levels, each charged at its smallest noise (conservative, card §3.6).
+- Noise calibration [§8.13]: `calibrate_with="calibrated"` (default: mu_0 such that the rigorous
+  PLD / RDP epsilon meets the target, so `dyn_d2p@8` spends at most 8) or `"paper"` (the card's
+  recommendation for reproducing the paper: the CLT of eqs. 4/6/8 sets mu_0; the CLT is not an
+  upper bound and the rigorous epsilon then exceeds the target, by up to ~33%). Both epsilons are
+  always reported, the CLT one flagged approximate. The PLD accountant buckets the schedule into
+  <= 48 noise levels, each charged at its smallest noise (conservative, card §3.6).
+- The noise schedule sigma_k = C_k / mu_k is built from the plan's mu_0 and the accounting
+  module's growth `privbench.accounting.dyn_d2p_growth` (eq. 7), the same function the plan's
+  ledger composes (one source of truth).
 - Defaults C_0 = 4, C_bar = 1.5 are the card's shallow-CNN values [§5, §2]; rho_c = rho_mu = 2
   (1/rho = 0.5) is the card's no-search default [§2]. Grid-search C_bar for the baselines.
 - Topology [§4, §8.18]: any directed graph with column-stochastic uniform weights
@@ -72,6 +78,7 @@ from privbench.accounting import (
     ApproximateAccountingWarning,
     EpsilonReport,
     PrivacyPlan,
+    dyn_d2p_growth,
     gdp_epsilon,
     make_plan,
 )
@@ -98,8 +105,10 @@ class DynD2PConfig:
         clip_bar: C_bar, constant clip bound of dyn_mu and const.
         rho_c: clip decay rho_c >= 1: C_k = C_0 rho_c^(-k/K).
         rho_mu: budget growth rho_mu >= 1: mu_k = mu_0 rho_mu^(k/K) (dyn, dyn_mu).
-        sampling: "poisson" (mini-batch, p = B/J) or "one_sample" (paper-literal, p = 1/J).
-        calibrate_with: "paper" (GDP CLT sets mu_0) or "calibrated" (the rigorous accountant).
+        sampling: "poisson" (mini-batch, p = B/J) or "one_sample" (paper-literal, one sample
+            without replacement, p = 1/J, accounted with replace-one adjacency).
+        calibrate_with: "calibrated" (default: the rigorous accountant sets mu_0) or "paper"
+            (the GDP CLT sets mu_0; approximate, can overspend).
         accountant: rigorous accountant for the calibrated report: "pld" or "rdp".
         record_released: keep every round's released noisy gradient (sum c_j + N) / B in
             `released` (debug / tests; memory K * n * d).
@@ -111,7 +120,7 @@ class DynD2PConfig:
     rho_c: float = 2.0
     rho_mu: float = 2.0
     sampling: str = "poisson"
-    calibrate_with: str = "paper"
+    calibrate_with: str = "calibrated"
     accountant: str = "pld"
     record_released: bool = False
 
@@ -140,6 +149,16 @@ class DynD2PConfig:
         """Whether mu_k grows (dyn, dyn_mu)."""
         return self.variant in ("dyn", "dyn_mu")
 
+    @property
+    def budget_rho(self) -> float:
+        """rho_mu of the budget schedule: the config's for dyn / dyn_mu, 1 (constant) otherwise."""
+        return self.rho_mu if self.dynamic_budget else 1.0
+
+    @property
+    def sampling_model(self) -> str:
+        """The accounting sampling model of what `_batch` draws (privbench.accounting SAMPLINGS)."""
+        return "poisson" if self.sampling == "poisson" else "fixed_without_replacement"
+
 
 def clip_schedule(cfg: DynD2PConfig, steps: int) -> np.ndarray:
     """(K,) clip bounds: C_0 rho_c^(-k/K) (Alg. 1 line 5) or C_bar for every k."""
@@ -147,12 +166,6 @@ def clip_schedule(cfg: DynD2PConfig, steps: int) -> np.ndarray:
     if cfg.dynamic_clip:
         return cfg.clip_0 * cfg.rho_c ** (-k / steps)
     return np.full(steps, float(cfg.clip_bar))
-
-
-def budget_growth(cfg: DynD2PConfig, steps: int) -> np.ndarray:
-    """(K,) budget factors mu_k / mu_0: rho_mu^(k/K) (eq. 7) or all ones (eq. 9 variants)."""
-    k = np.arange(steps, dtype=float)
-    return cfg.rho_mu ** (k / steps) if cfg.dynamic_budget else np.ones(steps)
 
 
 def schedules(cfg: DynD2PConfig, steps: int, mu_0: float) -> dict[str, np.ndarray]:
@@ -167,7 +180,7 @@ def schedules(cfg: DynD2PConfig, steps: int, mu_0: float) -> dict[str, np.ndarra
         {"clip": C_k, "mu": mu_k, "sigma": sigma_k = C_k / mu_k}, each (K,).
     """
     clip = clip_schedule(cfg, steps)
-    mu = mu_0 * budget_growth(cfg, steps)
+    mu = mu_0 * dyn_d2p_growth(steps, cfg.budget_rho)
     return {"clip": clip, "mu": mu, "sigma": clip / mu}
 
 
@@ -181,11 +194,11 @@ def node_plan(cfg: DynD2PConfig, epsilon: float, delta: float, steps: int,
         steps: K.
         sample_rate: p = B / J (Poisson) or 1 / J (one-sample mode).
     """
-    rho = cfg.rho_mu if cfg.dynamic_budget else 1.0
     with warnings.catch_warnings():  # the CLT is approximate: the report says so (approximate)
         warnings.simplefilter("ignore", ApproximateAccountingWarning)
         return make_plan("dyn_d2p", epsilon, delta, steps, sample_rate, cfg.accountant,
-                         rho_mu=rho, calibrate_with=cfg.calibrate_with)
+                         rho_mu=cfg.budget_rho, sampling=cfg.sampling_model,
+                         calibrate_with=cfg.calibrate_with)
 
 
 def clt_spent(mus: np.ndarray, sample_rate: float, t: int, delta: float) -> tuple[float, float]:
@@ -245,7 +258,7 @@ class DynD2P(Trainer):
         self.mu_0 = np.asarray(mu0)  # (n,)
         self.clip = torch.tensor(clip_schedule(cfg, steps), dtype=torch.float32,
                                  device=ctx.device)  # (K,)
-        growth = budget_growth(cfg, steps)  # (K,)
+        growth = dyn_d2p_growth(steps, cfg.budget_rho)  # (K,) the plan's eq. (7) factors
         sigma = clip_schedule(cfg, steps)[:, None] / (growth[:, None] * self.mu_0[None])  # (K, n)
         self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (K, n)
         self.released: dict[int, Tensor] = {}  # t -> (n, d), only with record_released
@@ -316,12 +329,13 @@ class DynD2P(Trainer):
         for i, plan in enumerate(self.plans):
             if plan is None:
                 reports = tuple(EpsilonReport(math.inf, run.delta, "none", mode, "sample-level",
-                                              note="epsilon = inf: no noise")
+                                              note="epsilon = inf: no noise",
+                                              sampling=self.cfg.sampling_model)
                                 for mode in CALIBRATIONS)
             else:
                 reports = plan.reports[:2]
             extra = {"node": i, "target_epsilon": run.epsilon, "variant": self.cfg.variant,
-                     "calibrated_with": self.cfg.calibrate_with, "sampling": self.cfg.sampling,
+                     "calibrated_with": self.cfg.calibrate_with, "batch": self.cfg.sampling,
                      "sample_rate": self.rates[i], "rounds": run.rounds,
                      "mu_0": float(self.mu_0[i]) if math.isfinite(self.mu_0[i]) else "inf"}
             out.extend({**r.to_dict(), **extra} for r in reports)

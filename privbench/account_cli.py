@@ -5,11 +5,15 @@ Usage (wired into `privbench/cli.py` by the lead):
     privbench account --defense dyn_d2p --eps 1 --delta 1e-4 --rounds 4000 --sample-rate 0.0128
     privbench account --defense dpdl --eps 2 --delta 1e-5 -o n_agents=20 -o degree=3 --json
 
-For each calibration (`calibrated`: a rigorous accountant, what defenses use by default; `paper`:
-the paper's own formula) it prints the noise parameters and every `EpsilonReport` of that noise
-(paper formula and calibrated accountant, plus extra readings) with delta, accountant, unit,
-whether it is approximate, and the message kinds it does not cover. Bad input raises
-`privbench.errors.ConfigError` (the CLI prints it on one line and exits 2).
+For each calibration (`calibrated`: a rigorous accountant; `paper`: the paper's own formula) it
+prints the noise parameters and every `EpsilonReport` of that noise (paper formula and calibrated
+accountant, plus extra readings) with delta, accountant, unit, whether it is approximate, the
+sampling model, and the message kinds it does not cover. Which calibration the defense uses by
+default, and its default accountant, are read from the defense's config defaults (the one place
+they are stated). DPDL is planned on the run's graph (`--topology`, `--nodes`, `--seed`; the
+`train` defaults otherwise) with the trainer's own `defenses.dpdl.plan_privacy`, reporting the
+worst node; `-o n_agents=.. -o degree=..` selects the card's uniform-weight formula instead. Bad
+input raises `privbench.errors.ConfigError` (the CLI prints it on one line and exits 2).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from privbench.accounting import (
     PRIVACY_PLANS,
     AccountantOptions,
     ApproximateAccountingWarning,
+    EpsilonReport,
     PrivacyPlan,
     make_plan,
     plan_options,
@@ -42,9 +47,17 @@ def add_account_arguments(parser: argparse.ArgumentParser) -> None:
                         help="iterations / communication rounds T (default 1000)")
     parser.add_argument("--sample-rate", type=float, default=0.01,
                         help="Poisson sampling rate q = B / |D_i| in (0, 1] (default 0.01)")
-    parser.add_argument("--accountant", default="pld",
-                        help="pld (default) or rdp for Gaussian defenses; basic or advanced "
-                             "composition for pure-epsilon ones (pld/rdp mean basic there)")
+    parser.add_argument("--accountant", default=None,
+                        help="pld or rdp for Gaussian defenses; basic or advanced composition "
+                             "for pure-epsilon ones (pld/rdp mean basic there); default: the "
+                             "defense's own default accountant")
+    parser.add_argument("--topology", default=None,
+                        help="graph for defenses whose privacy depends on it (dpdl); default: "
+                             "the train command's")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help="number of nodes of that graph (default: the train command's)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of that graph (default: the train command's)")
     parser.add_argument("--calibrate-with", default="both",
                         help="calibrated, paper or both (default): which formula sets the noise")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
@@ -101,15 +114,19 @@ def format_plans(plans: list[PrivacyPlan]) -> str:
         f"  rounds={first.rounds}  sample rate={first.sample_rate:g}"
         f"  accountant={first.accountant}",
     ]
-    header = ("  mode", "epsilon", "delta", "accountant", "unit", "approx", "uncovered", "note")
+    header = ("  mode", "epsilon", "delta", "accountant", "unit", "approx", "sampling",
+              "uncovered", "note")
+    default = default_mode(first.defense)
     for plan in plans:
-        who = ("the rigorous accountant (what the defense uses by default)"
-               if plan.calibrated_with == "calibrated" else "the paper's own formula")
+        who = ("the rigorous accountant" if plan.calibrated_with == "calibrated"
+               else "the paper's own formula")
+        if plan.calibrated_with == default:
+            who += " (what the defense uses by default)"
         lines += ["", f"noise calibrated with {who}:",
                   "  noise: " + "  ".join(f"{k}={_fmt(v)}" for k, v in plan.noise.items())]
         rows = [header] + [
             (f"  {r.mode}", _fmt(r.epsilon), f"{r.delta:g}", r.accountant, r.unit,
-             "yes" if r.approximate else "no", ",".join(r.uncovered) or "-", r.note)
+             "yes" if r.approximate else "no", r.sampling, ",".join(r.uncovered) or "-", r.note)
             for r in plan.reports
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
@@ -139,14 +156,91 @@ def run_account(args: argparse.Namespace) -> int:
     options = AccountantOptions(pld_discretization=args.pld_discretization,
                                 max_distinct=args.max_distinct or None)
     kwargs = parse_options(name, list(args.option))
-    order = sorted(modes, key=lambda m: m != "calibrated")
+    accountant = args.accountant or default_accountant(name)
+    order = sorted(modes, key=lambda m: m != default_mode(name))
     with warnings.catch_warnings():  # approximations are flagged in the table instead
         warnings.simplefilter("ignore", ApproximateAccountingWarning)
-        plans = [make_plan(name, args.eps, args.delta, args.rounds, args.sample_rate,
-                           args.accountant, calibrate_with=m, options=options, **kwargs)
-                 for m in order]
+        if name == "dpdl" and not kwargs:
+            plans = [dpdl_graph_plan(args, accountant, m) for m in order]
+        else:
+            plans = [make_plan(name, args.eps, args.delta, args.rounds, args.sample_rate,
+                               accountant, calibrate_with=m, options=options, **kwargs)
+                     for m in order]
     if args.json:
         print(json.dumps([p.to_dict() for p in plans], indent=2))
     else:
         print(format_plans(plans))
     return 0
+
+
+def _defense_config(name: str) -> Any:
+    """The defense's default config (the one place its calibration defaults are stated)."""
+    from privbench.registry import DEFENSES, load_plugins
+
+    load_plugins()
+    return DEFENSES.get(name).Config() if name in DEFENSES else None
+
+
+def default_mode(name: str) -> str:
+    """"calibrated" or "paper": which calibration defense `name` uses by default."""
+    cfg = _defense_config(name)
+    mode = getattr(cfg, "calibration_mode", getattr(cfg, "calibrate_with", "calibrated"))
+    return mode if mode in MODES else "calibrated"
+
+
+def default_accountant(name: str) -> str:
+    """The accountant defense `name` calibrates with by default (the plan's when not stated)."""
+    import inspect
+
+    cfg = _defense_config(name)
+    stated = getattr(cfg, "accountant", getattr(cfg, "composition", None))
+    if isinstance(stated, str):
+        return stated
+    return inspect.signature(PRIVACY_PLANS.get(name)).parameters["accountant"].default
+
+
+def dpdl_graph_plan(args: argparse.Namespace, accountant: str, mode: str) -> PrivacyPlan:
+    """DPDL's plan on the run's graph, by the trainer's own `plan_privacy`: the worst node.
+
+    Every node samples at rate q = --sample-rate (q |D| = B exactly for |D| = 10^6).
+    """
+    import torch
+
+    from defenses.dpdl import DPDL, DPDLConfig, default_alpha, graph_periods, plan_privacy
+    from defenses.dpdl import privacy_reports as dpdl_reports
+    from privbench.config import RunConfig, replace_checked
+    from privbench.seeding import Streams
+    from privbench.topology import build_topology
+
+    over = {k: v for k, v in (("topology", args.topology), ("nodes", args.nodes),
+                              ("seed", args.seed)) if v is not None}
+    run = replace_checked(RunConfig(), over, where="account")
+    topo = build_topology(run.topology, run.nodes, Streams(run.seed).get("topology"),
+                          k=run.out_degree, time_varying=run.time_varying,
+                          symmetric=True if DPDL.mixing == "doubly" else None)
+    reading = "strict" if mode == "calibrated" else "paper"
+    cfg = DPDLConfig(accountant=accountant, calibrate_with=reading)
+    size = 10**6
+    batch = max(1, round(args.sample_rate * size))
+    ws = [g[0] for g in graph_periods(topo, cfg.weights, torch.device("cpu"))]
+    alpha = default_alpha(cfg, topo.name)
+    plan = plan_privacy(cfg, ws, [size] * topo.n, batch, args.eps, args.delta, args.rounds,
+                        alpha)
+    reports = dpdl_reports(plan, cfg, args.delta, args.rounds)
+    worst = max(range(topo.n), key=lambda i: next(
+        _eps(r) for r in reports if r["node"] == i and r["reading"] == "strict"))
+    mine = {r["reading"]: r for r in reports if r["node"] == worst}
+    fields = ("epsilon", "delta", "accountant", "mode", "unit", "uncovered", "approximate",
+              "note", "sampling")
+    as_report = [EpsilonReport(**{k: (_eps(mine[rd]) if k == "epsilon" else mine[rd][k])
+                                  for k in fields}) for rd in ("paper", "strict", "full")]
+    noise = {"sigma": plan.sigma[worst], "node": worst, "nodes": topo.n}
+    return PrivacyPlan("dpdl", noise, tuple(as_report), mode, args.eps, args.delta, args.rounds,
+                       batch / size, accountant,
+                       (f"graph: {run.topology}, {topo.n} nodes, seed {run.seed}, weights "
+                        f"{cfg.weights}; worst node {worst}",))
+
+
+def _eps(report: dict[str, Any]) -> float:
+    e = report["epsilon"]
+    return math.inf if e == "inf" else float(e)

@@ -42,7 +42,7 @@ def test_json_output_and_options(capsys: pytest.CaptureFixture[str]) -> None:
 def test_pure_defense_with_default_accountant(capsys: pytest.CaptureFixture[str]) -> None:
     run_account(parse("--defense", "dpps", "--eps", "4", "--delta", "1e-5", "--rounds", "40"))
     out = capsys.readouterr().out
-    assert "b=" in out and "sensitivity" in out and "basic composition" in out
+    assert "b=" in out and "sensitivity" in out and "accountant=basic" in out  # its own default
 
 
 def test_parse_options_types() -> None:
@@ -80,3 +80,50 @@ def test_bad_input_raises_config_error(argv: list[str], match: str) -> None:
 def test_unknown_defense_lists_known_names() -> None:
     with pytest.raises(UnknownNameError, match="known: adp_vrsgp, defl_vp, dp_sgp"):
         run_account(parse("--defense", "nope", "--eps", "1", "--delta", "1e-5"))
+
+
+@pytest.mark.parametrize("delta", ["1e-15", "1e-300"])
+def test_tiny_delta_is_refused_for_pld_and_answered_by_rdp(delta, capsys) -> None:
+    from privbench.cli import main
+
+    code = main(["account", "--defense", "dp_sgp", "--eps", "1", "--delta", delta,
+                 "--rounds", "50", "--calibrate-with", "calibrated"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "PLD accountant" in err
+    run_account(parse("--defense", "dp_sgp", "--eps", "1", "--delta", delta, "--rounds", "50",
+                      "--accountant", "rdp", "--calibrate-with", "calibrated", "--json"))
+    (plan,) = json.loads(capsys.readouterr().out)
+    assert 0.99 <= plan["reports"][1]["epsilon"] <= 1.0
+
+
+def test_default_block_and_accountant_follow_the_defense_config(capsys) -> None:
+    from defenses.dpdl import DPDLConfig
+    from defenses.dyn_d2p import DynD2PConfig
+    from privbench.account_cli import default_accountant, default_mode
+
+    assert default_mode("dyn_d2p") == DynD2PConfig().calibrate_with == "calibrated"
+    assert default_mode("dpdl") == DPDLConfig().calibration_mode == "calibrated"
+    assert default_accountant("dpdl") == DPDLConfig().accountant == "rdp"
+    run_account(parse("--defense", "dyn_d2p", "--eps", "1", "--delta", "1e-5",
+                      "--rounds", "50", "--sample-rate", "0.05"))
+    out = capsys.readouterr().out
+    assert out.count("(what the defense uses by default)") == 1
+    assert "rigorous accountant (what the defense uses by default)" in out
+    assert "gdp_clt" in out and " yes " in out  # the CLT reading, flagged approximate
+
+
+def test_dpdl_is_planned_on_the_run_graph_with_its_own_accountant(capsys) -> None:
+    base = ("--defense", "dpdl", "--eps", "2", "--delta", "1e-5", "--rounds", "30",
+            "--sample-rate", "0.1", "--calibrate-with", "calibrated")
+    run_account(parse(*base))
+    out = capsys.readouterr().out
+    assert "accountant=rdp" in out and "graph: random_out, 8 nodes" in out
+    run_account(parse(*base, "--topology", "ring", "--nodes", "6", "--json"))
+    (ring,) = json.loads(capsys.readouterr().out)
+    run_account(parse(*base, "--topology", "complete", "--nodes", "6", "--json"))
+    (complete,) = json.loads(capsys.readouterr().out)
+    assert "graph: ring, 6 nodes" in ring["notes"][0]
+    assert ring["noise"]["sigma"] != pytest.approx(complete["noise"]["sigma"], rel=1e-3)
+    for plan in (ring, complete):
+        strict = plan["reports"][1]
+        assert strict["accountant"] == "rdp" and 1.98 <= strict["epsilon"] <= 2.0

@@ -396,7 +396,7 @@ def test_bucketing_is_conservative(q, base, spread, k) -> None:
     bucketed = gaussian_epsilon(events, 1e-5, "rdp", AccountantOptions(rdp_orders=grid,
                                                                         max_distinct=k))
     assert len(bucket_terms(events, k)) <= k
-    assert sum(c for _, _, c in bucket_terms(events, k)) == 16
+    assert sum(t[2] for t in bucket_terms(events, k)) == 16
     assert bucketed >= exact
 
 
@@ -463,7 +463,7 @@ def test_report_to_dict() -> None:
     assert r.uncovered == ("x",)
     assert r.to_dict() == {"epsilon": "inf", "delta": 1e-5, "accountant": "pld",
                            "mode": "calibrated", "unit": "node-level", "uncovered": ["x"],
-                           "approximate": False, "note": "n"}
+                           "approximate": False, "note": "n", "sampling": "none"}
 
 
 # ============================================================== plans
@@ -570,3 +570,56 @@ def test_functions_reject_bad_input() -> None:
         with pytest.raises(ConfigError, match=match) as err:
             call()
         assert "\n" not in str(err.value)
+
+
+# ============================================================== sampling models (issue 27)
+
+
+def test_fixed_batches_are_accounted_without_replacement_with_twice_the_sensitivity() -> None:
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    from privbench.accounting.gaussian import WOR_RDP_ORDERS
+
+    z, q, t = 1.5, 16 / 300, 60
+    ledger = PrivacyLedger().record(GaussianEvent(z, q, t, "fixed_without_replacement"))
+    rep = account(ledger, 1e-5, "pld")  # PLD has no such event: composed with RDP
+    assert rep.accountant == "rdp" and rep.sampling == "fixed_without_replacement"
+    ref = rdp.RdpAccountant(orders=WOR_RDP_ORDERS,
+                            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    ref.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+        300, 16, dp_accounting.GaussianDpEvent(z / 2)), t))
+    assert rep.epsilon == pytest.approx(ref.get_epsilon(1e-5), rel=1e-9)
+    poisson = account(PrivacyLedger().record(GaussianEvent(z, q, t)), 1e-5, "rdp")
+    assert poisson.sampling == "poisson" and rep.epsilon > 1.5 * poisson.epsilon
+    with pytest.raises(ConfigError, match="cannot mix"):
+        account(ledger.record(GaussianEvent(z, q, 1)), 1e-5, "rdp")
+
+
+@pytest.mark.slow  # without-replacement RDP: ~1 s per evaluation
+def test_calibration_without_replacement_meets_the_target() -> None:
+    z = calibrate_noise_scale(2.0, 1e-5, np.ones(30), 0.05, "pld",
+                              sampling="fixed_without_replacement")
+    led = PrivacyLedger().record(GaussianEvent(z, 0.05, 30, "fixed_without_replacement"))
+    assert 0.99 * 2.0 <= account(led, 1e-5).epsilon <= 2.0
+    assert z > 1.5 * calibrate_noise_scale(2.0, 1e-5, np.ones(30), 0.05, "rdp")
+
+
+def test_infinite_epsilon_steps_toward_more_noise() -> None:
+    # f = inf below x = 8 (an accountant that cannot answer there), finite and decreasing above:
+    # the solver must move up from the guess, not down toward less noise (the --delta 1e-15 hang)
+    def f(x: float) -> float:
+        return math.inf if x < 8 else 64 / x**2
+
+    x = solve_monotone(f, 0.5, 1.0, increasing=False)
+    assert 0.5 * (1 - 1e-3) <= f(x) <= 0.5
+    with pytest.raises(ConfigError, match="not reachable"):
+        solve_monotone(lambda x: math.inf, 1.0, 1.0, increasing=False)
+
+
+def test_pld_refuses_a_delta_it_cannot_resolve() -> None:
+    with pytest.raises(ConfigError, match="PLD accountant resolves"):
+        calibrate_noise_scale(1.0, 1e-15, np.ones(10), 0.1, "pld")
+    with pytest.raises(ConfigError, match="PLD accountant resolves"):
+        account(PrivacyLedger().record(GaussianEvent(1.0, 0.1, 10)), 1e-300, "pld")
+    assert account(PrivacyLedger().record(GaussianEvent(1.0, 0.1, 10)), 1e-300, "rdp").epsilon > 0

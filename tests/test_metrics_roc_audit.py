@@ -6,12 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import beta
 
 from privbench.errors import ConfigError
 from privbench.metrics.audit import (
     clopper_pearson,
     eps_from_rates,
     eps_lower_bound_roc,
+    group_epsilon,
     one_run_audit,
     one_run_audit_sweep,
     steinke_eps_lower_bound,
@@ -93,7 +95,8 @@ def test_eps_lower_bound_roc_perfect_separation() -> None:
     res = eps_lower_bound_roc(s, y, correction="none")
     b = 0.025 ** (1 / 20)
     assert res["epsilon_lb"] == pytest.approx(math.log(b / (1 - b)), rel=1e-6)
-    assert res["point_estimate"] == math.inf
+    # Jeffreys-smoothed rates at TP = 20, FP = 0: (20.5 / 21) / (0.5 / 21) = 41 (finite)
+    assert res["point_estimate"] == pytest.approx(math.log(41))
     bonf = eps_lower_bound_roc(s, y)  # 40 distinct thresholds x 2 sides = 80 tests
     a = 0.05 / 80
     b2 = (a / 2) ** (1 / 20)
@@ -182,3 +185,29 @@ def test_intervals_and_exact_corners() -> None:
     log = summ["roc"]["log"]
     for f in (0.01, 0.1):  # the standard FPRs are exact points of the stored curve
         assert log["tpr"][log["fpr"].index(f)] == tpr_at_fpr(curve, f)["tpr"]
+
+
+def test_fnr_side_at_full_recall_is_not_voided() -> None:
+    # 10 non-members below 20 members below 10 non-members. At the threshold of the lowest
+    # member TP = 20 (FNR = 0/20) and TNR = 10/20: the tnr/fnr side is the informative one,
+    # FNR_hi = 1 - (alpha/2)^(1/20) (Clopper-Pearson for 0 of 20), not 1.
+    s = np.r_[np.arange(20) + 100.0, np.arange(10.0), np.arange(10) + 200.0]
+    y = np.r_[np.ones(20), np.zeros(20)]
+    res = eps_lower_bound_roc(s, y, correction="none")
+    tnr_lo = beta.ppf(0.025, 10, 11)
+    fnr_hi = 1 - 0.025 ** (1 / 20)
+    assert res["side"] == "tnr/fnr"
+    assert res["epsilon_lb"] == pytest.approx(math.log(tnr_lo / fnr_hi), rel=1e-6)
+
+
+def test_group_privacy_converts_delta() -> None:
+    # k = 2: (eps, delta)-DP gives (2 eps, 2 e^eps delta) for pairs, so the bound solves
+    # t = f x^2 + 2 delta x with x = e^eps: x = (-delta + sqrt(delta^2 + f t)) / f.
+    t, f, delta = 0.9, 0.01, 0.02
+    x = (-delta + math.sqrt(delta**2 + f * t)) / f
+    got = float(group_epsilon(np.array([t]), np.array([f]), delta, 2)[0])
+    assert got == pytest.approx(math.log(x), rel=1e-9)
+    assert got < math.log((t - delta) / f) / 2  # dividing by k with delta unchanged over-claims
+    assert float(group_epsilon(np.array([t]), np.array([f]), delta, 1)[0]) == pytest.approx(
+        math.log((t - delta) / f))
+    assert float(group_epsilon(np.array([0.02]), np.array([0.01]), delta, 2)[0]) == -math.inf

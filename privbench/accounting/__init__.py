@@ -3,8 +3,9 @@
 Every defense reports an honest epsilon through this package (issue #3; DESIGN.md "Privacy
 accounting"). The pieces:
 
-- events and ledgers (`events`): Gaussian (Poisson-subsampled, any per-step noise), Laplace and
-  randomized-response mechanisms recorded in one immutable `PrivacyLedger` per node;
+- events and ledgers (`events`): Gaussian (subsampled by Poisson sampling or by fixed-size
+  batches without replacement, `SAMPLINGS`; any per-step noise), Laplace and randomized-response
+  mechanisms recorded in one immutable `PrivacyLedger` per node;
 - accountants (`compose`, `gaussian`, `pure`, `gdp`): dp-accounting PLD (default) and RDP for
   Gaussian events, basic / advanced composition for pure-epsilon events, and the mu-GDP CLT of
   Dyn-D2P (card-dyn-d2p.md eqs. 4, 6), which is approximate and says so;
@@ -91,6 +92,7 @@ from privbench.accounting.validation import (
     GAUSSIAN_ACCOUNTANTS,
     MODES,
     PURE_COMPOSITIONS,
+    SAMPLINGS,
     UNITS,
     check_delta,
     check_epsilon,
@@ -105,6 +107,7 @@ __all__ = [
     "MODES",
     "PRIVACY_PLANS",
     "PURE_COMPOSITIONS",
+    "SAMPLINGS",
     "TF_PRIVACY_RDP_ORDERS",
     "UNITS",
     "AccountantOptions",

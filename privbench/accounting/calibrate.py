@@ -25,7 +25,9 @@ from privbench.accounting.gaussian import (
     _canonical,
     _epsilon_cached,
     bucket_terms,
+    check_accountant_delta,
     clt_epsilon,
+    effective_accountant,
 )
 from privbench.accounting.gdp import gdp_mu
 from privbench.accounting.validation import (
@@ -116,7 +118,10 @@ def solve_monotone(
                 u = us + (aim - hs) * (uu - us) / (hv - hs)
         else:
             u0, h0 = safe or unsafe  # type: ignore[misc]
-            step = (aim - h0) / slope if math.isfinite(h0) else sign * math.log(4.0)
+            if math.isfinite(h0):
+                step = (aim - h0) / slope
+            else:  # f = inf (over budget) or 0: a fixed step toward the band
+                step = (-sign if h0 > 0 else sign) * math.log(4.0)
             u = u0 + max(-math.log(16.0), min(math.log(16.0), step))
             if abs(u) > 700:
                 break
@@ -148,17 +153,19 @@ def schedule_epsilon_fn(
     delta: float,
     accountant: str = "pld",
     options: AccountantOptions = DEFAULT_OPTIONS,
+    sampling: str = "poisson",
 ) -> Callable[[float], float]:
     """epsilon(scale) of the schedule z_t = scale * multipliers[t] (bucketed once, memoized)."""
     delta = check_delta(delta)
     accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
     q = check_sampling_rate(sampling_rate)
-    unit = gaussian_schedule([check_positive(m, "multiplier") for m in multipliers], q)
+    unit = gaussian_schedule([check_positive(m, "multiplier") for m in multipliers], q, sampling)
+    check_accountant_delta(delta, effective_accountant((sampling,), accountant))
     max_distinct = None if accountant == "gdp_clt" else options.max_distinct
     unit_terms: tuple[Term, ...] = bucket_terms(unit, max_distinct)
 
     def epsilon(scale: float) -> float:
-        terms = tuple((qq, _canonical(z * scale), c) for qq, z, c in unit_terms)
+        terms = tuple((qq, _canonical(z * scale), c, s) for qq, z, c, s in unit_terms)
         if accountant == "gdp_clt":
             return clt_epsilon(terms, delta)
         return _epsilon_cached(terms, delta, accountant, options)
@@ -174,6 +181,7 @@ def calibrate_noise_scale(
     accountant: str = "pld",
     options: AccountantOptions = DEFAULT_OPTIONS,
     rtol: float = 1e-3,
+    sampling: str = "poisson",
 ) -> float:
     """The smallest-noise scale s (within `rtol` on epsilon) with epsilon(z_t = s m_t) <= target.
 
@@ -181,10 +189,12 @@ def calibrate_noise_scale(
         epsilon: target epsilon > 0.
         delta: target delta in (0, 1).
         multipliers: the schedule's shape m_t > 0, one per step (length = number of steps).
-        sampling_rate: Poisson sampling rate q in (0, 1] of every step.
-        accountant: "pld" (default), "rdp" or "gdp_clt".
+        sampling_rate: sampling rate q in (0, 1] of every step.
+        accountant: "pld" (default), "rdp" or "gdp_clt" (without-replacement schedules are
+            composed with RDP, see `privbench.accounting.gaussian`).
         options: numerical accountant settings.
         rtol: relative tolerance on epsilon.
+        sampling: "poisson" (default) or "fixed_without_replacement" (replace-one, 2C).
 
     Returns:
         The noise scale s; step t uses noise multiplier s * multipliers[t].
@@ -192,8 +202,10 @@ def calibrate_noise_scale(
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     shape = np.asarray(multipliers, dtype=float)
-    f = schedule_epsilon_fn(shape, sampling_rate, delta, accountant, options)
+    f = schedule_epsilon_fn(shape, sampling_rate, delta, accountant, options, sampling)
     guess = _clt_guess(shape, sampling_rate, gdp_mu(epsilon, delta))
+    if sampling != "poisson":
+        guess *= 2.0  # replace-one: twice the sensitivity needs about twice the noise
     coarse = replace(
         options,
         pld_discretization=max(options.pld_discretization, COARSE.pld_discretization),
@@ -204,7 +216,7 @@ def calibrate_noise_scale(
     if accountant != "gdp_clt" and (len(set(shape.tolist())) > coarse.max_distinct or finer):
         # Stage 1: a cheap, more pessimistic proxy (coarser PLD grid, fewer buckets) lands on the
         # safe side within a few percent; stage 2 refines with the requested settings.
-        proxy = schedule_epsilon_fn(shape, sampling_rate, delta, accountant, coarse)
+        proxy = schedule_epsilon_fn(shape, sampling_rate, delta, accountant, coarse, sampling)
         guess = solve_monotone(proxy, epsilon, guess, increasing=False, rtol=1e-2)
         slope = _local_slope(proxy, guess)
     return solve_monotone(f, epsilon, guess, increasing=False, rtol=rtol, slope=slope)
@@ -213,6 +225,6 @@ def calibrate_noise_scale(
 def _local_slope(f: Callable[[float], float], x: float, step: float = 1.01) -> float | None:
     """d log f / d log x at x by a one-sided difference (None if not usable)."""
     a, b = f(x), f(x * step)
-    if a > 0 and b > 0 and a != b:
+    if 0 < a < math.inf and 0 < b < math.inf and a != b:
         return math.log(b / a) / math.log(step)
     return None

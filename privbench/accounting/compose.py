@@ -9,7 +9,12 @@ delta_pure, with delta split in half when advanced composition needs a delta' of
 from __future__ import annotations
 
 from privbench.accounting.events import LaplaceEvent, PrivacyLedger
-from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions, gaussian_epsilon
+from privbench.accounting.gaussian import (
+    DEFAULT_OPTIONS,
+    AccountantOptions,
+    effective_accountant,
+    gaussian_epsilon,
+)
 from privbench.accounting.pure import compose_pure
 from privbench.accounting.report import EpsilonReport
 from privbench.accounting.validation import (
@@ -37,7 +42,8 @@ def account(
     Args:
         ledger: one node's ledger (its unit and uncovered message kinds go into the report).
         delta: target delta in (0, 1) (pure-only ledgers under basic composition report 0).
-        accountant: Gaussian accountant: "pld" (default), "rdp" or "gdp_clt" (approximate).
+        accountant: Gaussian accountant: "pld" (default), "rdp" or "gdp_clt" (approximate);
+            without-replacement events are composed with RDP (the report names it).
         mode: "calibrated" or "paper" (recorded in the report).
         pure_composition: "basic" (default) or "advanced" for Laplace / randomized response,
             "laplace_pld" (tight PLD composition) for Laplace only.
@@ -45,7 +51,8 @@ def account(
         note: free text carried into the report.
 
     Returns:
-        The report; `approximate` is True iff the GDP CLT was applied to subsampled steps.
+        The report; `approximate` is True iff the GDP CLT was applied to subsampled steps;
+        `sampling` names the Gaussian events' sampling model ("none" for pure-only ledgers).
     """
     delta = check_delta(delta)
     accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
@@ -55,6 +62,8 @@ def account(
     if pure_composition == "laplace_pld" and not all(isinstance(e, LaplaceEvent) for e in pure):
         raise ConfigError("pure composition laplace_pld composes Laplace events only; use basic "
                           "or advanced for randomized response")
+    sampling = gauss[0].sampling if gauss else "none"
+    accountant = effective_accountant((e.sampling for e in gauss), accountant)
     atoms = [e.atoms for e in pure]
     if gauss and pure:
         pure_delta = delta / 2 if pure_composition != "basic" else 0.0
@@ -79,4 +88,5 @@ def account(
         uncovered=ledger.uncovered,
         approximate=approximate,
         note=note,
+        sampling=sampling,
     )

@@ -3,8 +3,10 @@
 A node's privacy is about its own local data, so every node has its own `PrivacyLedger`: an
 immutable, run-length-encoded list of the mechanisms that touched its data. Events:
 
-- `GaussianEvent`: a (Poisson-subsampled) Gaussian mechanism, described by its noise multiplier
-  z = noise std / L2 sensitivity and sampling rate q (DP-SGD step; ADP-VRSGP, Dyn-D2P, DPDL).
+- `GaussianEvent`: a subsampled Gaussian mechanism, described by its noise multiplier
+  z = noise std / clip bound C, its sampling rate q and its sampling model (`SAMPLINGS`:
+  Poisson, add/remove-one, sensitivity C; or fixed-size batches without replacement, replace-one,
+  sensitivity 2C) (DP-SGD step; ADP-VRSGP, Dyn-D2P, DPDL).
 - `LaplaceEvent`: a pure epsilon-DP Laplace release, eps = L1 sensitivity / scale (DPPS, Lemma 1).
 - `RandomizedResponseEvent`: binary randomized response on `coordinates` coordinates, epsilon =
   log(p / (1 - p)) per coordinate for keep probability p (DeFL-VP, Alg. 3 / Eq. 14).
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from privbench.accounting.validation import (
+    SAMPLINGS,
     UNITS,
     check_choice,
     check_count,
@@ -31,23 +34,30 @@ from privbench.errors import ConfigError
 
 @dataclass(frozen=True)
 class GaussianEvent:
-    """`count` releases of a Gaussian mechanism, each on a Poisson(q) subsample.
+    """`count` releases of a Gaussian mechanism, each on a subsample of rate q.
 
     Attributes:
-        noise_multiplier: noise standard deviation divided by the L2 sensitivity (z > 0).
-        sampling_rate: Poisson sampling rate q in (0, 1]; 1.0 means no subsampling.
+        noise_multiplier: noise standard deviation divided by the clip bound C (z > 0): the
+            L2 sensitivity is C under "poisson" sampling and 2C under
+            "fixed_without_replacement" (one record replaced by another), which the accountant
+            applies (`privbench.accounting.gaussian`).
+        sampling_rate: sampling rate q in (0, 1] (batch size / dataset size for fixed-size
+            batches); 1.0 means no subsampling.
         count: number of releases (steps).
+        sampling: "poisson" (default) or "fixed_without_replacement" (`SAMPLINGS`).
     """
 
     noise_multiplier: float
     sampling_rate: float = 1.0
     count: int = 1
+    sampling: str = "poisson"
 
     def __post_init__(self) -> None:
         z = check_positive(self.noise_multiplier, "noise multiplier", allow_inf=True)
         object.__setattr__(self, "noise_multiplier", z)
         object.__setattr__(self, "sampling_rate", check_sampling_rate(self.sampling_rate))
         object.__setattr__(self, "count", check_count(self.count, "event count"))
+        check_choice(self.sampling, "sampling", SAMPLINGS)
 
 
 @dataclass(frozen=True)
@@ -181,13 +191,14 @@ class PrivacyLedger:
 
 
 def gaussian_schedule(
-    noise_multipliers: Sequence[float], sampling_rate: float = 1.0
+    noise_multipliers: Sequence[float], sampling_rate: float = 1.0, sampling: str = "poisson"
 ) -> tuple[GaussianEvent, ...]:
     """One Gaussian event per step of a per-step noise-multiplier schedule, run-length encoded.
 
     Args:
-        noise_multipliers: z_t for t = 0..T-1 (noise std / L2 sensitivity at step t).
-        sampling_rate: Poisson sampling rate of every step.
+        noise_multipliers: z_t for t = 0..T-1 (noise std / clip bound at step t).
+        sampling_rate: sampling rate of every step.
+        sampling: the sampling model of every step (`SAMPLINGS`).
 
     Returns:
         Events whose composition is the schedule (consecutive equal z_t merged).
@@ -198,7 +209,7 @@ def gaussian_schedule(
         if events and events[-1].noise_multiplier == z:
             events[-1] = replace(events[-1], count=events[-1].count + 1)
         else:
-            events.append(GaussianEvent(z, sampling_rate))
+            events.append(GaussianEvent(z, sampling_rate, 1, sampling))
     if not events:
         raise ConfigError("a noise schedule needs at least 1 step, got 0")
     return tuple(events)

@@ -5,6 +5,14 @@ SelfComposed(PoissonSampled(q, Gaussian(z)), count) events, one per distinct (q,
 `dp_accounting.pld.PLDAccountant` (tight; default) or `dp_accounting.rdp.RdpAccountant`
 (Mironov-Talwar-Zhang RDP + the improved RDP -> DP conversion); add/remove-one adjacency.
 
+Fixed-size batches drawn without replacement (sampling "fixed_without_replacement") are composed
+as SelfComposed(SampledWithoutReplacement(N, m, Gaussian(z / 2)), count) in the RDP accountant
+with replace-one adjacency (Wang, Balle, Kasiviswanathan 2019, Theorem 27): one record replaced by
+another moves a clipped sum by up to 2C, so the Gaussian's multiplier per unit of sensitivity is
+z / 2. dp-accounting's PLD accountant has no without-replacement event, so these schedules are
+always composed with RDP (`effective_accountant` names what was used); a ledger mixing the two
+sampling models (two adjacency relations) is refused.
+
 Speed: each distinct (q, z) costs one PLD/RDP construction, so schedules with thousands of distinct
 multipliers (Dyn-D2P: every step differs) are bucketed: within each q, the multipliers are split
 into at most `max_distinct` bins of equal width in log z and every step of a bin is charged at the
@@ -29,6 +37,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import dp_accounting
@@ -38,11 +47,19 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from privbench.accounting.events import GaussianEvent
 from privbench.accounting.gdp import clt_mu_total, gdp_epsilon
-from privbench.accounting.validation import GAUSSIAN_ACCOUNTANTS, check_choice, check_delta
+from privbench.accounting.validation import (
+    GAUSSIAN_ACCOUNTANTS,
+    SAMPLINGS,
+    check_choice,
+    check_delta,
+)
 from privbench.errors import ConfigError
 
-Term = tuple[float, float, int]
-"""(sampling rate q, noise multiplier z, count)."""
+Term = tuple[float, float, int, str]
+"""(sampling rate q, noise multiplier z, count, sampling model)."""
+
+WOR = SAMPLINGS[1]  # "fixed_without_replacement"
+
 
 
 @dataclass(frozen=True)
@@ -77,8 +94,26 @@ class AccountantOptions:
 
 DEFAULT_OPTIONS = AccountantOptions()
 
+PLD_MIN_DELTA = 1e-12
+"""Smallest delta the PLD accountant is asked about: dp-accounting truncates each Gaussian PLD's
+tail mass at 1e-15, so at delta near that it answers inf (or a grossly pessimistic epsilon)."""
+
+
+def check_accountant_delta(delta: float, accountant: str) -> None:
+    """Refuse a delta the accountant cannot resolve (PLD below `PLD_MIN_DELTA`)."""
+    if accountant == "pld" and delta < PLD_MIN_DELTA:
+        raise ConfigError(f"delta={delta:g} is below what the PLD accountant resolves "
+                          f"(>= {PLD_MIN_DELTA:g}, its tail truncation is 1e-15); use a larger "
+                          "delta or the rdp accountant")
+
 INTEGER_RDP_ORDERS: tuple[float, ...] = (*(float(a) for a in range(2, 65)), 128.0, 256.0)
 """Integer orders 2..64, 128, 256: a moments-accountant grid (Abadi et al. use integer orders)."""
+
+WOR_RDP_ORDERS: tuple[float, ...] = (1.5, 1.75, *(float(a) for a in range(2, 65)))
+"""Default orders of without-replacement RDP: dp-accounting evaluates each order by a Python
+loop whose cost grows fast with the order (0.3 s at order 256), so the grid stops at 64. Fewer
+orders can only raise epsilon (safe); order 64 already reaches log(1/delta) / 63 = 0.18 at
+delta = 1e-5, so only budgets below ~0.2 are affected."""
 
 TF_PRIVACY_RDP_ORDERS: tuple[float, ...] = (
     1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 4.5,
@@ -104,26 +139,49 @@ def bucket_terms(events: Iterable[GaussianEvent], max_distinct: int | None) -> t
     Returns:
         Sorted terms whose composition is at least as private-costly as the events'.
     """
-    by_rate: dict[float, dict[float, int]] = defaultdict(lambda: defaultdict(int))
+    by_rate: dict[tuple[float, str], dict[float, int]] = defaultdict(lambda: defaultdict(int))
     for e in events:
-        by_rate[e.sampling_rate][e.noise_multiplier] += e.count
+        by_rate[e.sampling_rate, e.sampling][e.noise_multiplier] += e.count
     terms: list[Term] = []
-    for q, counts in by_rate.items():
+    for (q, sampling), counts in by_rate.items():
         zs = np.array(sorted(counts))
         cs = np.array([counts[z] for z in zs])
         if max_distinct is None or len(zs) <= max_distinct or math.isinf(zs[-1]):
-            terms.extend((q, _canonical(z), int(c)) for z, c in zip(zs, cs, strict=True))
+            terms.extend((q, _canonical(z), int(c), sampling) for z, c in zip(zs, cs, strict=True))
             continue
         logs = np.log(zs)
         width = (logs[-1] - logs[0]) / max_distinct
         bins = np.minimum(((logs - logs[0]) / width).astype(int), max_distinct - 1)
         for b in np.unique(bins):
             members = bins == b
-            terms.append((q, _canonical(zs[members].min()), int(cs[members].sum())))
+            terms.append((q, _canonical(zs[members].min()), int(cs[members].sum()), sampling))
     return tuple(sorted(terms))
 
 
-def _dp_event(q: float, z: float, count: int) -> dp_accounting.DpEvent:
+def effective_accountant(sampling_models: Iterable[str], accountant: str) -> str:
+    """The accountant that actually composes events of these sampling models.
+
+    Without-replacement schedules are composed with RDP (replace-one) whatever was asked for
+    (dp-accounting's PLD has no such event); the GDP CLT stays the CLT.
+
+    Raises:
+        ConfigError: for a mix of Poisson and without-replacement events (two adjacencies).
+    """
+    models = set(sampling_models)
+    if len(models) > 1:
+        raise ConfigError("a ledger cannot mix Poisson (add/remove) and fixed-size "
+                          "without-replacement (replace-one) Gaussian events")
+    return "rdp" if models == {WOR} and accountant == "pld" else accountant
+
+
+def _dp_event(q: float, z: float, count: int, sampling: str) -> dp_accounting.DpEvent:
+    if sampling == WOR:  # replace-one: sensitivity 2C, so z / 2 per unit of sensitivity
+        event = dp_accounting.GaussianDpEvent(z / 2)
+        if q < 1:
+            frac = Fraction(q).limit_denominator(10**7)  # q = m / N, the ratio is what counts
+            event = dp_accounting.SampledWithoutReplacementDpEvent(
+                frac.denominator, frac.numerator, event)
+        return dp_accounting.SelfComposedDpEvent(event, count)
     event = dp_accounting.GaussianDpEvent(z)
     if q < 1:
         event = dp_accounting.PoissonSampledDpEvent(q, event)
@@ -145,7 +203,7 @@ def cache_dir() -> Path | None:
 def _disk_key(terms: tuple[Term, ...], delta: float, accountant: str,
               options: AccountantOptions) -> str:
     return json.dumps([_DP_ACCOUNTING_VERSION, accountant, repr(delta), options.pld_discretization,
-                       options.rdp_orders, [[repr(q), repr(z), c] for q, z, c in terms]])
+                       options.rdp_orders, [[repr(q), repr(z), c, s] for q, z, c, s in terms]])
 
 
 def _disk_get(key: str) -> float | None:
@@ -182,6 +240,7 @@ def _epsilon_cached(
     terms = tuple(t for t in terms if not math.isinf(t[1]))  # infinite noise releases nothing
     if not terms:
         return 0.0
+    accountant = effective_accountant((t[3] for t in terms), accountant)
     key = _disk_key(terms, delta, accountant, options)
     hit = _disk_get(key)
     if hit is not None:
@@ -193,15 +252,21 @@ def _epsilon_cached(
 
 def _compose(terms: tuple[Term, ...], delta: float, accountant: str,
              options: AccountantOptions) -> float:
-    """Epsilon of (q, z, count) terms at delta by dp-accounting's PLD or RDP accountant."""
+    """Epsilon of (q, z, count, sampling) terms at delta by dp-accounting's PLD or RDP
+    accountant (`accountant` already the effective one for the terms' sampling model)."""
+    acc: dp_accounting.PrivacyAccountant
     if accountant == "pld":
         acc = pld_privacy_accountant.PLDAccountant(
             value_discretization_interval=options.pld_discretization
         )
     else:
-        acc = rdp_privacy_accountant.RdpAccountant(orders=options.rdp_orders)
-    for q, z, count in terms:
-        acc.compose(_dp_event(q, z, count))
+        wor = terms[0][3] == WOR
+        relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if wor
+                    else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        orders = options.rdp_orders or (WOR_RDP_ORDERS if wor else None)
+        acc = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=relation)
+    for q, z, count, sampling in terms:
+        acc.compose(_dp_event(q, z, count, sampling))
     return max(float(acc.get_epsilon(delta)), 0.0)
 
 
@@ -209,11 +274,14 @@ def clt_epsilon(terms: tuple[Term, ...], delta: float) -> float:
     """Epsilon from the mu-GDP CLT (Dyn-D2P eq. 6 per sampling rate, eq. 4); approximate.
 
     Un-subsampled steps (q = 1) compose exactly (sum of mu_k^2); subsampled ones use eq. (6).
+    Without-replacement steps enter with mu = 2 / z (replace-one sensitivity 2C).
     """
-    exact = math.fsum(c / z**2 for q, z, c in terms if q == 1)
+    effective_accountant((t[3] for t in terms), "gdp_clt")
+    terms = tuple((q, z / 2 if s == WOR else z, c, s) for q, z, c, s in terms)
+    exact = math.fsum(c / z**2 for q, z, c, _ in terms if q == 1)
     sub = 0.0
-    for q in sorted({q for q, _, _ in terms if q < 1}):
-        mus, counts = zip(*((1 / z, c) for qq, z, c in terms if qq == q), strict=True)
+    for q in sorted({q for q, _, _, _ in terms if q < 1}):
+        mus, counts = zip(*((1 / z, c) for qq, z, c, _ in terms if qq == q), strict=True)
         mu_q = clt_mu_total(np.repeat(mus, counts), q)
         sub += mu_q**2
     mu = math.sqrt(exact + sub)
@@ -239,6 +307,8 @@ def gaussian_epsilon(
     """
     delta = check_delta(delta)
     accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
+    events = tuple(events)
+    check_accountant_delta(delta, effective_accountant((e.sampling for e in events), accountant))
     terms = bucket_terms(events, None if accountant == "gdp_clt" else options.max_distinct)
     if accountant == "gdp_clt":
         return clt_epsilon(terms, delta) if terms else 0.0

@@ -52,6 +52,7 @@ from privbench.accounting.pure import per_release_epsilon
 from privbench.accounting.report import EpsilonReport
 from privbench.accounting.validation import (
     MODES,
+    SAMPLINGS,
     check_choice,
     check_count,
     check_delta,
@@ -144,6 +145,7 @@ def _plan(defense: str, noise: dict[str, float], reports: list[EpsilonReport],
 @PRIVACY_PLANS.register("dp_sgp")
 def plan_dp_sgp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
 ) -> PrivacyPlan:
     """Constant-noise DP-SGD inside push-sum (the DP-SGP baseline; card-adp-vrsgp.md §1.6, §3.4).
@@ -156,8 +158,9 @@ def plan_dp_sgp(
     eps, delta, rounds, q, accountant = req
     paper_acc = "rdp"
     use = accountant if calibrate_with == "calibrated" else paper_acc
-    sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, use, options)
-    ledger = PrivacyLedger().record(GaussianEvent(sigma, q, rounds))
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
+    sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, use, options, sampling=sampling)
+    ledger = PrivacyLedger().record(GaussianEvent(sigma, q, rounds, sampling))
     reports = [
         account(ledger, delta, paper_acc, mode="paper", options=options,
                 note="moments-accountant (RDP) reading of constant-noise DP-SGD"),
@@ -170,7 +173,7 @@ def plan_dp_sgp(
 @PRIVACY_PLANS.register("adp_vrsgp")
 def plan_adp_vrsgp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
-    tau: int = 5, s: float = 0.2,
+    tau: int = 5, s: float = 0.2, sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
 ) -> PrivacyPlan:
     """ADP-VRSGP: step t uses noise multiplier alpha(T - t) * sigma_hat (card §2.1, §3).
@@ -181,16 +184,21 @@ def plan_adp_vrsgp(
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
     factors = adp_vrsgp_noise_factors(rounds, tau, s)
     if calibrate_with == "calibrated":
-        sigma_hat = calibrate_noise_scale(eps, delta, factors, q, accountant, options)
+        sigma_hat = calibrate_noise_scale(eps, delta, factors, q, accountant, options,
+                                          sampling=sampling)
     else:
         sigma_hat = adp_vrsgp_paper_sigma_hat(eps, delta, q, factors, options)
-    ledger = PrivacyLedger().extend(gaussian_schedule(sigma_hat * factors, q))
+    ledger = PrivacyLedger().extend(gaussian_schedule(sigma_hat * factors, q, sampling))
     paper = EpsilonReport(
         adp_vrsgp_paper_epsilon(sigma_hat, delta, q, factors, options), delta,
         "closed-form (Theorem 1, c2 fitted to rdp)", "paper", "sample-level",
-        note="Theorem 1 depends on the schedule only through sum_t 1/z_t^2",
+        approximate=True, sampling="poisson",
+        note="Theorem 1 with c2 fitted at alpha == 1: not an upper bound for the decaying "
+             "schedule (under-reports by up to ~22% at eps = 8); depends on the schedule only "
+             "through sum_t 1/z_t^2",
     )
     noise = {"sigma_hat": sigma_hat, "z_first": sigma_hat * factors[0],
              "z_last": sigma_hat * factors[-1]}
@@ -204,7 +212,7 @@ def plan_adp_vrsgp(
 @PRIVACY_PLANS.register("dyn_d2p")
 def plan_dyn_d2p(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
-    rho_mu: float = 2.0,
+    rho_mu: float = 2.0, sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
 ) -> PrivacyPlan:
     """Dyn-D2P: step k is mu_k-GDP, mu_k = mu_0 rho_mu^(k/K), noise multiplier 1/mu_k (card §1.2).
@@ -216,12 +224,14 @@ def plan_dyn_d2p(
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
     growth = dyn_d2p_growth(rounds, rho_mu)
     if calibrate_with == "calibrated":
-        mu0 = 1.0 / calibrate_noise_scale(eps, delta, 1.0 / growth, q, accountant, options)
-    else:
+        mu0 = 1.0 / calibrate_noise_scale(eps, delta, 1.0 / growth, q, accountant, options,
+                                          sampling=sampling)
+    else:  # the paper's CLT (eqs. 4, 8) assumes Poisson sampling whatever is drawn
         mu0 = dyn_d2p_mu0(gdp_mu(eps, delta), q, rounds, rho_mu)
-    ledger = PrivacyLedger().extend(gaussian_schedule(1.0 / (mu0 * growth), q))
+    ledger = PrivacyLedger().extend(gaussian_schedule(1.0 / (mu0 * growth), q, sampling))
     reports = [
         account(ledger, delta, "gdp_clt", mode="paper",
                 note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper bound"),
@@ -238,6 +248,7 @@ def plan_dyn_d2p(
 def plan_dpdl(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
     n_agents: int = 10, degree: int | None = None, alpha: float = 1.0, kappa: float = 1.0,
+    sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
 ) -> PrivacyPlan:
     """DPDL: noise N(0, sigma^2 C^2) on every cross-gradient and self-gradient (card §3, §5).
@@ -250,17 +261,20 @@ def plan_dpdl(
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
     ratios = dpdl_noise_ratios(n_agents, n_agents if degree is None else degree, alpha, kappa)
     r = {k: dpdl_joint_ratio(ratios, k) for k in ("paper", "full", "strict")}
     if calibrate_with == "calibrated":
-        z = calibrate_noise_scale(eps, delta, np.ones(rounds), q, accountant, options)
+        z = calibrate_noise_scale(eps, delta, np.ones(rounds), q, accountant, options,
+                                  sampling=sampling)
         sigma = z / r["strict"]
     else:
-        sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, "rdp", options) / r["paper"]
+        sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, "rdp", options,
+                                      sampling=sampling) / r["paper"]
 
     def ledger(reading: str, uncovered: tuple[str, ...] = ()) -> PrivacyLedger:
         return PrivacyLedger(uncovered=uncovered).record(
-            GaussianEvent(sigma * r[reading], q, rounds))
+            GaussianEvent(sigma * r[reading], q, rounds, sampling))
 
     reports = [
         account(ledger("paper", ("cross_gradient",)), delta, "rdp", mode="paper", options=options,
@@ -294,7 +308,7 @@ def _pure_rule(accountant: str, laplace: bool = True) -> tuple[str, tuple[str, .
 @PRIVACY_PLANS.register("defl_vp")
 def plan_defl_vp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
-    dim: int = 1_663_370, order: str = "vr_rr",
+    dim: int = 1_663_370, order: str = "vr_rr", control_variates: bool = True,
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
 ) -> PrivacyPlan:
     """DeFL-VP: randomized response on the d-dim sign vector, once per round (card §2, §3).
@@ -304,14 +318,15 @@ def plan_defl_vp(
     Paper mode: keep probability e^eps / (e^eps + 1) with `epsilon` read per coordinate per round
     (Alg. 3, what the experiments used); the per-vector reading (Theorem 1 + Corollary 2,
     T * d * eps) is the third report. Control variates are sent in the clear under
-    order="vr_rr" (card §3.3); order="rr_vr" builds them from privatized signs.
+    order="vr_rr" (card §3.3); order="rr_vr" builds them from privatized signs;
+    control_variates=False (no VR: D-PSGD+RR) sends none.
     """
     req = _request(epsilon, delta, rounds, sample_rate, accountant, PURE_PLAN_ACCOUNTANTS,
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
     order = check_choice(order, "DeFL-VP order", ("vr_rr", "rr_vr"))
     rule, notes = _pure_rule(accountant, laplace=False)
-    uncovered = ("control_variate",) if order == "vr_rr" else ()
+    uncovered = ("control_variate",) if order == "vr_rr" and control_variates else ()
     dim = check_count(dim, "dim")
     if calibrate_with == "calibrated":
         eps_coord = per_release_epsilon(eps, dim * rounds, rule, delta)

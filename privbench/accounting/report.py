@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from privbench.accounting.validation import MODES, UNITS, check_choice
+from privbench.accounting.validation import MODES, SAMPLINGS, UNITS, check_choice
 from privbench.errors import ConfigError
 
 
@@ -37,6 +37,9 @@ class EpsilonReport:
         uncovered: message kinds that the statement does not cover (data-dependent leaks).
         approximate: True when the number is an approximation, not an upper bound.
         note: one free-text line (reading of the paper, caveats).
+        sampling: the sampling model the number assumes: "poisson" (add/remove-one,
+            sensitivity C), "fixed_without_replacement" (replace-one, sensitivity 2C) or "none"
+            (no subsampling amplification: pure-epsilon mechanisms on every round's message).
     """
 
     epsilon: float
@@ -47,10 +50,12 @@ class EpsilonReport:
     uncovered: tuple[str, ...] = ()
     approximate: bool = False
     note: str = ""
+    sampling: str = "none"
 
     def __post_init__(self) -> None:
         check_choice(self.mode, "mode", MODES)
         check_choice(self.unit, "unit", UNITS)
+        check_choice(self.sampling, "sampling", ("none", *SAMPLINGS))
         if math.isnan(self.epsilon) or self.epsilon < 0:
             raise ConfigError(f"epsilon must be >= 0, got {self.epsilon!r}")
         if not 0 <= self.delta < 1:
@@ -68,4 +73,5 @@ class EpsilonReport:
             "uncovered": list(self.uncovered),
             "approximate": self.approximate,
             "note": self.note,
+            "sampling": self.sampling,
         }

@@ -22,6 +22,12 @@ MODES: tuple[str, ...] = ("paper", "calibrated")
 
 UNITS: tuple[str, ...] = ("sample-level", "node-level")
 
+SAMPLINGS: tuple[str, ...] = ("poisson", "fixed_without_replacement")
+"""How a Gaussian step's batch is drawn, and so which adjacency and sensitivity it is accounted
+with: "poisson" (each record independently with rate q; add/remove-one, L2 sensitivity C) or
+"fixed_without_replacement" (a uniform batch of fixed size q |D|; replace-one, sensitivity 2C,
+dp-accounting's `SampledWithoutReplacementDpEvent`)."""
+
 
 def _number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -10,9 +10,13 @@ Two estimators (reference/membership-inference-and-accounting.md §3):
    *lower* bound on TPR, the non-member count an *upper* bound on FPR (one-sided alpha/2 each, so
    both hold jointly with probability >= 1 - alpha), and
 
-       eps_LB = max over thresholds and both sides of ln((TPR_lo - delta) / FPR_hi) / k
+       eps_LB = max over thresholds and both sides of ln((TPR_lo - delta) / FPR_hi)
 
-   with k the number of poisoned copies (group privacy). Choices and deviations:
+   for one copy of the audited record. With k copies (group privacy: an (eps, delta)-DP
+   mechanism is (k eps, k e^{(k-1) eps} delta)-DP for groups of k; Dwork and Roth 2014, and
+   Vadhan 2017 Lemma 2.2) the bound is the eps solving TPR_lo = e^{k eps} FPR_hi +
+   k e^{(k-1) eps} delta (`group_epsilon`), which is ln((TPR_lo - delta) / FPR_hi) / k only when
+   delta = 0 or k = 1. Choices and deviations:
    * Jagielski et al. (and TF Privacy's `EpsilonLowerBound`) maximise over thresholds without
      correction, which is optimistic (the max of many lower bounds is not a 1 - alpha lower
      bound). `correction="bonferroni"` (default) splits alpha over the (threshold, side) pairs
@@ -74,6 +78,43 @@ def eps_from_rates(tpr: float, fpr: float, delta: float = 0.0) -> float:
     return max(ratio(tpr - delta, fpr), ratio(1 - fpr - delta, 1 - tpr))
 
 
+def group_epsilon(tpr: np.ndarray, fpr: np.ndarray, delta: float, k: int) -> np.ndarray:
+    """Per pair, the smallest eps >= 0 with tpr <= e^{k eps} fpr + k e^{(k-1) eps} delta.
+
+    The individual epsilon an (eps, delta)-DP mechanism needs so that its k-group guarantee
+    (k eps, k e^{(k-1) eps} delta) allows the test (tpr, fpr) (group privacy; see the module
+    docstring). k = 1 gives ln((tpr - delta) / fpr); -inf where no eps >= 0 is needed
+    (tpr <= fpr + k delta) and inf where none suffices (fpr = 0).
+
+    Args:
+        tpr, fpr: (T,) rates (a lower bound on the one, an upper bound on the other).
+        delta: the audited delta.
+        k: group size >= 1.
+    """
+    t, f = np.asarray(tpr, dtype=np.float64), np.asarray(fpr, dtype=np.float64)
+    if k == 1 or delta == 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.log(np.clip(t - delta, 0, None) / f) / k
+        return np.nan_to_num(out, nan=-np.inf)
+
+    def excess(e: np.ndarray) -> np.ndarray:  # > 0 while eps is too small for the test
+        with np.errstate(over="ignore", invalid="ignore"):
+            return t - np.exp(k * e) * f - k * np.exp((k - 1) * e) * delta
+
+    lo, hi = np.zeros_like(t), np.full_like(t, 1.0)
+    for _ in range(200):  # bracket: double hi until the test is allowed (finite unless f = 0)
+        grow = excess(hi) > 0
+        if not grow.any() or hi.max() > 1e4:
+            break
+        hi = np.where(grow, 2 * hi, hi)
+    for _ in range(80):  # bisection on [lo, hi]
+        mid = 0.5 * (lo + hi)
+        up = excess(mid) > 0
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+    out = np.where(excess(np.zeros_like(t)) > 0, hi, -np.inf)
+    return np.where(excess(hi) > 0, np.inf, out)
+
+
 def eps_lower_bound_roc(scores: ArrayLike, labels: ArrayLike, delta: float = 0.0,
                         alpha: float = 0.05, k: int = 1,
                         correction: str = "bonferroni") -> dict[str, object]:
@@ -84,13 +125,15 @@ def eps_lower_bound_roc(scores: ArrayLike, labels: ArrayLike, delta: float = 0.0
         labels: (N,) 1 for members.
         delta: the delta of the claim being audited.
         alpha: 1 - confidence of the bound.
-        k: group size (copies of the audited record); the bound is divided by k.
+        k: group size (copies of the audited record); the bound is the individual epsilon whose
+            k-group guarantee (k eps, k e^{(k-1) eps} delta) the test needs (`group_epsilon`).
         correction: "bonferroni" (alpha split over all (threshold, side) pairs examined) or
             "none" (the paper's per-threshold level; optimistic).
 
     Returns:
         {"epsilon_lb", "threshold", "side" ("tpr/fpr" or "tnr/fnr"), "tpr_lo", "fpr_hi",
-         "alpha", "correction", "tests", "point_estimate" (best eps_from_rates without CIs)}.
+         "alpha", "correction", "tests", "point_estimate" (the best threshold's epsilon from
+         Jeffreys-smoothed rates, without confidence intervals)}.
     """
     if correction not in ("bonferroni", "none"):
         raise ConfigError(f"unknown correction {correction!r}; accepted: bonferroni, none")
@@ -113,15 +156,19 @@ def eps_lower_bound_roc(scores: ArrayLike, labels: ArrayLike, delta: float = 0.0
     tpr_lo = np.where(tp == 0, 0.0, _beta.ppf(a / 2, tp, n1 - tp + 1))
     fpr_hi = np.where(fp == n0, 1.0, _beta.ppf(1 - a / 2, fp + 1, n0 - fp))
     tnr_lo = np.where(fp == n0, 0.0, _beta.ppf(a / 2, n0 - fp, fp + 1))
-    fnr_hi = np.where(tp == n1, 1.0, _beta.ppf(1 - a / 2, n1 - tp + 1, tp))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e1 = np.log(np.clip(tpr_lo - delta, 0, None) / fpr_hi)
-        e2 = np.log(np.clip(tnr_lo - delta, 0, None) / fnr_hi)
-    e1, e2 = np.nan_to_num(e1, nan=-np.inf), np.nan_to_num(e2, nan=-np.inf)
+    # FNR = (n1 - tp) / n1: its upper bound is 1 when every member is missed (tp = 0)
+    fnr_hi = np.where(tp == 0, 1.0, _beta.ppf(1 - a / 2, n1 - tp + 1, np.maximum(tp, 1)))
+    e1 = group_epsilon(tpr_lo, fpr_hi, delta, k)
+    e2 = group_epsilon(tnr_lo, fnr_hi, delta, k)
     side = 0 if e1.max() >= e2.max() else 1
     best = int(np.argmax(e1 if side == 0 else e2))
-    eps = max(0.0, float((e1 if side == 0 else e2)[best])) / k
-    point = max(eps_from_rates(t / n1, f / n0, delta) for t, f in zip(tp, fp, strict=True)) / k
+    eps = max(0.0, float((e1 if side == 0 else e2)[best]))
+    # point estimate from Jeffreys-smoothed rates (c + 1/2) / (n + 1): the raw rates put 0 in a
+    # denominator at the extreme thresholds of every ROC (the top member above all non-members),
+    # which made the estimate inf in every result
+    point = max(0.0, float(max(
+        group_epsilon((tp + 0.5) / (n1 + 1), (fp + 0.5) / (n0 + 1), delta, k).max(),
+        group_epsilon((n0 - fp + 0.5) / (n0 + 1), (n1 - tp + 0.5) / (n1 + 1), delta, k).max())))
     return {
         "epsilon_lb": eps,
         "threshold": float(thresholds[best]),

@@ -25,6 +25,7 @@ from defenses.defl_vp import (
     sign_pm1,
 )
 from privbench.config import RunConfig
+from privbench.engine import train
 from privbench.errors import ConfigError
 from privbench.messages import RecordPolicy
 from privbench.runner import build
@@ -47,8 +48,13 @@ def _run(rounds: int = 4, nodes: int = 4, **over) -> RunConfig:
 
 
 def _train(name: str = "defl_vp", rounds: int = 4, overrides: dict | None = None, **run_over):
-    """Build and run `rounds` rounds by hand, keeping each round's raw gradient and models."""
-    built = build(_run(rounds, **run_over), name, overrides or {}, policy=RecordPolicy())
+    """Build and run `rounds` rounds by hand, keeping each round's raw gradient and models.
+
+    The mechanics are tested at the paper's per-coordinate epsilon (Alg. 3): the default per-run
+    calibration makes eps0 ~ 1e-7, a flip probability of 1/2 and a debias factor ~1e7.
+    """
+    over = {"eps_mode": "per_coordinate", **(overrides or {})}
+    built = build(_run(rounds, **run_over), name, over, policy=RecordPolicy())
     tr = built.trainer
     xs, gs, qs = [tr.x.clone()], [], []
     for t in range(rounds):
@@ -208,7 +214,14 @@ def test_ablation_switches_match_the_method_table():
         assert (cfg.vr, cfg.dp, cfg.compressor) == (vr, dp, comp)
         assert built.trainer.eta == {"eta_sign": 0.003, "local_lr": 0.02}[eta]
         covered = {k.name: k.covered for k in built.trainer.kinds}
-        assert covered["update"] == (dp == "rr") and not covered["control_variate"]
+        assert covered["update"] == (dp == "rr")
+        # a control variate is declared (and flagged uncovered) only when one is sent
+        assert ("control_variate" in covered) == vr
+        assert not covered.get("control_variate", False)
+        train(built.trainer)
+        assert ("control_variate" in built.ctx.bus.log.kinds()) == vr
+        if dp == "rr" and not vr:  # D-PSGD+RR: nothing it sends is outside the guarantee
+            assert all(not r["uncovered"] for r in built.trainer.privacy())
 
 
 def test_dfl_vr_message_is_the_corrected_gradient():
@@ -325,9 +338,18 @@ def test_views_accept_a_json_defense_config():
 # ------------------------------------------------------------------ accounting / CLI
 
 
+def test_default_cell_label_is_the_composed_epsilon():
+    # a cell named defl_vp@2 / d_psgd_rr@2 must spend 2 over the whole run (eps_mode per_run)
+    for name in ("defl_vp", "d_psgd_rr"):
+        tr = build(_run(rounds=7, epsilon=2.0), name).trainer
+        composed = [r for r in tr.privacy() if r["reading"] == "composed_d_coordinates_T_rounds"]
+        assert composed and all(math.isclose(r["epsilon"], 2.0, rel_tol=1e-9) for r in composed)
+        assert all(r["mode"] == "calibrated" for r in composed)
+
+
 def test_privacy_reports_both_readings_per_node():
     run = _run(rounds=7, epsilon=2.0)
-    tr = build(run, "defl_vp").trainer
+    tr = build(run, "defl_vp", {"eps_mode": "per_coordinate"}).trainer
     d, reps = tr.d, tr.privacy()
     assert len(reps) == 3 * run.nodes
     by = {(r["node"], r["reading"]): r for r in reps}

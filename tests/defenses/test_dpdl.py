@@ -167,7 +167,8 @@ def test_cross_gradient_noise_scale_and_independence() -> None:
 
 
 def test_reduction_without_noise_clip_alpha_momentum() -> None:
-    b = _build(sigma=0.0, clip=float("inf"), alpha=0.0, momentum=0.0)
+    # fixed-size batches: the realised batch mean is the divisor (as batch_grads computes)
+    b = _build(sigma=0.0, clip=float("inf"), alpha=0.0, momentum=0.0, sampling="fixed")
     tr, ctx, n = b.trainer, b.ctx, b.ctx.n
     tr.round(0)
     tr.round(1)
@@ -388,3 +389,19 @@ def test_epsilon_monotone_in_sigma_rounds_and_rate() -> None:
     assert eps(2.0, 0.1, 100) > eps(4.0, 0.1, 100)
     assert eps(2.0, 0.1, 100) < eps(2.0, 0.1, 400)
     assert eps(2.0, 0.1, 100) < eps(2.0, 0.3, 100)
+
+
+def test_self_weight_from_the_clean_gradient_makes_the_accounting_exact() -> None:
+    # card §5.2 Lemma 2: with c^ii = sigmoid(-cos(hat g, hat g)) = sigmoid(-1) data-independent,
+    # the calibration term is < 1-Lipschitz in hat g^ii and kappa = 1 bounds the sensitivity.
+    clean = _build(sigma=1.0)
+    clean.trainer.round(0)
+    c = clean.trainer.taps["calib_self"]
+    assert torch.allclose(c, torch.full_like(c, 1 / (1 + math.e)), atol=1e-6)
+    assert not any(r["approximate"] for r in clean.trainer.privacy())
+    noisy = _build(sigma=1.0, self_weight="noisy")
+    noisy.trainer.round(0)
+    assert not torch.allclose(noisy.trainer.taps["calib_self"], c, atol=1e-3)
+    reps = noisy.trainer.privacy()
+    assert all(r["approximate"] for r in reps if r["epsilon"] != "inf")
+    assert all("approximate" in r["note"] for r in reps)

@@ -16,13 +16,13 @@ import torch
 from defenses.dyn_d2p import (
     DynD2P,
     DynD2PConfig,
-    budget_growth,
     clt_spent,
     node_plan,
     schedules,
 )
 from privbench.accounting import (
     ApproximateAccountingWarning,
+    dyn_d2p_growth,
     dyn_d2p_mu0,
     dyn_d2p_mu_bar,
     gdp_delta,
@@ -90,7 +90,7 @@ def test_eq8_spends_exactly_mu_tot_and_rho_to_one_gives_mu_bar():
     p, mu_tot = b / j, gdp_mu(1.0, 1e-4)
     mu0 = dyn_d2p_mu0(mu_tot, p, k, 2.0)
     assert mu0 == pytest.approx(0.253065, abs=1e-6)
-    mus = mu0 * budget_growth(DynD2PConfig(), k)
+    mus = mu0 * dyn_d2p_growth(k, 2.0)
     assert p * math.sqrt(np.sum(np.expm1(mus**2))) == pytest.approx(mu_tot, rel=1e-9)
     mu_bar = dyn_d2p_mu_bar(gdp_mu(1.0, 1e-4), 1 / 2500, 10000)
     assert mu_bar == pytest.approx(2.033842, abs=1e-6)
@@ -101,20 +101,22 @@ def test_eq8_spends_exactly_mu_tot_and_rho_to_one_gives_mu_bar():
 def test_plan_matches_card_and_rigorous_accountant_reports_more():
     # card §3.7 mini-batch example (mu_0) and §3.8 (PLD epsilon of the CLT-calibrated Dyn
     # schedule: 1.024 at discretization 1e-3; our 48-bucket schedule is conservative, so >=).
-    plan = node_plan(DynD2PConfig(), 1.0, 1e-4, 4000, 32 / 2500)
+    plan = node_plan(DynD2PConfig(calibrate_with="paper"), 1.0, 1e-4, 4000, 32 / 2500)
     assert plan.noise["mu_0"] == pytest.approx(0.253065, abs=1e-6)
     paper, calibrated = plan.report("paper"), plan.report("calibrated")
     assert paper.epsilon == pytest.approx(1.0, abs=1e-6) and paper.approximate
     assert 1.02 <= calibrated.epsilon <= 1.05 and not calibrated.approximate
-    const = node_plan(DynD2PConfig(variant="const"), 1.0, 1e-4, 4000, 32 / 2500)
+    const = node_plan(DynD2PConfig(variant="const", calibrate_with="paper"), 1.0, 1e-4, 4000,
+                      32 / 2500)
     assert const.noise["mu_0"] == pytest.approx(0.374257, abs=1e-6)  # mu_bar, card §3.7
 
 
 def test_calibrated_mode_meets_the_target_with_the_rigorous_accountant():
-    plan = node_plan(DynD2PConfig(calibrate_with="calibrated"), 1.0, 1e-4, 50, 0.1)
+    plan = node_plan(DynD2PConfig(), 1.0, 1e-4, 50, 0.1)  # the default is calibrated
+    assert plan.calibrated_with == "calibrated"
     eps = plan.report("calibrated").epsilon
     assert 0.99 <= eps <= 1.0  # calibrate_noise_scale: safe side, rtol 1e-3
-    paper = node_plan(DynD2PConfig(), 1.0, 1e-4, 50, 0.1)
+    paper = node_plan(DynD2PConfig(calibrate_with="paper"), 1.0, 1e-4, 50, 0.1)
     assert plan.noise["mu_0"] < paper.noise["mu_0"]  # the CLT under-noises (card §3.8)
 
 
@@ -127,7 +129,7 @@ def test_calibrated_mode_meets_the_target_with_the_rigorous_accountant():
     ("const", 8.016, 8.016),
 ])
 def test_noise_schedules_match_card(variant, first, last):
-    cfg = DynD2PConfig(variant=variant, clip_0=7.0, clip_bar=3.0)
+    cfg = DynD2PConfig(variant=variant, clip_0=7.0, clip_bar=3.0, calibrate_with="paper")
     plan = node_plan(cfg, 1.0, 1e-4, 4000, 32 / 2500)
     s = schedules(cfg, 4000, plan.noise["mu_0"])
     assert s["sigma"][0] == pytest.approx(first, abs=1.5e-3)
@@ -159,7 +161,7 @@ def test_online_accountant():
 
 
 def test_trainer_spends_its_target_and_reports_both_modes():
-    b = _build(epsilon=0.7)
+    b = _build(over={"calibrate_with": "paper"}, epsilon=0.7)
     tr = b.trainer
     assert tr.epsilon_spent(tr.ctx.run.rounds) == pytest.approx([0.7] * 4, abs=1e-8)
     assert all(e < 0.7 for e in tr.epsilon_spent(3))

@@ -19,9 +19,10 @@ def _results(run_name="demo"):
            {"name": "control_variate", "covered": False, "data_dependent": True,
             "per_edge": False, "description": "h"}]
     rep = [{"epsilon": 1.2, "delta": 1e-5, "accountant": "pld", "mode": "calibrated",
-            "unit": "sample", "uncovered": ["control_variate"], "node": 0},
+            "unit": "sample", "uncovered": ["control_variate"], "node": 0,
+            "sampling": "fixed_without_replacement", "approximate": False},
            {"epsilon": 0.9, "delta": 1e-5, "accountant": "closed-form", "mode": "paper",
-            "unit": "sample", "uncovered": [], "node": 0}]
+            "unit": "sample", "uncovered": [], "node": 0, "approximate": True}]
     inv = {"status": "ok", "uses": ["control_variate"],
            "metrics": {"psnr": 31.0, "ssim": 0.9, "mse": 0.001, "label_accuracy": 1.0},
            "gallery": {"true": [[[0.0, 1.0], [1.0, 0.0]]],
@@ -49,7 +50,8 @@ def test_report_is_self_contained_and_complete():
     assert re.findall(r'src="([^"]+)"', html) and all(
         s.startswith("data:image/png;base64,") for s in re.findall(r'src="([^"]+)"', html))
     for needle in ("Headline verdicts", "Message map", "NOT covered", "control_variate",
-                   "Reconstruction galleries", "ROC curves", "Reproducibility", "31.00"):
+                   "Reconstruction galleries", "ROC curves", "Reproducibility", "31.00",
+                   "fixed_without_replacement", "yes (not an upper bound)"):
         assert needle in html
 
 

@@ -1,0 +1,120 @@
+"""Contract: every defense's ledger is accounted with the sampling its trainer actually draws.
+
+A Gaussian ledger event names its sampling model (`privbench.accounting.SAMPLINGS`): "poisson"
+(add/remove adjacency, sensitivity C) must be drawn with `NodeData.poisson` at the ledger's rate
+q_i, and "fixed_without_replacement" (replace-one, sensitivity 2C) with `NodeData.sample` of
+B = q_i |D_i| members. A spy on `NodeData` records what each trainer draws during two rounds;
+`sampling_mismatches` compares it with every sample-level report of `privacy()`. Node-level
+(pure-epsilon) mechanisms claim no subsampling amplification ("none") and draw as they like.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+import defenses.dpdl as dpdl_module
+from privbench.config import RunConfig
+from privbench.data import NodeData
+from privbench.registry import DEFENSES, load_plugins
+from privbench.runner import build
+
+load_plugins()
+RUN = RunConfig(rounds=2, nodes=4, device="cpu", eval_every=2, batch_size=4, epsilon=4.0)
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """Record every (method, rate or batch size) drawn through NodeData."""
+    draws: list[tuple[str, Any]] = []
+    poisson, sample = NodeData.poisson, NodeData.sample
+
+    def spy_poisson(self: NodeData, rate: Any, gen: torch.Generator) -> Any:
+        draws.append(("poisson", rate))
+        return poisson(self, rate, gen)
+
+    def spy_sample(self: NodeData, batch_size: int, gen: torch.Generator) -> Any:
+        draws.append(("sample", batch_size))
+        return sample(self, batch_size, gen)
+
+    monkeypatch.setattr(NodeData, "poisson", spy_poisson)
+    monkeypatch.setattr(NodeData, "sample", spy_sample)
+    return draws
+
+
+def _rates(rate: Any, n: int) -> list[float]:
+    if isinstance(rate, torch.Tensor):
+        return [float(r) for r in rate.reshape(-1).tolist()] if rate.numel() > 1 else \
+            [float(rate)] * n
+    return [float(rate)] * n
+
+
+def sampling_mismatches(built: Any, draws: list[tuple[str, Any]]) -> list[str]:
+    """What the trainer drew vs what its sample-level reports were accounted with."""
+    out: list[str] = []
+    n = built.ctx.n
+    counts = built.ctx.data.counts.tolist()
+    for rep in built.trainer.privacy():
+        model, node = rep.get("sampling", "none"), rep.get("node", 0)
+        if rep["unit"] != "sample-level" or model == "none":
+            continue
+        q = rep.get("sample_rate")
+        want = "poisson" if model == "poisson" else "sample"
+        for kind, arg in draws:
+            if kind != want:
+                out.append(f"node {node}: ledger says {model}, trainer drew {kind}")
+            elif q is not None and kind == "poisson":
+                got = _rates(arg, n)[int(node)]
+                if not math.isclose(got, q, rel_tol=1e-6):
+                    out.append(f"node {node}: ledger rate {q}, trainer drew rate {got}")
+            elif q is not None:
+                got = min(1.0, arg / counts[int(node)])
+                if not math.isclose(got, q, rel_tol=1e-6):
+                    out.append(f"node {node}: ledger rate {q}, trainer drew {arg} of "
+                               f"{counts[int(node)]}")
+        if not draws:
+            out.append(f"node {node}: ledger says {model}, trainer drew nothing")
+    return out
+
+
+def _draw(name: str, overrides: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+          ) -> tuple[Any, list[tuple[str, Any]]]:
+    built = build(RUN, name, overrides)
+    draws = _spy(monkeypatch)
+    for t in range(RUN.rounds):
+        built.trainer.round(t)
+    return built, draws
+
+
+@pytest.mark.parametrize("name", DEFENSES.names())
+def test_every_defense_draws_the_sampling_its_ledger_composes(name, monkeypatch):
+    built, draws = _draw(name, {}, monkeypatch)
+    assert sampling_mismatches(built, draws) == []
+    if built.trainer.private:
+        models = {r.get("sampling") for r in built.trainer.privacy()}
+        assert models and models <= {"poisson", "fixed_without_replacement", "none"}
+
+
+@pytest.mark.parametrize(("name", "over"), [
+    ("dp_dpsgd", {"sampling": "fixed"}),
+    # without-replacement RDP costs ~1 s per evaluation in dp-accounting: opt-in
+    pytest.param("dpdl", {"sampling": "fixed"}, marks=pytest.mark.slow),
+    pytest.param("dyn_d2p", {"sampling": "one_sample"}, marks=pytest.mark.slow),
+])
+def test_fixed_size_batches_are_accounted_without_replacement(name, over, monkeypatch):
+    built, draws = _draw(name, over, monkeypatch)
+    assert {k for k, _ in draws} == {"sample"}
+    reps = [r for r in built.trainer.privacy() if r["mode"] == "calibrated"]
+    assert reps and all(r["sampling"] == "fixed_without_replacement" for r in reps)
+    assert all(r["accountant"] == "rdp" for r in reps)  # PLD has no such event
+    assert all(float(r["epsilon"]) <= RUN.epsilon * (1 + 1e-9) for r in reps)
+    assert sampling_mismatches(built, draws) == []
+
+
+def test_a_trainer_drawing_fixed_batches_under_a_poisson_ledger_is_caught(monkeypatch):
+    # the pre-fix DPDL: fixed-size batches accounted as Poisson add/remove with sensitivity C
+    monkeypatch.setitem(dpdl_module.SAMPLING_MODELS, "fixed", "poisson")
+    built, draws = _draw("dpdl", {"sampling": "fixed"}, monkeypatch)
+    assert any("trainer drew sample" in m for m in sampling_mismatches(built, draws))
