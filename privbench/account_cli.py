@@ -209,12 +209,13 @@ def dpdl_graph_plan(args: argparse.Namespace, accountant: str, mode: str) -> Pri
     from defenses.dpdl import DPDL, DPDLConfig, default_alpha, graph_periods, plan_privacy
     from defenses.dpdl import privacy_reports as dpdl_reports
     from privbench.config import RunConfig, replace_checked
+    from privbench.runner import with_default_topology
     from privbench.seeding import Streams
     from privbench.topology import build_topology
 
     over = {k: v for k, v in (("topology", args.topology), ("nodes", args.nodes),
                               ("seed", args.seed)) if v is not None}
-    run = replace_checked(RunConfig(), over, where="account")
+    run = with_default_topology(replace_checked(RunConfig(), over, where="account"), DPDL)
     topo = build_topology(run.topology, run.nodes, Streams(run.seed).get("topology"),
                           k=run.out_degree, time_varying=run.time_varying,
                           symmetric=True if DPDL.mixing == "doubly" else None)

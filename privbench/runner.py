@@ -49,6 +49,12 @@ def split_digest(data: NodeData) -> str:
     return h.hexdigest()
 
 
+def with_default_topology(run: RunConfig, cls: type[Trainer]) -> RunConfig:
+    """`run` with topology "auto" replaced by the defense's default graph (recorded in the run
+    it trains)."""
+    return replace(run, topology=cls.default_topology) if run.topology == "auto" else run
+
+
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
           policy: RecordPolicy | None = None, comm: Comm | None = None,
           device: torch.device | None = None) -> Built:
@@ -63,8 +69,7 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     comm = comm or Comm()
     cls = DEFENSES.get(defense)
     cfg = replace_checked(cls.Config(), overrides or {}, where="defense")
-    if run.topology == "auto":  # the defense's default graph, recorded in the run it trains
-        run = replace(run, topology=cls.default_topology)
+    run = with_default_topology(run, cls)
     device = device or resolve_device(run.device)
     streams = Streams(run.seed, device)
     ds = load_dataset(run.dataset, run.data_root, run.download)
