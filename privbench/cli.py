@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from privbench.errors import PrivbenchError
 
 EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,26 +119,33 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
     with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
-              disable=args.quiet or not rank0, file=sys.stderr) as bar:
+              disable=args.quiet or not rank0 or not sys.stderr.isatty(),
+              file=sys.stderr) as bar:
         res = train(built.trainer, progress=bar.update)
     result = save_run(built, res, out)
     if rank0:
         _print_train(res, result, out, comm)
-    return 0
+    return 0 if res.diverged_round is None else EXIT_DIVERGED
 
 
 def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
-    if res.diverged_round is not None:
-        print(f"diverged (NaN/Inf) at round {res.diverged_round}")
-    nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
-    print(f"per-node test accuracy: {nodes}")
+    from privbench.results import diverged_text, privacy_line
+
+    rounds = result["run"]["rounds"]
+    if res.node_accuracy:
+        nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
+        print(f"per-node test accuracy: {nodes}")
     where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
           f"({res.seconds:.1f} s, device {result['environment']['device']}{where})")
-    for rep in result["privacy"][:1]:
-        print(f"privacy: {rep}")
+    for rep in result["privacy"]:
+        if rep.get("node", 0) == 0:
+            print(f"privacy (node 0): {privacy_line(rep)}")
     what = "the merged message log" if comm is not None else "the message log"
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
+    if res.diverged_round is not None:
+        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}",
+              file=sys.stderr)
 
 
 def _unwritable(out: Path) -> PrivbenchError | None:

@@ -99,3 +99,37 @@ def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
     """Message kinds that carry data-dependent content outside the DP guarantee."""
     return [m["name"] for m in cell.get("messages", [])
             if not m.get("covered") and m.get("data_dependent", True)]
+
+
+# One number formatter for the terminal table, `privbench train` and the HTML report.
+SCIENTIFIC_FROM = 1e4
+
+
+def fmt_num(x: Any, digits: int = 2, missing: str = "–") -> str:
+    """A number for people: fixed point below 1e4 in magnitude, scientific notation from there
+    (1.03e+06, not 1033560.00), "∞" for an infinite value and `missing` for anything else."""
+    if x in ("inf", float("inf")):
+        return "∞"
+    v = finite_or_none(x)
+    if v is None:
+        return missing
+    return f"{v:.{digits}e}" if abs(v) >= SCIENTIFIC_FROM else f"{v:.{digits}f}"
+
+
+def privacy_line(rep: dict[str, Any]) -> str:
+    """One privacy report entry as a sentence: ε, δ, accountant, unit, what it does not cover."""
+    delta = rep.get("delta")
+    text = f"{rep.get('mode', '?')} ε = {fmt_num(rep.get('epsilon'))}"
+    text += f" at δ = {delta:g}" if isinstance(delta, (int, float)) else ""
+    text += f" ({rep.get('accountant', '?')}, {rep.get('unit', '?')}"
+    text += ", approximate" if rep.get("approximate") else ""
+    text += ")"
+    if rep.get("uncovered"):
+        text += "; NOT covered: " + ", ".join(rep["uncovered"])
+    return text
+
+
+def diverged_text(round0: int, rounds: int) -> str:
+    """How a diverged run is described everywhere (`round0`: the 0-based round that went
+    non-finite, as `diverged_round` stores it)."""
+    return f"diverged (NaN/Inf) in round {round0 + 1} of {rounds}"

@@ -28,7 +28,13 @@ from privbench.engine import train
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.messages import GroundTruth, MessageLog, RecordPolicy
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
-from privbench.results import SCHEMA_VERSION, atomic_write_text, read_results, write_json
+from privbench.results import (
+    SCHEMA_VERSION,
+    atomic_write_text,
+    diverged_text,
+    read_results,
+    write_json,
+)
 from privbench.runner import Built, build, environment, train_result
 from privbench.threat import THREATS, ThreatModel
 
@@ -40,12 +46,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on 2 CPU cores: small graph, short training, fast attack settings.
     "quick": {
         "run": {"model": "mlp", "nodes": 6, "rounds": 60, "eval_every": 60, "batch_size": 16,
-                "lr": 0.2, "delta": 1e-5},
+                "lr": 0.2, "delta": 1e-5, "holdout": 0.5},
         "eps": (1.0, 8.0),
         "attacks": ("idlg", "geiping", "mia_threshold", "mia_message"),
         "attack_config": {"geiping": {"steps": 300}, "idlg": {"adam_steps": 300}},
         "inversion_rounds": (1,),
         "reference_models": 4,
+        # The victim's released gradient of a batch of 1 and of 4 (the regime where inversion
+        # recovers recognisable images), each from the same defense at the same ε and length.
+        "inversion_batch_sizes": (1, 4),
+        # Membership candidates of every node pooled (holdout 0.5: 120 members and 120
+        # non-members per node on digits, 720 + 720 over 6 nodes, enough for TPR at 1% FPR).
+        "pool_victims": True,
+        "paper_settings": {"partpsp": {"b": 5.0}},
     },
     # Closer to the papers' scale: longer training, the full attack set, a wider ε grid.
     "paper": {
@@ -56,6 +69,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "attack_config": {},
         "inversion_rounds": (1, 10),
         "reference_models": 16,
+        "inversion_batch_sizes": (1, 4),
+        "pool_victims": True,
+        "paper_settings": {"partpsp": {"b": 5.0}},
     },
 }
 
@@ -74,6 +90,14 @@ class AuditConfig:
         inversion_rounds: rounds whose released gradient is inverted.
         reference_models: reference systems trained for LiRA / RMIA.
         attack_config: per-attack config overrides.
+        inversion_batch_sizes: batch sizes of the inversion views: for each, the cell's defense
+            (same ε, same rounds, so the same calibration per round) is run with that batch size
+            for the first `max(inversion_rounds) + 2` rounds and its released gradients are
+            inverted; empty: invert the cell's own run.
+        pool_victims: membership attacks pool the candidates of every node, each scored against
+            its own node (False: `victim` only). The colluding threat always uses `victim`.
+        paper_settings: per defense, defense overrides of the paper's own setting, audited as
+            one extra cell (e.g. PartPSP at the paper's b) next to the calibrated-ε cells.
     """
 
     defenses: tuple[str, ...] = DEFAULT_DEFENSES
@@ -84,8 +108,14 @@ class AuditConfig:
     inversion_rounds: tuple[int, ...] = (1,)
     reference_models: int = 4
     attack_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    inversion_batch_sizes: tuple[int, ...] = (1, 4)
+    pool_victims: bool = True
+    paper_settings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if any(b < 1 for b in self.inversion_batch_sizes):
+            raise ConfigError(f"inversion_batch_sizes must be >= 1, got "
+                              f"{list(self.inversion_batch_sizes)}")
         if self.threat not in THREATS:
             raise ConfigError(f"unknown threat model {self.threat!r}; accepted: "
                               f"{', '.join(THREATS)}")
@@ -128,14 +158,41 @@ def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
         r, c = im.match(x, tb[0])
         true = [tb[0][j].clamp(0, 1) for j in c[:8]]
         rec = [x[i].clamp(0, 1) for i in r[:8]]
+        psnr = [im.psnr(a, b) for a, b in zip(rec, true, strict=True)]
         return {"true": [json_ready(t.round(decimals=3).tolist()) for t in true],
-                "reconstructed": [json_ready(t.round(decimals=3).tolist()) for t in rec]}
+                "reconstructed": [json_ready(t.round(decimals=3).tolist()) for t in rec],
+                "psnr": json_ready([round(float(p), 2) for p in psnr]),
+                "victim": tgt["victim"], "round": tgt["round"]}
     return None
 
 
 def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
-                         gen: torch.Generator) -> dict[str, Any]:
-    """One inversion attack on the victim's released gradients, graded against ground truth."""
+                         gen: torch.Generator,
+                         views: dict[int, Built | str] | None = None) -> dict[str, Any]:
+    """One inversion attack on the victim's released gradients, graded against ground truth.
+
+    Args:
+        views: batch size -> the run whose released gradients are inverted (or why there is
+            none, e.g. "skipped: the batch-1 run diverged ..."); None: `built` itself.
+
+    Returns:
+        The headline view's result (the smallest batch size that was graded, else the first)
+        with `views`: every view's batch size, status, metrics, targets and gallery.
+    """
+    views = views or {built.ctx.run.batch_size: built}
+    out = []
+    for b, run in sorted(views.items()):
+        res = (_invert_view(run, attack, audit, gen) if not isinstance(run, str)
+               else {"status": run, "metrics": {}, "gallery": None})
+        out.append({"batch_size": b, **res})
+    head = next((v for v in out if v["status"] == "ok"), out[0])
+    return {"kind": "inversion", **{k: v for k, v in head.items() if k != "gallery"},
+            "views": out}
+
+
+def _invert_view(built: Built, attack: str, audit: AuditConfig,
+                 gen: torch.Generator) -> dict[str, Any]:
+    """The attack on one run's released gradients of the victim, graded."""
     from privbench.inversion import grade, invert, observation
 
     threat = threat_for(audit.threat, built, audit.victim)
@@ -148,7 +205,7 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
     ok = graded["n_graded"] > 0
     metrics = {k: graded.get(k) for k in ("mse", "psnr", "ssim", "lpips", "label_accuracy")}
     uses = sorted(set(obs.log.kinds()) & _data_kinds(built))  # what the views are derived from
-    return {"kind": "inversion", "status": "ok" if ok else statuses[0], "threat": _threat(threat),
+    return {"status": "ok" if ok else statuses[0], "threat": _threat(threat),
             "uses": uses, "metrics": metrics, "lpips_status": graded.get("lpips_status"),
             "targets": [{k: v for k, v in p.items() if k not in ("true_labels",)}
                         for p in graded["per_target"]],
@@ -170,7 +227,9 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     from privbench.membership import run_membership
 
     threat = None if audit.threat == "neighbour" else threat_for(audit.threat, built, audit.victim)
-    res = run_membership(built, audit.victim, attack, audit.attack_config.get(attack), gen,
+    pooled = audit.pool_victims and audit.threat != "colluding"
+    victims = list(range(built.ctx.n)) if pooled else audit.victim
+    res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
                          threat=threat, reference_models=audit.reference_models)
     if not res.get("applicable", False):
         return {"kind": "membership", "status": f"not applicable: {res.get('reason')}",
@@ -189,15 +248,19 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
             "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved")}
 
 
-def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int) -> dict[str, Any]:
-    """Run one attack; a diverging or crashing attack is recorded as failed with its reason."""
+def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
+               views: dict[int, Built | str] | None = None) -> dict[str, Any]:
+    """Run one attack; a diverging or crashing attack is recorded as failed with its reason.
+
+    `views`: the inversion views (`run_inversion_attack`); membership attacks use `built`.
+    """
     from privbench.seeding import derive_seed
 
     gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
     try:
         if _is_membership(attack):
             return run_membership_attack(built, attack, audit, gen)
-        return run_inversion_attack(built, attack, audit, gen)
+        return run_inversion_attack(built, attack, audit, gen, views)
     except PrivbenchError:
         raise
     except Exception as exc:
@@ -230,8 +293,8 @@ class Sweep:
     command: str = "privbench attack"
     messages_dir: Path | None = None
 
-    def cell_dir(self, defense: str, eps: float | None) -> Path:
-        return self.out / "cells" / f"{defense}@{_eps_key(eps)}"
+    def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
+        return self.out / "cells" / f"{defense}@{setting or _eps_key(eps)}"
 
     def overrides_for(self, defense: str) -> dict[str, Any]:
         """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
@@ -244,20 +307,28 @@ class Sweep:
                                   f"{', '.join(self.audit.defenses)}")
         return {k: v for k, v in self.overrides.items() if k in fields}
 
-    def grid(self) -> list[tuple[str, float | None]]:
-        """The (defense, ε) cells in their fixed order."""
-        cells = []
+    def grid(self) -> list[tuple[str, float | None, str | None]]:
+        """The (defense, ε, setting) cells in their fixed order: every ε of the grid for a
+        private defense (setting None), then its paper setting if the audit names one
+        (setting "paper", ε None: the ε it composes to is read after training)."""
+        cells: list[tuple[str, float | None, str | None]] = []
         for name in self.audit.defenses:
             cls = DEFENSES.get(name)
             for eps in (self.audit.eps if cls.private else (None,)):
-                cells.append((name, eps))
+                cells.append((name, eps, None))
+            if cls.private and name in self.audit.paper_settings and self.messages_dir is None:
+                cells.append((name, None, PAPER))
         return cells
 
     def run(self) -> dict[str, Any]:
         """Train and attack every missing cell, then assemble results.json and index.html."""
         timings: dict[str, Any] = {}
-        for defense, eps in self.grid():
-            self.run_cell(defense, eps, timings)
+        grid = self.grid()
+        for k, (defense, eps, setting) in enumerate(grid, 1):
+            if self.progress:
+                print(f"cell {k} of {len(grid)}: {defense} {_setting_label(eps, setting)}",
+                      file=sys.stderr, flush=True)
+            self.run_cell(defense, eps, timings, setting)
         results = self.assemble()
         write_json(self.out / "results.json", results)
         write_json(self.out / "timings.json", timings)
@@ -272,47 +343,76 @@ class Sweep:
             return names
         return [n for n in names if not (folder / f"{n}.json").is_file()]
 
-    def run_cell(self, defense: str, eps: float | None, timings: dict[str, Any]) -> None:
-        folder = self.cell_dir(defense, eps)
+    def run_cell(self, defense: str, eps: float | None, timings: dict[str, Any],
+                 setting: str | None = None) -> None:
+        folder = self.cell_dir(defense, eps, setting)
         missing = self._missing(folder)
         if not missing:
             return
         run = self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
-        built, train_cell = self._train(defense, run)
-        label = f"{defense}@{_eps_key(eps)}"
+        overrides = {**self.overrides_for(defense),
+                     **(self.audit.paper_settings[defense] if setting else {})}
+        built, train_cell = self._train(defense, run, overrides)
+        if setting:
+            train_cell.update(epsilon=None, setting=_paper_setting(
+                self.audit.paper_settings[defense], train_cell))
+        label = folder.name
         timings[label] = {"train_s": train_cell.pop("seconds", None)}
         if "train" in missing:
             write_json(folder / "train.json", train_cell)
-        from tqdm import tqdm
-
         todo = [a for a in self.audit.attacks if a in missing]
-        with tqdm(todo, desc=f"attacks {label}", unit="attack", leave=False,
-                  disable=not self.progress, file=sys.stderr) as bar:
-            for attack in bar:
-                bar.set_postfix_str(attack)
-                start = time.perf_counter()
-                if train_cell["status"] != "ok":
-                    result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
-                              "metrics": {}}
-                else:
-                    result = run_attack(built, attack, self.audit, run.seed)
-                result.pop("seconds", None)  # timings live in timings.json, not in results
-                timings[label][attack] = time.perf_counter() - start
-                write_json(folder / f"{attack}.json", result)
+        views = None
+        if train_cell["status"] == "ok" and any(not _is_membership(a) for a in todo):
+            start = time.perf_counter()
+            views = self._inversion_views(defense, run, overrides)
+            timings[label]["inversion_views_s"] = time.perf_counter() - start
+        for attack in todo:
+            start = time.perf_counter()
+            if train_cell["status"] != "ok":
+                result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
+                          "metrics": {}}
+            else:
+                result = run_attack(built, attack, self.audit, run.seed, views)
+            result.pop("seconds", None)  # timings live in timings.json, not in results
+            for view in result.get("views", []):
+                view.pop("seconds", None)
+            timings[label][attack] = time.perf_counter() - start
+            write_json(folder / f"{attack}.json", result)
 
-    def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
+    def _inversion_views(self, defense: str, run: RunConfig,
+                         overrides: dict[str, Any]) -> dict[int, Built | str] | None:
+        """Per batch size of the audit's inversion views: the defense run at that batch size
+        (same ε, same configured rounds, so the same calibration) for the first rounds the
+        inversion needs, or the reason there is none. None: invert the cell's own run."""
+        if not self.audit.inversion_batch_sizes or self.messages_dir is not None:
+            return None
+        stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2)
+        policy = RecordPolicy(rounds=frozenset(range(stop)))
+        views: dict[int, Built | str] = {}
+        for b in self.audit.inversion_batch_sizes:
+            vrun = dataclasses.replace(run, batch_size=b)
+            try:
+                built = build(vrun, defense, overrides, policy=policy)
+            except ConfigError as exc:
+                views[b] = f"not applicable: {exc}"
+                continue
+            res = train(built.trainer, rounds=stop)
+            views[b] = (built if res.diverged_round is None else
+                        f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
+        return views
+
+    def _train(self, defense: str, run: RunConfig,
+               overrides: dict[str, Any]) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
             return self._load_messages(defense, run)
-        built = build(run, defense, self.overrides_for(defense),
-                      policy=_needed_rounds(run, self.audit))
+        built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit))
         from tqdm import tqdm
 
-        eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"
-        with tqdm(total=run.rounds, desc=f"train {defense} {eps}", unit="round", leave=False,
-                  disable=not self.progress, file=sys.stderr) as bar:
+        with tqdm(total=run.rounds, desc=f"train {defense}", unit="round", leave=False,
+                  disable=not (self.progress and sys.stderr.isatty()), file=sys.stderr) as bar:
             res = train(built.trainer, progress=bar.update)
         status = ("ok" if res.diverged_round is None
-                  else f"diverged (NaN/Inf) at round {res.diverged_round}")
+                  else diverged_text(res.diverged_round, run.rounds))
         full = train_result(built, res)
         cell = {"defense": defense, "epsilon": run.epsilon if built.trainer.private else None,
                 "status": status, "accuracy": res.average_accuracy,
@@ -340,8 +440,8 @@ class Sweep:
     def assemble(self) -> dict[str, Any]:
         """results.json from the cell files, in the grid's order."""
         cells = []
-        for defense, eps in self.grid():
-            folder = self.cell_dir(defense, eps)
+        for defense, eps, setting in self.grid():
+            folder = self.cell_dir(defense, eps, setting)
             cell = json.loads((folder / "train.json").read_text())
             cell["attacks"] = {a: json.loads((folder / f"{a}.json").read_text())
                                for a in sorted(self.audit.attacks)}
@@ -353,6 +453,23 @@ class Sweep:
                 "environment": environment(torch.device("cpu") if self.base.device == "cpu"
                                            else _device(self.base.device)),
                 "cells": cells}
+
+
+PAPER = "paper"
+
+
+def _setting_label(eps: float | None, setting: str | None) -> str:
+    return "at the paper's setting" if setting else "no DP" if eps is None else f"ε={eps:g}"
+
+
+def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
+    """The paper-setting cell's description: its overrides and the ε it composes to."""
+    from privbench.results import claimed_eps
+
+    knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                      for k, v in sorted(overrides.items()))
+    return {"name": PAPER, "label": f"paper {knobs}", "overrides": overrides,
+            "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
 
 
 def _device(name: str) -> torch.device:

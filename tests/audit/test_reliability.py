@@ -69,7 +69,7 @@ def test_a_diverging_cell_is_reported_and_the_sweep_goes_on(tmp_path, capsys):
     cells = json.loads((out / "results.json").read_text())["cells"]
     assert len(cells) == 2
     for cell in cells:
-        assert cell["status"].startswith("diverged (NaN/Inf) at round")
+        assert cell["status"].startswith("diverged (NaN/Inf) in round ")
         for att in cell["attacks"].values():
             assert att["status"].startswith("skipped: training diverged")
     assert "diverged" in capsys.readouterr().out
