@@ -58,13 +58,17 @@ def where(cell: dict[str, Any]) -> str:
     return eps_text(cell.get("epsilon"))
 
 
+def _ok(att: dict[str, Any]) -> bool:
+    return str(att.get("status", "")).startswith("ok")
+
+
 def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
     """Per membership attack: AUC, interval, success and distance to the DP bound."""
     eps, delta, _ = claimed_for_audit(cell)
     out = []
     for name, att in sorted(cell.get("attacks", {}).items()):
         auc = finite_or_none((att.get("metrics") or {}).get("auc"))
-        if att.get("kind") != "membership" or auc is None or att.get("status") != "ok":
+        if auc is None or not _ok(att):
             continue
         ci = auc_interval(att)
         item = {"attack": name, "auc": auc, "ci": ci,
@@ -92,8 +96,7 @@ def _inversion_hits(cell: dict[str, Any]) -> list[tuple[str, float, list[str]]]:
     hits = []
     for name, att in sorted(cell.get("attacks", {}).items()):
         psnr = finite_or_none((att.get("metrics") or {}).get("psnr"))
-        if att.get("kind") == "inversion" and att.get("status") == "ok" and psnr is not None \
-                and psnr >= PSNR_LEAK_DB:
+        if _ok(att) and psnr is not None and psnr >= PSNR_LEAK_DB:
             hits.append((name, psnr, list(att.get("uses") or [])))
     return hits
 
@@ -161,7 +164,7 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         private = any(c.get("privacy") for c in cells)
         level = min((v["level"] for v in per), key=severity) if private else "reference"
         found = sorted((f for v in per for f in v["findings"]),
-                       key=lambda f: severity(f["level"]))
+                       key=lambda f: (severity(f["level"]), f["evidence"]))
         reasons = [f["evidence"] + (f" — fix: {f['fix']}" if f.get("fix") else "")
                    for f in found if private or f["level"] != "resists"]
         out[name] = {"level": level, "title": TITLES[level], "private": private, "cells": per,
