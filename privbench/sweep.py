@@ -480,16 +480,17 @@ def _device(name: str) -> torch.device:
 
 def summary_table(results: dict[str, Any]) -> str:
     """The terminal summary: one row per (defense, ε)."""
-    from privbench.results import attack_metric, claimed_eps
+    from privbench.results import attack_metric, claimed_eps, fmt_num
 
     def f(v: float | None, d: int = 3) -> str:
-        return "-" if v is None else "inf" if v == float("inf") else f"{v:.{d}f}"
+        return fmt_num(v, d, missing="-")
 
     head = (f"{'defense':<12} {'eps':>5} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
             f"{'AUC':>6} {'TPR@1%':>7} {'eps_paper':>9} {'eps_cal':>8} {'eps_emp':>8}  status")
     lines = [head]
     for c in results["cells"]:
-        eps = "-" if c.get("epsilon") is None else f"{c['epsilon']:g}"
+        eps = ("paper" if c.get("setting") else "-" if c.get("epsilon") is None
+               else f"{c['epsilon']:g}")
         lines.append(
             f"{c['defense']:<12} {eps:>5} {f(c.get('accuracy')):>6} "
             f"{f(attack_metric(c, 'psnr'), 1):>6} {f(attack_metric(c, 'ssim')):>6} "
