@@ -108,8 +108,8 @@ class AuditConfig:
     inversion_rounds: tuple[int, ...] = (1,)
     reference_models: int = 4
     attack_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    inversion_batch_sizes: tuple[int, ...] = (1, 4)
-    pool_victims: bool = True
+    inversion_batch_sizes: tuple[int, ...] = ()
+    pool_victims: bool = False
     paper_settings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -531,6 +531,9 @@ def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | Non
             raise ConfigError(f"[audit.attack_config.{name}] must be a table of config keys")
         attack_config.setdefault(name, {}).update(over)
     cfg = AuditConfig(
+        inversion_batch_sizes=tuple(p.get("inversion_batch_sizes", ())),
+        pool_victims=bool(p.get("pool_victims", False)),
+        paper_settings={k: dict(v) for k, v in p.get("paper_settings", {}).items()},
         defenses=resolve_names(defenses, DEFAULT_DEFENSES, DEFENSES),
         eps=tuple(eps) if eps else tuple(p["eps"]),
         attacks=resolve_names(attacks, tuple(p["attacks"]), ATTACKS),
