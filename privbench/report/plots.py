@@ -60,28 +60,30 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     return _png(fig)
 
 
-def roc_panel(title: str, curves: list[tuple[str, list[float], list[float]]],
-              bounds: list[tuple[str, np.ndarray, np.ndarray]]) -> str | None:
+def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int, int]],
+              bounds: list[tuple[str, np.ndarray, np.ndarray, int]]) -> str | None:
     """One defense's ROC curves on log-log axes (the low-FPR regime), with the best curve any
-    attack could reach under each claimed ε (dashed), the legend outside the axes.
+    attack could reach under each claimed ε (dashed), the legend outside the axes. A cell's
+    curves and its bound share a colour; attacks differ by line style.
 
     Args:
-        curves: (label with AUC, FPR, TPR) per (ε, attack).
-        bounds: (label, FPR, TPR) per claimed privacy bound.
+        curves: (label with AUC, FPR, TPR, cell index, attack index) per (cell, attack).
+        bounds: (label, FPR, TPR, cell index) per claimed privacy bound.
     """
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(4.2, 3.6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, fpr, tpr) in enumerate(bounds):
-        ax.plot(fpr, tpr, linestyle="--", linewidth=1.1, color=colors[i % len(colors)],
-                label=label)
-    for i, (label, fpr, tpr) in enumerate(curves):
+    styles = ["-", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1))]
+    for label, fpr, tpr, cell in bounds:
+        ax.plot(fpr, tpr, linestyle="--", linewidth=1.0, color=colors[cell % len(colors)],
+                alpha=0.8, label=label)
+    for label, fpr, tpr, cell, k in curves:
         f, t = np.asarray(fpr, dtype=float), np.asarray(tpr, dtype=float)
         keep = (f > 0) & (t > 0)
         if keep.any():
             ax.plot(f[keep], t[keep], label=label, linewidth=1.4,
-                    color=colors[(i + len(bounds)) % len(colors)])
+                    color=colors[cell % len(colors)], linestyle=styles[k % len(styles)])
     lo = 1e-3
     ax.plot([lo, 1], [lo, 1], linestyle=":", color="grey", label="chance")
     ax.set_xscale("log")

@@ -84,21 +84,24 @@ def _roc_panels(results: dict[str, Any]) -> list[dict[str, Any]]:
     panels: dict[str, dict[str, Any]] = {}
     for cell in results.get("cells", []):
         name, here = cell["defense"], where(cell)
-        p = panels.setdefault(name, {"curves": [], "bounds": []})
-        for aname, att in sorted(cell.get("attacks", {}).items()):
-            roc = att.get("roc")
-            if roc and roc.get("fpr"):
-                p["curves"].append((f"{here} {aname}: {_auc_label(att)}", roc["fpr"], roc["tpr"]))
+        p = panels.setdefault(name, {"curves": [], "bounds": [], "cells": 0})
+        k = p["cells"]
+        p["cells"] += 1
+        rocs = [(a, att) for a, att in sorted(cell.get("attacks", {}).items())
+                if (att.get("roc") or {}).get("fpr")]
+        for j, (aname, att) in enumerate(rocs):
+            p["curves"].append((f"{here} {aname}: {_auc_label(att)}", att["roc"]["fpr"],
+                                att["roc"]["tpr"], k, j))
         eps, delta, which = claimed_for_audit(cell)
-        if cell.get("privacy") and eps is not None and finite_or_none(eps) is not None:
+        if rocs and eps is not None and finite_or_none(eps) is not None:
             p["bounds"].append((f"DP bound, {which} ε={fmt_num(eps)}, δ={delta or 0:g}", grid,
-                                bounds.eps_delta_tpr(grid, eps, delta or 0.0)))
+                                bounds.eps_delta_tpr(grid, eps, delta or 0.0), k))
         mus = [finite_or_none(r.get("mu")) for r in cell.get("privacy", [])
                if r.get("node", 0) == 0]
         mu = next((m for m in mus if m is not None), None)
-        if mu is not None:
+        if rocs and mu is not None:
             p["bounds"].append((f"μ-GDP bound μ={mu:.3g} ({here}, approximate CLT)", grid,
-                                bounds.gdp_tpr(grid, mu)))
+                                bounds.gdp_tpr(grid, mu), k))
     return [{"defense": name, "png": plots.roc_panel(name, p["curves"], p["bounds"])}
             for name, p in panels.items() if p["curves"]]
 
