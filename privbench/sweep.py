@@ -197,6 +197,8 @@ def _invert_view(built: Built, attack: str, audit: AuditConfig,
 
     threat = threat_for(audit.threat, built, audit.victim)
     obs = observation(built, threat)
+    reading = ReadingLog(obs.log.records)
+    obs = dataclasses.replace(obs, log=reading)
     inv = invert(obs, type(built.trainer), [audit.victim], list(audit.inversion_rounds), attack,
                  audit.attack_config.get(attack), gen, built.ctx.device,
                  input_shape=built.ctx.data.input_shape)
@@ -204,13 +206,27 @@ def _invert_view(built: Built, attack: str, audit: AuditConfig,
     statuses = [p["status"] for p in graded["per_target"]]
     ok = graded["n_graded"] > 0
     metrics = {k: graded.get(k) for k in ("mse", "psnr", "ssim", "lpips", "label_accuracy")}
-    uses = sorted(set(obs.log.kinds()) & _data_kinds(built))  # what the views are derived from
+    uses = sorted(reading.read & _data_kinds(built))  # the kinds the views were derived from
     return {"status": "ok" if ok else statuses[0], "threat": _threat(threat),
             "uses": uses, "metrics": metrics, "lpips_status": graded.get("lpips_status"),
             "targets": [{k: v for k, v in p.items() if k not in ("true_labels",)}
                         for p in graded["per_target"]],
             "gallery": _gallery(inv, built) if ok else None, "image_range": [0.0, 1.0],
             "seconds": graded.get("seconds")}
+
+
+@dataclass
+class ReadingLog(MessageLog):
+    """A message log that remembers the kinds whose payloads were read (`get`): what an
+    inversion's gradient views were derived from, so a verdict can name the message exploited."""
+
+    read: set[str] = dataclasses.field(default_factory=set)
+
+    def get(self, t: int, kind: str) -> Any:
+        rec = super().get(t, kind)
+        if rec is not None:
+            self.read.add(kind)
+        return rec
 
 
 def _data_kinds(built: Built) -> set[str]:

@@ -152,3 +152,27 @@ def test_dp_bound_is_exact_for_randomized_response():
 def test_one_number_format_scientific_past_1e4():
     assert fmt_num(1033560.0) == "1.03e+06"
     assert fmt_num(9999.0) == "9999.00" and fmt_num(None) == "–" and fmt_num("inf") == "∞"
+
+
+def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
+    """DeFL-VP's default view is derived from its (uncovered) control variates; SGP's from the
+    model messages only (not from every data-dependent kind observed)."""
+    import torch
+
+    from privbench import sweep
+    from privbench.config import RunConfig, replace_checked
+    from privbench.engine import train
+    from privbench.messages import RecordPolicy
+    from privbench.runner import build
+    from privbench.testing import TINY_RUN
+
+    run = replace_checked(RunConfig(), {**TINY_RUN, "rounds": 4, "batch_size": 1}, where="run")
+    audit = sweep.AuditConfig(attack_config={"idlg": {"adam_steps": 5}})
+    uses = {}
+    for defense in ("defl_vp", "sgp"):
+        built = build(run, defense, {}, policy=RecordPolicy())
+        train(built.trainer)
+        res = sweep._invert_view(built, "idlg", audit, torch.Generator().manual_seed(0))
+        uses[defense] = res["uses"]
+    assert "control_variate" in uses["defl_vp"] and "update" not in uses["defl_vp"]
+    assert uses["sgp"] == ["model"]
