@@ -257,11 +257,39 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
     return {"kind": "membership", "status": "ok",
             "threat": res.get("threat"),
-            "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
+            "uses": _membership_uses(built, attack, audit),
             "metrics": metrics, "roc": roc, "empirical_epsilon_detail": emp,
             "n_members": res.get("n_members"), "n_nonmembers": res.get("n_nonmembers"),
             "tpr_at_0.1%_fpr_resolved": res.get("tpr_at_0.1%_fpr_resolved"),
             "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved")}
+
+
+def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]:
+    """The data-dependent message kinds a membership attack's input is derived from: the
+    victim's gradient views (message-level attacks) or its observed model (model-level),
+    derived once more on a log that records which kinds are read."""
+    from attacks._mia import MessageAttack
+    from privbench.inversion import observation
+    from privbench.membership import observed_model
+    from privbench.threat import NotApplicable
+
+    obs = observation(built, threat_for(audit.threat, built, audit.victim))
+    reading = ReadingLog(obs.log.records)
+    obs = dataclasses.replace(obs, log=reading)
+    defense = type(built.trainer)
+    try:
+        if issubclass(ATTACKS.get(attack), MessageAttack):
+            for t in reading.rounds():
+                try:
+                    if defense.gradient_views(obs, audit.victim, [t]):
+                        break
+                except NotApplicable:
+                    continue
+        else:
+            observed_model(obs, audit.victim)
+    except NotApplicable:
+        pass
+    return sorted(reading.read & _data_kinds(built))
 
 
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,

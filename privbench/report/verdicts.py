@@ -4,8 +4,8 @@ Levels, most severe first (`LEVELS`):
 
 * violates: the guarantee is broken: an empirical ε lower bound above the ε the cell is held to
   (the realized ε when the privacy report has one, else the calibrated claim), or a data-dependent
-  message kind outside the DP guarantee that an attack which succeeded read (its inversion view
-  was derived from that kind).
+  message kind outside the DP guarantee that an attack which succeeded read (its gradient views
+  or observed model were derived from that kind: the attack result's `uses`).
 * under_reports: the paper's own ε is below the rigorous (calibrated) ε of the same run by more
   than 1%: the paper's accounting claims more privacy than the mechanism gives.
 * diverged: training produced a non-finite model; no accuracy, no attack.
@@ -71,7 +71,7 @@ def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
         if auc is None or not _ok(att):
             continue
         ci = auc_interval(att)
-        item = {"attack": name, "auc": auc, "ci": ci,
+        item = {"attack": name, "auc": auc, "ci": ci, "uses": list(att.get("uses") or []),
                 "success": ci is not None and ci[0] > 0.5}
         if eps is not None:
             b_auc = bounds.eps_delta_auc(eps, delta or 0.0)
@@ -134,7 +134,13 @@ def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
             findings.append({"level": "leaks", "evidence": f"{here}: {name} reconstructs the "
                              f"victim's images (PSNR {psnr:.1f} dB ≥ {PSNR_LEAK_DB:g})"})
     for m in membership_findings(cell):
-        if m["success"]:
+        exploited = sorted(leaks & set(m["uses"]))
+        if m["success"] and exploited:
+            findings.append({"level": "violates", "evidence": f"{here}: {_text_auc(m)}, read "
+                             f"from {', '.join(exploited)}, a data-dependent message outside "
+                             "the DP guarantee", "fix": f"noise or stop sending "
+                                                        f"{', '.join(exploited)}"})
+        elif m["success"]:
             findings.append({"level": "leaks", "evidence": f"{here}: {_text_auc(m)}"})
     if leaks and not any(f["level"] == "violates" for f in findings):
         findings.append({"level": "resists", "evidence": f"{here}: {', '.join(sorted(leaks))} "

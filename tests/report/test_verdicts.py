@@ -176,3 +176,12 @@ def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
         uses[defense] = res["uses"]
     assert "control_variate" in uses["defl_vp"] and "update" not in uses["defl_vp"]
     assert uses["sgp"] == ["model"]
+
+
+def test_a_membership_attack_reading_an_uncovered_kind_violates():
+    kinds = [MODEL, {"name": "control_variate", "covered": False, "data_dependent": True}]
+    mia = dict(_mia(0.95, emp=3.0), uses=["control_variate", "model"])
+    v = cell_verdict(_cell(1e6, {"mia_message": mia}, messages=kinds))
+    assert v["level"] == "violates" and "control_variate" in v["findings"][0]["evidence"]
+    assert cell_verdict(_cell(1e6, {"mia_message": dict(mia, uses=["model"])},
+                              messages=kinds))["level"] == "leaks"
