@@ -338,8 +338,18 @@ class DynD2P(Trainer):
                      "calibrated_with": self.cfg.calibrate_with, "batch": self.cfg.sampling,
                      "sample_rate": self.rates[i], "rounds": run.rounds,
                      "mu_0": float(self.mu_0[i]) if math.isfinite(self.mu_0[i]) else "inf"}
-            out.extend({**r.to_dict(), **extra} for r in reports)
+            out.extend({**r.to_dict(), **extra, **self._gdp_mu(i, r.accountant)}
+                       for r in reports)
         return out
+
+    def _gdp_mu(self, node: int, accountant: str) -> dict[str, Any]:
+        """{"mu": the CLT's composed mu (eq. 6)} for the GDP-CLT reading (the report draws its
+        mu-GDP trade-off curve; approximate like the reading), else {}."""
+        if accountant != "gdp_clt" or not math.isfinite(self.mu_0[node]):
+            return {}
+        run = self.ctx.run
+        mus = schedules(self.cfg, run.rounds, float(self.mu_0[node]))["mu"]
+        return {"mu": clt_spent(mus, float(self.rates[node]), run.rounds, run.delta)[0]}
 
     # ------------------------------------------------------------------ attacker's view
 

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from privbench.errors import PrivbenchError
 
 EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,6 +23,29 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise PrivbenchError(f"{message} (see `{self.prog} --help`)")
+
+
+class _PresetHelp(argparse.HelpFormatter):
+    """Help of `attack`: a default marked PRESET_DEFAULT is the presets' run value (read only
+    when help is printed, so parsing never imports the sweep and torch)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and PRESET_DEFAULT in text:
+            from privbench.sweep import PRESETS
+
+            vals = ", ".join(f"{p['run'][action.dest]} in {name}"
+                             for name, p in PRESETS.items() if action.dest in p["run"])
+            text = text.replace(PRESET_DEFAULT, f"the preset's: {vals}")
+        return text
+
+
+PRESET_DEFAULT = "<preset>"
+
+
+def _default(sweep: bool, run_default: str) -> str:
+    """The help's default: the run config's for `train`, the preset's for `attack`."""
+    return f"(default {PRESET_DEFAULT})" if sweep else f"(default {run_default})"
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -40,17 +64,18 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     g.add_argument("--data-root", dest="data_root", help="folder holding torchvision datasets")
     g.add_argument("--download", action="store_true", default=None,
                    help="allow torchvision to download the dataset into --data-root")
-    g.add_argument("--model", help="model registry key (default mlp)")
-    g.add_argument("--nodes", type=int, help="number of nodes (default 8)")
+    g.add_argument("--model", help=f"model registry key {_default(sweep, 'mlp')}")
+    g.add_argument("--nodes", type=int, help=f"number of nodes {_default(sweep, '8')}")
     g.add_argument("--topology", help="topology registry key (default auto: the defense's, "
                         "random_out; exponential for dpps / partpsp)")
     g.add_argument("--out-degree", dest="out_degree", type=int, help="k of random_out (default 2)")
     g.add_argument("--partition", help="iid or dirichlet")
     g.add_argument("--alpha", type=float, help="Dirichlet concentration")
-    g.add_argument("--rounds", type=int, help="training rounds (default 500)")
-    g.add_argument("--batch-size", dest="batch_size", type=int, help="batch size per node")
-    g.add_argument("--lr", type=float, help="step size")
-    g.add_argument("--delta", type=float, help="target delta")
+    g.add_argument("--rounds", type=int, help=f"training rounds {_default(sweep, '500')}")
+    g.add_argument("--batch-size", dest="batch_size", type=int,
+                   help=f"batch size per node {_default(sweep, '32')}")
+    g.add_argument("--lr", type=float, help=f"step size {_default(sweep, '0.2')}")
+    g.add_argument("--delta", type=float, help=f"target delta {_default(sweep, '1e-05')}")
     g.add_argument("--device", help="auto (default), cpu, cuda[:N]")
     g.add_argument("--seed", type=int, help="seed (default 0)")
     g.add_argument("--config", help="TOML run file (run keys top-level, [defense] table)")
@@ -119,26 +144,33 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
     with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
-              disable=args.quiet or not rank0, file=sys.stderr) as bar:
+              disable=args.quiet or not rank0 or not sys.stderr.isatty(),
+              file=sys.stderr) as bar:
         res = train(built.trainer, progress=bar.update)
     result = save_run(built, res, out)
     if rank0:
         _print_train(res, result, out, comm)
-    return 0
+    return 0 if res.diverged_round is None else EXIT_DIVERGED
 
 
 def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
-    if res.diverged_round is not None:
-        print(f"diverged (NaN/Inf) at round {res.diverged_round}")
-    nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
-    print(f"per-node test accuracy: {nodes}")
+    from privbench.results import diverged_text, privacy_line
+
+    rounds = result["run"]["rounds"]
+    if res.node_accuracy:
+        nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
+        print(f"per-node test accuracy: {nodes}")
     where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
           f"({res.seconds:.1f} s, device {result['environment']['device']}{where})")
-    for rep in result["privacy"][:1]:
-        print(f"privacy: {rep}")
+    for rep in result["privacy"]:
+        if rep.get("node", 0) == 0:
+            print(f"privacy (node 0): {privacy_line(rep)}")
     what = "the merged message log" if comm is not None else "the message log"
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
+    if res.diverged_round is not None:
+        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}",
+              file=sys.stderr)
 
 
 def _unwritable(out: Path) -> PrivbenchError | None:
@@ -404,10 +436,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if all(c.passed for c in checks) else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full command-line parser."""
+def build_parser(account: bool = True) -> argparse.ArgumentParser:
+    """The full command-line parser.
+
+    Args:
+        account: declare `privbench account`'s options (they import the accountants); `main`
+            does so only when that command is run, so `--help` and `--version` stay instant.
+    """
+    from privbench import __version__
+
     parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
                      "differentially private decentralized learning.")
+    parser.add_argument("--version", action="version", version=f"privbench {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -428,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands["train"] = cmd_train
 
     p = sub.add_parser("attack", help="audit: train each (defense, ε) once, run every attack, "
-                       "write results.json + index.html")
+                       "write results.json + index.html", formatter_class=_PresetHelp)
     _add_run_arguments(p, sweep=True)
     p.add_argument("--attack", action="append", help="attack(s), repeatable or comma-separated; "
                    "'all' = every registered one (default: the preset's)")
@@ -467,12 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_arguments(p)
     commands["bench"] = cmd_bench
 
-    try:
+    p = sub.add_parser("account", help="noise a defense uses for (eps, delta) and its epsilon")
+    if account:
         from privbench.account_cli import add_account_arguments, run_account
-    except ImportError:  # accounting CLI not installed in this build
-        pass
-    else:
-        p = sub.add_parser("account", help="noise a defense uses for (eps, delta) and its epsilon")
+
         add_account_arguments(p)
         commands["account"] = run_account
 
@@ -488,9 +526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # user, the ε it returns already accounts for it.
     logging.getLogger("absl").setLevel(logging.ERROR)
     try:
-        args = build_parser().parse_args(argv)
+        given = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(account=bool(given) and given[0] == "account").parse_args(given)
         _check_text(args)
-        args._argv = list(sys.argv[1:] if argv is None else argv)
+        args._argv = given
         return args._commands[args.command](args)
     except PrivbenchError as exc:
         print(f"privbench: error: {exc}", file=sys.stderr)
@@ -515,9 +554,10 @@ def _check_text(args: argparse.Namespace) -> None:
 
 def run() -> NoReturn:
     """The `privbench` console script and `python -m privbench`: `main`, then exit."""
+    code = main()  # before importing comm (torch): `--help` and `--version` stay instant
     from privbench.comm import exit_process
 
-    exit_process(main())
+    exit_process(code)
 
 
 if __name__ == "__main__":

@@ -322,26 +322,40 @@ def evaluate(trainer: Trainer, z: Tensor | None = None) -> tuple[Tensor, float]:
     return ctx.comm.gather_rows(node_acc), float(acc[-1])
 
 
-def train(trainer: Trainer, progress: Callable[[int], None] | None = None) -> TrainResult:
-    """The round loop: rounds, periodic evaluation, divergence detection.
+def all_finite(trainer: Trainer) -> bool:
+    """Whether every node's current model is finite (one isfinite reduction over this rank's
+    rows of the stacked (n, d) models; every rank gets the same answer)."""
+    ctx = trainer.ctx
+    z = trainer.models()  # (n, d)
+    ok = bool(torch.isfinite(z[ctx.comm.mine(ctx.n, z.device)]).all())
+    return ctx.comm.all_ok(ok) if ctx.comm.distributed else ok
+
+
+def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
+          rounds: int | None = None) -> TrainResult:
+    """The round loop: rounds, periodic evaluation, a finiteness check after every round.
+
+    A run whose models stop being finite stops at that round (`diverged_round`, 0-based).
 
     Args:
         trainer: a built trainer.
         progress: called with 1 after every round (e.g. a tqdm bar's update).
+        rounds: stop after this many of the configured rounds (None: all). The noise stays
+            calibrated for the configured run: used to release the first rounds' messages of a
+            run exactly as the full run would (the audit's inversion views).
     """
     run = trainer.ctx.run
     result = TrainResult()
     start = time.perf_counter()
-    for t in range(run.rounds):
+    for t in range(run.rounds if rounds is None else min(rounds, run.rounds)):
         trainer.round(t)
         if progress is not None:
             progress(1)
+        if not all_finite(trainer):
+            result.diverged_round = t
+            break
         if (t + 1) % run.eval_every == 0 or t + 1 == run.rounds:
-            z = node_models(trainer)  # (n, d), gathered once for both uses
-            if not torch.isfinite(z).all():
-                result.diverged_round = t
-                break
-            node_acc, avg_acc = evaluate(trainer, z)
+            node_acc, avg_acc = evaluate(trainer)
             result.history.append({"round": t + 1, "average_accuracy": avg_acc,
                                    "mean_node_accuracy": float(node_acc.mean())})
             result.node_accuracy, result.average_accuracy = node_acc.tolist(), avg_acc

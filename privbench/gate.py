@@ -117,7 +117,7 @@ def _selects(bound: dict[str, Any], cell: dict[str, Any]) -> bool:
         return True
     eps = cell.get("epsilon")
     if bound["eps"] == "none":
-        return eps is None
+        return eps is None and not cell.get("setting")  # a paper-setting cell is not "no DP"
     return eps is not None and abs(eps - bound["eps"]) < 1e-9
 
 
@@ -164,8 +164,10 @@ def _exact_tpr(att: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
 
 
 def cell_label(cell: dict[str, Any]) -> str:
-    """defense@ε (or defense@no-DP)."""
-    eps = cell.get("epsilon")
+    """defense@ε (or defense@no-DP, defense@paper)."""
+    eps, setting = cell.get("epsilon"), cell.get("setting")
+    if setting:
+        return f"{cell['defense']}@{setting.get('name', 'paper')}"
     return f"{cell['defense']}@{'no-DP' if eps is None else eps_label(eps)}"
 
 

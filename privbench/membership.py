@@ -396,7 +396,7 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
         used, reasons = used + len(views), reasons + mine
     fit = {"explained": float(np.mean(explained)), "chance": float(np.mean(chance))}
     chosen = atk.choose(fit)
-    info = {"level": "message", "views": used, "rounds_not_applicable": len(reasons),
+    info = {"level": "message", "rounds_attacked": used, "rounds_not_applicable": len(reasons),
             "not_applicable_reasons": _not_applicable_summary(reasons), "statistic": chosen,
             "statistic_rule": ("label-free: regression when the candidates' gradients explain "
                                "R^2 >= (1 + N/d) / 2 of the views (raw batch gradients), else "

@@ -38,6 +38,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is for others to read
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -90,6 +91,13 @@ def unstrict(obj: Any) -> Any:
 def dumps(obj: Any) -> str:
     """Indented, key-sorted strict JSON (byte-stable for the same content)."""
     return json.dumps(strict(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -216,3 +224,93 @@ def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
     """Message kinds that carry data-dependent content outside the DP guarantee."""
     return [m["name"] for m in cell.get("messages", [])
             if not m.get("covered") and m.get("data_dependent", True)]
+
+
+# One number formatter for the terminal table, `privbench train` and the HTML report.
+SCIENTIFIC_FROM = 1e4
+
+
+def fmt_num(x: Any, digits: int = 2, missing: str = "–") -> str:
+    """A number for people: fixed point below 1e4 in magnitude, scientific notation from there
+    (1.03e+06, not 1033560.00), "∞" for an infinite value and `missing` for anything else."""
+    if x in ("inf", float("inf")):
+        return "∞"
+    v = finite_or_none(x)
+    if v is None:
+        return missing
+    return f"{v:.{digits}e}" if abs(v) >= SCIENTIFIC_FROM else f"{v:.{digits}f}"
+
+
+def eps_text(eps: Any) -> str:
+    """A target ε for people: "ε=1", "ε=1.03e+06", or "no DP" when there is none."""
+    if not isinstance(eps, (int, float)):
+        return "no DP"
+    return f"ε={eps:g}" if abs(eps) < SCIENTIFIC_FROM else f"ε={fmt_num(eps)}"
+
+
+def privacy_line(rep: dict[str, Any]) -> str:
+    """One privacy report entry as a sentence: ε, δ, accountant, unit, what it does not cover."""
+    delta = rep.get("delta")
+    text = f"{rep.get('mode', '?')} ε = {fmt_num(rep.get('epsilon'))}"
+    text += f" at δ = {delta:g}" if isinstance(delta, (int, float)) else ""
+    text += f" ({rep.get('accountant', '?')}, {rep.get('unit', '?')}"
+    text += ", approximate" if rep.get("approximate") else ""
+    text += ")"
+    if rep.get("uncovered"):
+        text += "; NOT covered: " + ", ".join(rep["uncovered"])
+    return text
+
+
+def diverged_text(round0: int, rounds: int) -> str:
+    """How a diverged run is described everywhere (`round0`: the 0-based round that went
+    non-finite, as `diverged_round` stores it)."""
+    return f"diverged (NaN/Inf) in round {round0 + 1} of {rounds}"
+
+
+def auc_interval(attack: dict[str, Any], z: float = 1.96) -> tuple[float, float] | None:
+    """The AUC's 95% interval of one membership attack result.
+
+    The attack's own interval when it has one (`intervals.auc` or `auc_ci` = [lo, hi], top
+    level or in `metrics`),
+    else the normal approximation of Hanley & McNeil (1982) from the member / non-member counts:
+    SE^2 = (A(1-A) + (n1-1)(Q1-A^2) + (n0-1)(Q2-A^2)) / (n1 n0), Q1 = A/(2-A), Q2 = 2A^2/(1+A).
+    None when the attack has no AUC or no counts.
+    """
+    metrics = attack.get("metrics") or {}
+    ci = (attack.get("intervals") or {}).get("auc") or attack.get("auc_ci", metrics.get("auc_ci"))
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(finite_or_none(v) is not None
+                                                              for v in ci):
+        return float(ci[0]), float(ci[1])
+    a = finite_or_none(metrics.get("auc"))
+    n1, n0 = attack.get("n_members"), attack.get("n_nonmembers")
+    if a is None or not isinstance(n1, int) or not isinstance(n0, int) or n1 < 1 or n0 < 1:
+        return None
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0)
+    se = math.sqrt(max(var, 0.0))
+    return max(0.0, a - z * se), min(1.0, a + z * se)
+
+
+def claimed_for_audit(cell: dict[str, Any]) -> tuple[float | None, float | None, str]:
+    """(ε, δ, which) the audit holds a cell to: the largest over nodes of a `realized` ε when the
+    privacy report has one (the ε of the noise actually drawn, e.g. DPPS / PartPSP: a report
+    with mode "realized", a `realized` {epsilon, delta} entry, or a note starting "realized"),
+    else the calibrated claim; δ from the same reports."""
+    reps = cell.get("privacy", [])
+    realized = [_realized_part(r) for r in reps if _realized_part(r) is not None]
+    chosen = realized or [r for r in reps if r.get("mode") == "calibrated"]
+    which = "realized" if realized else "calibrated"
+    eps = [float("inf") if r.get("epsilon") in ("inf", float("inf")) else
+           finite_or_none(r.get("epsilon")) for r in chosen]
+    eps_v = [e for e in eps if e is not None]
+    delta_v = [d for d in (finite_or_none(r.get("delta")) for r in chosen) if d is not None]
+    return (max(eps_v) if eps_v else None), (max(delta_v) if delta_v else None), which
+
+
+def _realized_part(rep: dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(rep.get("realized"), dict):
+        return {"delta": rep.get("delta"), **rep["realized"]}
+    if (rep.get("reading") == "realized" or rep.get("mode") == "realized"
+            or str(rep.get("note", "")).startswith("realized")):
+        return rep
+    return None

@@ -38,8 +38,10 @@ from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.results import (
     SCHEMA_VERSION,
     atomic_write_text,
+    diverged_text,
     dumps,
     eps_label,
+    eps_text,
     read_json_file,
     read_results,
     remove_stale_temps,
@@ -58,12 +60,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on 2 CPU cores: small graph, short training, fast attack settings.
     "quick": {
         "run": {"model": "mlp", "nodes": 6, "rounds": 60, "eval_every": 60, "batch_size": 16,
-                "lr": 0.2, "delta": 1e-5},
+                "lr": 0.2, "delta": 1e-5, "holdout": 0.5},
         "eps": (1.0, 8.0),
         "attacks": ("idlg", "geiping", "mia_threshold", "mia_message", "canary"),
         "attack_config": {"geiping": {"steps": 300}, "idlg": {"adam_steps": 300}},
         "inversion_rounds": (1,),
         "reference_models": 4,
+        # The victim's released gradient of a batch of 1 and of 4 (the regime where inversion
+        # recovers recognisable images), each from the same defense at the same ε and length.
+        "inversion_batch_sizes": (1, 4),
+        # Membership candidates of every node pooled (holdout 0.5: 120 members and 120
+        # non-members per node on digits, 720 + 720 over 6 nodes, enough for TPR at 1% FPR).
+        "pool_victims": True,
+        "paper_settings": {"partpsp": {"b": 5.0}},
     },
     # Closer to the papers' scale: longer training, the full attack set, a wider ε grid.
     "paper": {
@@ -75,6 +84,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "attack_config": {},
         "inversion_rounds": (1, 10),
         "reference_models": 16,
+        "inversion_batch_sizes": (1, 4),
+        "pool_victims": True,
+        "paper_settings": {"partpsp": {"b": 5.0}},
     },
 }
 
@@ -93,6 +105,14 @@ class AuditConfig:
         inversion_rounds: rounds whose released gradient is inverted.
         reference_models: reference systems trained for LiRA / RMIA.
         attack_config: per-attack config overrides.
+        inversion_batch_sizes: batch sizes of the inversion views: for each, the cell's defense
+            (same ε, same rounds, so the same calibration per round) is run with that batch size
+            for the first `max(inversion_rounds) + 2` rounds and its released gradients are
+            inverted; empty: invert the cell's own run.
+        pool_victims: membership attacks pool the candidates of every node, each scored against
+            its own node (False: `victim` only). The colluding threat always uses `victim`.
+        paper_settings: per defense, defense overrides of the paper's own setting, audited as
+            one extra cell (e.g. PartPSP at the paper's b) next to the calibrated-ε cells.
     """
 
     defenses: tuple[str, ...] = DEFAULT_DEFENSES
@@ -103,8 +123,14 @@ class AuditConfig:
     inversion_rounds: tuple[int, ...] = (1,)
     reference_models: int = 4
     attack_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    inversion_batch_sizes: tuple[int, ...] = ()
+    pool_victims: bool = False
+    paper_settings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if any(b < 1 for b in self.inversion_batch_sizes):
+            raise ConfigError(f"inversion_batch_sizes must be >= 1, got "
+                              f"{list(self.inversion_batch_sizes)}")
         if self.threat not in THREATS:
             raise ConfigError(f"unknown threat model {self.threat!r}; accepted: "
                               f"{', '.join(THREATS)}")
@@ -160,6 +186,12 @@ def _is_membership(attack: str) -> bool:
     return issubclass(ATTACKS.get(attack), (ModelAttack, MessageAttack))
 
 
+def _is_inversion(attack: str) -> bool:
+    """Whether an attack inverts released gradients (not membership, not a training audit)."""
+    return not (_is_membership(attack)
+                or getattr(ATTACKS.get(attack), "level", None) == "training")
+
+
 def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
     """True vs matched reconstructed images of the first graded target (rounded, JSON-ready)."""
     from privbench.inversion import true_batch
@@ -172,18 +204,47 @@ def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
         r, c = im.match(x, tb[0])
         true = [tb[0][j].clamp(0, 1) for j in c[:8]]
         rec = [x[i].clamp(0, 1) for i in r[:8]]
+        psnr = [im.psnr(a, b) for a, b in zip(rec, true, strict=True)]
         return {"true": [json_ready(t.round(decimals=3).tolist()) for t in true],
-                "reconstructed": [json_ready(t.round(decimals=3).tolist()) for t in rec]}
+                "reconstructed": [json_ready(t.round(decimals=3).tolist()) for t in rec],
+                "psnr": json_ready([round(float(p), 2) for p in psnr]),
+                "victim": tgt["victim"], "round": tgt["round"]}
     return None
 
 
 def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
-                         gen: torch.Generator) -> dict[str, Any]:
-    """One inversion attack on the victim's released gradients, graded against ground truth."""
+                         gen: torch.Generator,
+                         views: dict[int, Built | str] | None = None) -> dict[str, Any]:
+    """One inversion attack on the victim's released gradients, graded against ground truth.
+
+    Args:
+        views: batch size -> the run whose released gradients are inverted (or why there is
+            none, e.g. "skipped: the batch-1 run diverged ..."); None: `built` itself.
+
+    Returns:
+        The headline view's result (the smallest batch size that was graded, else the first)
+        with `views`: every view's batch size, status, metrics, targets and gallery.
+    """
+    views = views or {built.ctx.run.batch_size: built}
+    out = []
+    for b, run in sorted(views.items()):
+        res = (_invert_view(run, attack, audit, gen) if not isinstance(run, str)
+               else {"status": run, "metrics": {}, "gallery": None})
+        out.append({"batch_size": b, **res})
+    head = next((v for v in out if v["status"] == "ok"), out[0])
+    return {"kind": "inversion", **{k: v for k, v in head.items() if k != "gallery"},
+            "views": out}
+
+
+def _invert_view(built: Built, attack: str, audit: AuditConfig,
+                 gen: torch.Generator) -> dict[str, Any]:
+    """The attack on one run's released gradients of the victim, graded."""
     from privbench.inversion import grade, invert, observation
 
     threat = threat_for(audit.threat, built, audit.victim)
     obs = observation(built, threat)
+    reading = ReadingLog(obs.log.records)
+    obs = dataclasses.replace(obs, log=reading)
     inv = invert(obs, type(built.trainer), [audit.victim], list(audit.inversion_rounds), attack,
                  audit.attack_config.get(attack), gen, built.ctx.device,
                  input_shape=built.ctx.data.input_shape)
@@ -191,13 +252,27 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
     statuses = [p["status"] for p in graded["per_target"]]
     ok = graded["n_graded"] > 0
     metrics = {k: graded.get(k) for k in ("mse", "psnr", "ssim", "lpips", "label_accuracy")}
-    uses = sorted(set(obs.log.kinds()) & _data_kinds(built))  # what the views are derived from
-    return {"kind": "inversion", "status": "ok" if ok else statuses[0], "threat": _threat(threat),
+    uses = sorted(reading.read & _data_kinds(built))  # the kinds the views were derived from
+    return {"status": "ok" if ok else statuses[0], "threat": _threat(threat),
             "uses": uses, "metrics": metrics, "lpips_status": graded.get("lpips_status"),
             "targets": [{k: v for k, v in p.items() if k not in ("true_labels",)}
                         for p in graded["per_target"]],
             "gallery": _gallery(inv, built) if ok else None, "image_range": [0.0, 1.0],
             "seconds": graded.get("seconds")}
+
+
+@dataclass
+class ReadingLog(MessageLog):
+    """A message log that remembers the kinds whose payloads were read (`get`): what an
+    inversion's gradient views were derived from, so a verdict can name the message exploited."""
+
+    read: set[str] = dataclasses.field(default_factory=set)
+
+    def get(self, t: int, kind: str) -> Any:
+        rec = super().get(t, kind)
+        if rec is not None:
+            self.read.add(kind)
+        return rec
 
 
 def _data_kinds(built: Built) -> set[str]:
@@ -214,7 +289,9 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     from privbench.membership import run_membership
 
     threat = None if audit.threat == "neighbour" else threat_for(audit.threat, built, audit.victim)
-    res = run_membership(built, audit.victim, attack, audit.attack_config.get(attack), gen,
+    pooled = audit.pool_victims and audit.threat != "colluding"
+    victims = list(range(built.ctx.n)) if pooled else audit.victim
+    res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
                          threat=threat, reference_models=audit.reference_models)
     if not res.get("applicable", False):
         return {"kind": "membership", "status": f"not applicable: {res.get('reason')}",
@@ -227,7 +304,7 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
     return {"kind": "membership", "status": "ok",
             "threat": res.get("threat"),
-            "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
+            "uses": _membership_uses(built, attack, audit),
             "metrics": metrics, "intervals": {k: res.get(f"{k}_ci") for k in rates},
             "roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
             "empirical_epsilon_detail": emp,
@@ -241,9 +318,8 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
 # What a membership result adds when it has it: the message attack's statistics and rule, the
 # rounds it used and skipped (with why), the model attack's observed round and references.
 MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc", "regression_fit",
-                     "views",
-                     "rounds_not_applicable", "not_applicable_reasons", "observed_round",
-                     "reference_models", "online")
+                     "rounds_attacked", "rounds_not_applicable", "not_applicable_reasons",
+                     "observed_round", "reference_models", "online")
 
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
@@ -282,8 +358,40 @@ def _roc_cap(res: dict[str, Any]) -> float | None:
     return roc_cap(int(n1), int(n0), float(delta), float(emp["alpha"]))
 
 
-def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int) -> dict[str, Any]:
-    """Run one attack; a diverging or crashing attack is recorded as failed with its reason."""
+def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]:
+    """The data-dependent message kinds a membership attack's input is derived from: the
+    victim's gradient views (message-level attacks) or its observed model (model-level),
+    derived once more on a log that records which kinds are read."""
+    from attacks._mia import MessageAttack
+    from privbench.inversion import observation
+    from privbench.membership import observed_model
+    from privbench.threat import NotApplicable
+
+    obs = observation(built, threat_for(audit.threat, built, audit.victim))
+    reading = ReadingLog(obs.log.records)
+    obs = dataclasses.replace(obs, log=reading)
+    defense = type(built.trainer)
+    try:
+        if issubclass(ATTACKS.get(attack), MessageAttack):
+            for t in reading.rounds():
+                try:
+                    if defense.gradient_views(obs, audit.victim, [t]):
+                        break
+                except NotApplicable:
+                    continue
+        else:
+            observed_model(obs, audit.victim)
+    except NotApplicable:
+        pass
+    return sorted(reading.read & _data_kinds(built))
+
+
+def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
+               views: dict[int, Built | str] | None = None) -> dict[str, Any]:
+    """Run one attack; a diverging or crashing attack is recorded as failed with its reason.
+
+    `views`: the inversion views (`run_inversion_attack`); membership attacks use `built`.
+    """
     from privbench.seeding import derive_seed
 
     gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
@@ -292,7 +400,7 @@ def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int) -> dict
             return run_canary_audit(built, attack, audit, gen)
         if _is_membership(attack):
             return run_membership_attack(built, attack, audit, gen)
-        return run_inversion_attack(built, attack, audit, gen)
+        return run_inversion_attack(built, attack, audit, gen, views)
     except PrivbenchError:
         raise
     except Exception as exc:
@@ -365,8 +473,8 @@ class Sweep:
     messages_dir: Path | None = None
     stats: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def cell_dir(self, defense: str, eps: float | None) -> Path:
-        return self.out / "cells" / f"{defense}@{_eps_key(eps)}"
+    def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
+        return self.out / "cells" / f"{defense}@{setting or _eps_key(eps)}"
 
     def overrides_for(self, defense: str) -> dict[str, Any]:
         """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
@@ -379,13 +487,17 @@ class Sweep:
                                   f"{', '.join(self.audit.defenses)}")
         return {k: v for k, v in self.overrides.items() if k in fields}
 
-    def grid(self) -> list[tuple[str, float | None]]:
-        """The (defense, ε) cells in their fixed order."""
-        cells = []
+    def grid(self) -> list[tuple[str, float | None, str | None]]:
+        """The (defense, ε, setting) cells in their fixed order: every ε of the grid for a
+        private defense (setting None), then its paper setting if the audit names one
+        (setting "paper", ε None: the ε it composes to is read after training)."""
+        cells: list[tuple[str, float | None, str | None]] = []
         for name in self.audit.defenses:
             cls = DEFENSES.get(name)
             for eps in (self.audit.eps if cls.private else (None,)):
-                cells.append((name, eps))
+                cells.append((name, eps, None))
+            if cls.private and name in self.audit.paper_settings and self.messages_dir is None:
+                cells.append((name, None, PAPER))
         return cells
 
     def run_for(self, eps: float | None) -> RunConfig:
@@ -401,16 +513,19 @@ class Sweep:
             raise ConfigError(f"audit.inversion_rounds must be < rounds ({self.base.rounds}), "
                               f"got {late[0]}")
 
-    def fingerprints(self, defense: str, eps: float | None) -> dict[str, dict[str, Any]]:
+    def fingerprints(self, defense: str, eps: float | None, setting: str | None = None
+                     ) -> dict[str, dict[str, Any]]:
         """The fingerprint of each file of a cell ("train" and one per attack)."""
         import privbench
 
         run = self.run_for(eps)
-        over = self.overrides if self.messages_dir is not None else self.overrides_for(defense)
+        over = (self.overrides if self.messages_dir is not None
+                else self.cell_overrides(defense, setting))
         cfg = replace_checked(DEFENSES.get(defense).Config(), over, where="defense")
         fields: dict[str, Any] = {
             "run": {k: v for k, v in to_dict(run).items() if k not in ("data_root", "download")},
             "defense": {"name": defense, **to_dict(cfg)},
+            "setting": setting,
             "dataset": fp.dataset_identity(run.dataset, run.data_root, run.download),
             "version": {"privbench": privbench.__version__, "torch": torch.__version__},
             "threads": torch.get_num_threads(),
@@ -421,11 +536,17 @@ class Sweep:
                                  "ground_truth.safetensors")}
         out = {"train": fp.fingerprint(fields)}
         audit = {k: json_ready(getattr(self.audit, k))
-                 for k in ("threat", "victim", "inversion_rounds", "reference_models")}
+                 for k in ("threat", "victim", "inversion_rounds", "reference_models",
+                           "inversion_batch_sizes", "pool_victims")}
         for attack in self.audit.attacks:
             out[attack] = fp.fingerprint({**fields, "audit": audit, "attack": {
                 "name": attack, "config": self.audit.attack_config.get(attack, {})}})
         return out
+
+    def cell_overrides(self, defense: str, setting: str | None) -> dict[str, Any]:
+        """The defense overrides of a cell: the sweep's, then the paper setting's (if any)."""
+        return {**self.overrides_for(defense),
+                **(self.audit.paper_settings[defense] if setting else {})}
 
     def run(self) -> dict[str, Any]:
         """Train and attack every cell to (re)compute, then write results.json, timings.json and
@@ -433,7 +554,8 @@ class Sweep:
 
         `timings.json`: wall_s (this call), setup_s (validation, fingerprints), per cell build_s
         (data, model, the privacy plan), train_s (the round loop), summary_s (privacy report,
-        message statistics) and one entry per attack, then report_s (results.json and
+        message statistics), inversion_views_s (the small-batch runs inversion attacks read,
+        when the audit has them) and one entry per attack, then report_s (results.json and
         index.html), sum_s the sum of what this call measured. The parts are consecutive laps of
         one clock, so they add up to wall_s (less the final write). A cell reused by --resume
         keeps the timings of the run that computed it and is listed under "reused"."""
@@ -441,17 +563,21 @@ class Sweep:
         with fp.folder_lock(self.out):
             remove_stale_temps(self.out)
             self.validate()
-            plan = [(d, e, self.plan_cell(d, e)) for d, e in self.grid()]  # before training
+            grid = self.grid()
+            plan = [(cell, self.plan_cell(*cell)) for cell in grid]  # before training
             timings: dict[str, Any] = {"setup_s": laps.lap(), "cells": {}, "reused": []}
             measured = 0.0
-            for defense, eps, (todo, prints) in plan:
-                if todo:
-                    measured += sum(self.run_cell(defense, eps, todo, prints, laps).values())
-                else:
-                    timings["reused"].append(self._label(defense, eps))
+            for k, (cell, (todo, prints)) in enumerate(plan, 1):
+                if not todo:
+                    timings["reused"].append(self._label(*cell))
+                    continue
+                if self.progress:
+                    print(f"cell {k} of {len(grid)}: {cell[0]} {_setting_label(*cell[1:])}",
+                          file=sys.stderr, flush=True)
+                measured += sum(self.run_cell(*cell, todo, prints, laps).values())
             results = self.assemble()
-            for d, e in self.grid():
-                timings["cells"][self._label(d, e)] = self._read_timings(d, e)
+            for cell in grid:
+                timings["cells"][self._label(*cell)] = self._read_timings(*cell)
             from privbench.report import render_html
 
             html = render_html(results, run_name=self.out.name)
@@ -464,27 +590,28 @@ class Sweep:
             atomic_write_text(self.out / "results.json", text)
         return unstrict(results)
 
-    def _label(self, defense: str, eps: float | None) -> str:
-        return f"{defense}@{_eps_key(eps)}"
+    def _label(self, defense: str, eps: float | None, setting: str | None = None) -> str:
+        return self.cell_dir(defense, eps, setting).name
 
-    def _read_timings(self, defense: str, eps: float | None) -> dict[str, Any]:
-        path = self.cell_dir(defense, eps) / TIMINGS
+    def _read_timings(self, defense: str, eps: float | None, setting: str | None = None
+                      ) -> dict[str, Any]:
+        path = self.cell_dir(defense, eps, setting) / TIMINGS
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
 
-    def plan_cell(self, defense: str, eps: float | None
+    def plan_cell(self, defense: str, eps: float | None, setting: str | None = None
                   ) -> tuple[list[str], dict[str, dict[str, Any]]]:
         """Which of a cell's files to compute, and the fingerprints they must carry."""
-        prints = self.fingerprints(defense, eps)
+        prints = self.fingerprints(defense, eps, setting)
         stat = self.stats
         if not self.resume:
             return list(prints), prints
         todo = []
         for name, want in prints.items():
-            path = self.cell_dir(defense, eps) / f"{name}.json"
+            path = self.cell_dir(defense, eps, setting) / f"{name}.json"
             if not path.is_file():
                 todo.append(name)
                 stat["missing"] = stat.get("missing", 0) + 1
@@ -508,53 +635,78 @@ class Sweep:
         stat["reused"] = stat.get("reused", 0) + (len(prints) - len(todo))
         return todo, prints
 
-    def run_cell(self, defense: str, eps: float | None, todo: list[str],
+    def run_cell(self, defense: str, eps: float | None, setting: str | None, todo: list[str],
                  prints: dict[str, dict[str, Any]], laps: Laps) -> dict[str, float]:
         """Compute the files `todo` of one cell; returns the laps measured (seconds by part)."""
-        folder = self.cell_dir(defense, eps)
+        folder = self.cell_dir(defense, eps, setting)
         run = self.run_for(eps)
+        overrides = self.cell_overrides(defense, setting)
         measured: dict[str, float] = {}
-        built, train_cell = self._train(defense, run, measured, laps)
+        built, train_cell = self._train(defense, run, overrides, measured, laps)
         train_cell.pop("seconds", None)
+        if setting:
+            train_cell.update(epsilon=None, setting=_paper_setting(
+                self.audit.paper_settings[defense], train_cell))
         if "train" in todo:
             write_json(folder / "train.json", {**train_cell, "fingerprint": prints["train"]})
-        from tqdm import tqdm
-
         attacks = [a for a in self.audit.attacks if a in todo]
-        with tqdm(attacks, desc=f"attacks {self._label(defense, eps)}", unit="attack",
-                  leave=False, disable=not self.progress, file=sys.stderr) as bar:
-            for attack in bar:
-                bar.set_postfix_str(attack)
-                if train_cell["status"] != "ok":
-                    result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
-                              "metrics": {}}
-                else:
-                    result = run_attack(built, attack, self.audit, run.seed)
-                result.pop("seconds", None)  # timings live in timings.json, not in results
-                write_json(folder / f"{attack}.json", {**result, "fingerprint": prints[attack]})
-                measured[f"{attack}_s"] = laps.lap()
-        write_json(folder / TIMINGS, {**self._read_timings(defense, eps), **measured})
+        views = None
+        if train_cell["status"] == "ok" and any(_is_inversion(a) for a in attacks):
+            views = self._inversion_views(defense, run, overrides)
+            measured["inversion_views_s"] = laps.lap()
+        for attack in attacks:
+            if train_cell["status"] != "ok":
+                result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
+                          "metrics": {}}
+            else:
+                result = run_attack(built, attack, self.audit, run.seed, views)
+            result.pop("seconds", None)  # timings live in timings.json, not in results
+            for view in result.get("views", []):
+                view.pop("seconds", None)
+            write_json(folder / f"{attack}.json", {**result, "fingerprint": prints[attack]})
+            measured[f"{attack}_s"] = laps.lap()
+        write_json(folder / TIMINGS, {**self._read_timings(defense, eps, setting), **measured})
         return measured
 
-    def _train(self, defense: str, run: RunConfig, timing: dict[str, float], laps: Laps,
-               ) -> tuple[Built, dict[str, Any]]:
+    def _inversion_views(self, defense: str, run: RunConfig,
+                         overrides: dict[str, Any]) -> dict[int, Built | str] | None:
+        """Per batch size of the audit's inversion views: the defense run at that batch size
+        (same ε, same configured rounds, so the same calibration) for the first rounds the
+        inversion needs, or the reason there is none. None: invert the cell's own run."""
+        if not self.audit.inversion_batch_sizes or self.messages_dir is not None:
+            return None
+        stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2)
+        policy = RecordPolicy(rounds=frozenset(range(stop)))
+        views: dict[int, Built | str] = {}
+        for b in self.audit.inversion_batch_sizes:
+            vrun = dataclasses.replace(run, batch_size=b)
+            try:
+                built = build(vrun, defense, overrides, policy=policy)
+            except ConfigError as exc:
+                views[b] = f"not applicable: {exc}"
+                continue
+            res = train(built.trainer, rounds=stop)
+            views[b] = (built if res.diverged_round is None else
+                        f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
+        return views
+
+    def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
+               timing: dict[str, float], laps: Laps) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
             built, cell = self._load_messages(defense, run)
             timing["build_s"] = laps.lap()
             return built, cell
-        built = build(run, defense, self.overrides_for(defense),
-                      policy=_needed_rounds(run, self.audit))
+        built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit))
         timing["build_s"] = laps.lap()
         from tqdm import tqdm
 
-        eps = "no DP" if not built.trainer.private else f"ε={run.epsilon:g}"
-        with tqdm(total=run.rounds, desc=f"train {defense} {eps}", unit="round", leave=False,
-                  disable=not self.progress, file=sys.stderr) as bar, \
+        with tqdm(total=run.rounds, desc=f"train {defense}", unit="round", leave=False,
+                  disable=not (self.progress and sys.stderr.isatty()), file=sys.stderr) as bar, \
                 recording_sampling() as drawn:
             res = train(built.trainer, progress=bar.update)
         timing["train_s"] = laps.lap()
         status = ("ok" if res.diverged_round is None
-                  else f"diverged (NaN/Inf) at round {res.diverged_round}")
+                  else diverged_text(res.diverged_round, run.rounds))
         full = train_result(built, res)
         cell = {"defense": defense, "epsilon": run.epsilon if built.trainer.private else None,
                 "status": status, "accuracy": res.average_accuracy,
@@ -590,8 +742,8 @@ class Sweep:
     def assemble(self) -> dict[str, Any]:
         """results.json from the cell files (each validated), in the grid's order."""
         cells, prints = [], []
-        for defense, eps in self.grid():
-            folder = self.cell_dir(defense, eps)
+        for defense, eps, setting in self.grid():
+            folder = self.cell_dir(defense, eps, setting)
             cell = _read_cell_file(folder / "train.json", TRAIN_FILE)
             cell["fingerprint"] = cell["fingerprint"]["sha256"]
             prints.append(cell["fingerprint"])
@@ -634,6 +786,23 @@ def _read_cell_file(path: Path, schema: Any) -> dict[str, Any]:
     return read_json_file(path, "cell file")
 
 
+PAPER = "paper"
+
+
+def _setting_label(eps: float | None, setting: str | None) -> str:
+    return "at the paper's setting" if setting else eps_text(eps)
+
+
+def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
+    """The paper-setting cell's description: its overrides and the ε it composes to."""
+    from privbench.results import claimed_eps
+
+    knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                      for k, v in sorted(overrides.items()))
+    return {"name": PAPER, "label": f"paper {knobs}", "overrides": overrides,
+            "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
+
+
 def _device(name: str) -> torch.device:
     from privbench.device import resolve_device
 
@@ -642,10 +811,10 @@ def _device(name: str) -> torch.device:
 
 def summary_table(results: dict[str, Any]) -> str:
     """The terminal summary: one row per (defense, ε)."""
-    from privbench.results import attack_interval, attack_metric, claimed_eps
+    from privbench.results import attack_interval, attack_metric, claimed_eps, fmt_num
 
     def f(v: float | None, d: int = 3) -> str:
-        return "-" if v is None else "inf" if v == float("inf") else f"{v:.{d}f}"
+        return fmt_num(v, d, missing="-")
 
     def ci(c: dict[str, Any], key: str) -> str:
         iv = attack_interval(c, key)
@@ -656,7 +825,8 @@ def summary_table(results: dict[str, Any]) -> str:
             f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  status")
     lines = [head]
     for c in results["cells"]:
-        eps = "-" if c.get("epsilon") is None else f"{c['epsilon']:g}"
+        eps = ("paper" if c.get("setting") else "-" if c.get("epsilon") is None
+               else f"{c['epsilon']:g}")
         lines.append(
             f"{c['defense']:<12} {eps:>5} {f(c.get('accuracy')):>6} "
             f"{f(attack_metric(c, 'psnr'), 1):>6} {f(attack_metric(c, 'ssim')):>6} "
@@ -699,6 +869,9 @@ def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | Non
             raise ConfigError(f"[audit.attack_config.{name}] must be a table of config keys")
         attack_config.setdefault(name, {}).update(over)
     cfg = AuditConfig(
+        inversion_batch_sizes=tuple(p.get("inversion_batch_sizes", ())),
+        pool_victims=bool(p.get("pool_victims", False)),
+        paper_settings={k: dict(v) for k, v in p.get("paper_settings", {}).items()},
         defenses=resolve_names(defenses, DEFAULT_DEFENSES, DEFENSES),
         eps=tuple(eps) if eps else tuple(p["eps"]),
         attacks=resolve_names(attacks, tuple(p["attacks"]), ATTACKS),

@@ -77,3 +77,49 @@ def test_python_dash_m_entry_point_and_exit_code():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "privbench: error: nodes must be >= 2, got 0"
+
+
+def test_help_and_version_do_not_import_torch():
+    code = ("import sys\n"
+            "from privbench.cli import main\n"
+            "for argv in (['--help'], ['--version'], ['train', '--help']):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except SystemExit as exc:\n"
+            "        assert exc.code == 0, exc.code\n"
+            "heavy = sorted(m for m in ('torch', 'dp_accounting', 'numpy') if m in sys.modules)\n"
+            "print('heavy:', heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "heavy: []" in proc.stdout
+    assert "privbench 0." in proc.stdout  # --version
+
+
+def test_attack_help_shows_the_presets_run_values(capsys):
+    from privbench.sweep import PRESETS
+
+    with pytest.raises(SystemExit):
+        main(["attack", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    quick = PRESETS["quick"]["run"]
+    assert f"{quick['nodes']} in quick" in text and f"{quick['rounds']} in quick" in text
+
+
+def test_a_diverged_train_exits_nonzero_and_says_in_which_round(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "--defense", "sgp", "--rounds", "20", "--nodes", "4", "--device", "cpu",
+                 "--out", str(out), "--quiet", "--set", "lr=1e30", "--set", "eval_every=20"])
+    assert code == 1
+    captured = capsys.readouterr()
+    res = json.loads((out / "results.json").read_text())
+    r = res["diverged_round"]
+    assert r is not None and r < 5  # caught in the round it happened, not at the evaluation
+    assert f"diverged (NaN/Inf) in round {r + 1} of 20" in captured.err
+    assert "privacy" not in captured.out or "{" not in captured.out
+
+
+def test_train_prints_privacy_as_sentences(tmp_path, capsys):
+    assert main(["train", "--defense", "dp_sgp", "--rounds", "3", "--nodes", "4", "--device",
+                 "cpu", "--eps", "2", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("privacy")]
+    assert lines and all("{" not in ln and " ε = " in ln and "δ = " in ln for ln in lines)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Iterable
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
+
+from privbench.results import fmt_num
 
 # Labels are names from results files (defenses, attacks): show them as written, never parse
 # `$...$` in them as mathtext (a name like "a$b" would otherwise fail to render).
@@ -26,69 +28,110 @@ def _png(fig: Any) -> str:
 
 
 def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[str, float],
-                  ylabel: str, title: str) -> str | None:
-    """One line per defense of (ε, value) points; non-private baselines as dashed lines."""
-    if not any(series.values()) and not baselines:
+                  ylabel: str, title: str,
+                  extra: dict[str, tuple[float, float]] | None = None) -> str | None:
+    """One line per defense of (ε, value) points; non-private baselines as dashed lines;
+    `extra`: single labelled points (a defense at its paper setting, x = its composed ε).
+    The x ticks are the ε values shown (the grid), in the report's number format."""
+    extra = {k: v for k, v in (extra or {}).items() if v[1] is not None and np.isfinite(v[1])}
+    if not any(series.values()) and not baselines and not extra:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    fig, ax = plt.subplots(figsize=(5.8, 3.4))
+    ticks: set[float] = set()
     for name, pts in sorted(series.items()):
         pts = sorted(p for p in pts if p[1] is not None and np.isfinite(p[1]))
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+            ticks.update(p[0] for p in pts)
+    for name, (x, y) in sorted(extra.items()):
+        ax.plot([x], [y], marker="*", markersize=10, linestyle="none", label=name)
+        ticks.add(x)
     for name, value in sorted(baselines.items()):
         if value is not None and np.isfinite(value):
             ax.axhline(value, linestyle="--", color="grey", linewidth=1)
             ax.annotate(f"{name} (no DP)", (0.01, value), xycoords=("axes fraction", "data"),
                         fontsize=7, color="grey", va="bottom")
     ax.set_xscale("log")
-    ax.set_xlabel("target ε (per node)")
+    if ticks:
+        ax.set_xticks(sorted(ticks), [fmt_num(t).removesuffix(".00") for t in sorted(ticks)])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("ε (per node)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _png(fig)
 
 
-def roc_loglog(curves: Iterable[tuple[str, list[float], list[float]]]) -> str | None:
-    """ROC curves on log-log axes (the low-FPR regime that matters for MIA)."""
-    curves = list(curves)
+def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int, int]],
+              bounds: list[tuple[str, np.ndarray, np.ndarray, int]]) -> str | None:
+    """One defense's ROC curves on log-log axes (the low-FPR regime), with the best curve any
+    attack could reach under each claimed ε (dashed), the legend outside the axes. A cell's
+    curves and its bound share a colour; attacks differ by line style.
+
+    Args:
+        curves: (label with AUC, FPR, TPR, cell index, attack index) per (cell, attack).
+        bounds: (label, FPR, TPR, cell index) per claimed privacy bound.
+    """
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    for label, fpr, tpr in curves:
+    fig, ax = plt.subplots(figsize=(4.2, 3.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1))]
+    for label, fpr, tpr, cell in bounds:
+        ax.plot(fpr, tpr, linestyle="--", linewidth=1.0, color=colors[cell % len(colors)],
+                alpha=0.8, label=label)
+    for label, fpr, tpr, cell, k in curves:
         f, t = np.asarray(fpr, dtype=float), np.asarray(tpr, dtype=float)
         keep = (f > 0) & (t > 0)
         if keep.any():
-            ax.plot(f[keep], t[keep], label=label, linewidth=1.2)
+            ax.plot(f[keep], t[keep], label=label, linewidth=1.4,
+                    color=colors[cell % len(colors)], linestyle=styles[k % len(styles)])
     lo = 1e-3
     ax.plot([lo, 1], [lo, 1], linestyle=":", color="grey", label="chance")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, 1)
-    ax.set_ylim(lo, 1)
+    ax.set_ylim(lo, 1.05)
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return _png(fig)
 
 
-def image_grid(rows: list[list[Any]]) -> str:
-    """A grid of grey/RGB images in [0, 1] ((H, W) or (C, H, W) nested lists) as one PNG."""
-    arrays = [[np.asarray(img, dtype=float) for img in row] for row in rows]
-    nrow, ncol = len(arrays), max(len(r) for r in arrays)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(1.3 * ncol, 1.3 * nrow), squeeze=False)
-    for r in range(nrow):
-        for c in range(ncol):
+def upscale(img: np.ndarray, size: int = 96) -> np.ndarray:
+    """(H, W) or (H, W, 3) image repeated nearest-neighbour to about `size` pixels high."""
+    k = max(1, size // img.shape[0])
+    return np.repeat(np.repeat(img, k, axis=0), k, axis=1)
+
+
+def _hwc(img: Any) -> np.ndarray:
+    arr = np.clip(np.asarray(img, dtype=float), 0, 1)
+    if arr.ndim == 3 and arr.shape[0] in (1, 3):
+        arr = arr[0] if arr.shape[0] == 1 else np.transpose(arr, (1, 2, 0))
+    return arr
+
+
+def image_pairs(true: list[Any], rec: list[Any], captions: list[str]) -> str:
+    """True (top) over reconstructed (bottom) images in [0, 1] ((H, W) or (C, H, W) nested
+    lists), each pair upscaled nearest-neighbour, with its caption under it; one PNG."""
+    n = len(true)
+    fig, axes = plt.subplots(2, n, figsize=(1.25 * n, 2.9), squeeze=False)
+    for c in range(n):
+        for r, img in enumerate((true[c], rec[c])):
+            arr = upscale(_hwc(img))
             ax = axes[r][c]
-            ax.axis("off")
-            if c < len(arrays[r]):
-                img = arrays[r][c]
-                if img.ndim == 3 and img.shape[0] in (1, 3):
-                    img = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
-                ax.imshow(np.clip(img, 0, 1), cmap="gray" if img.ndim == 2 else None,
-                          vmin=0, vmax=1, interpolation="nearest")
+            ax.imshow(arr, cmap="gray" if arr.ndim == 2 else None, vmin=0, vmax=1,
+                      interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[1][c].set_xlabel(captions[c], fontsize=8)
+    axes[0][0].set_ylabel("true", fontsize=8)
+    axes[1][0].set_ylabel("recovered", fontsize=8)
+    fig.tight_layout(pad=0.3)
     return _png(fig)
 
 

@@ -7,149 +7,125 @@ metrics, the message kinds it used, ROC points and a reconstruction gallery.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
+from markupsafe import Markup
 
-from privbench.metrics.roc import clear_of_chance
-from privbench.report import plots
+from privbench.report import bounds, plots
+from privbench.report.verdicts import PSNR_LEAK_DB, TITLES, membership_findings, verdicts, where
 from privbench.results import (
     attack_interval,
     attack_metric,
+    auc_interval,
     claimed_eps,
+    claimed_for_audit,
     finite_or_none,
+    fmt_num,
     uncovered_leaks,
 )
 
 TEMPLATE = Path(__file__).with_name("template.html.j2")
 
-# Headline thresholds (documented in the report): a reconstruction is "recognisable" at or above
-# this PSNR (dB) on [0, 1] images, and membership leaks when the AUC is at or above this value.
-PSNR_LEAK_DB = 20.0
-AUC_LEAK = 0.6
+__all__ = ["merge_results", "render_html", "verdicts"]
 
 
-def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A headline verdict per defense: the worst leak found over its ε grid."""
-    out: dict[str, dict[str, Any]] = {}
-    by_def: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for cell in results.get("cells", []):
-        by_def[cell["defense"]].append(cell)
-    for name, cells in by_def.items():
-        reasons, level = [], "resists"
-        private = any(c.get("privacy") for c in cells)
-        leaks = sorted({k for c in cells for k in uncovered_leaks(c)})
-        if leaks and private:
-            reasons.append("data-dependent messages outside the DP guarantee: " + ", ".join(leaks))
-            level = "leaks"
-        for c in cells:
-            eps = c.get("epsilon")
-            where = f"ε={eps:g}" if isinstance(eps, (int, float)) else "no DP"
-            psnr, auc = attack_metric(c, "psnr"), attack_metric(c, "auc")
-            if psnr is not None and psnr >= PSNR_LEAK_DB:
-                reasons.append(f"recognisable reconstructions at {where} (PSNR {psnr:.1f} dB)")
-                level = "leaks"
-            if auc is not None and auc >= AUC_LEAK and _clear_of_chance(c):
-                reasons.append(f"membership inference at {where} (AUC {auc:.2f}"
-                               f"{_ci_text(attack_interval(c, 'auc'))})")
-                level = "leaks"
-            realized = realized_overspend(c)
-            if realized:
-                reasons.append(f"{realized} at {where}")
-                level = "violates"
-            emp, cal = attack_metric(c, "empirical_epsilon"), claimed_eps(c, "calibrated")
-            if emp is not None and cal is not None and emp > cal:
-                reasons.append(f"empirical ε {emp:.2f} exceeds the calibrated ε {cal:.2f} "
-                               f"at {where}")
-                level = "violates"
-        if not reasons:
-            reasons.append("no attack run here succeeded (PSNR < "
-                           f"{PSNR_LEAK_DB:g} dB, AUC < {AUC_LEAK:g})")
-        out[name] = {"level": level if private or level != "resists" else "baseline",
-                     "private": private, "reasons": reasons}
-    return out
-
-
-def _clear_of_chance(cell: dict[str, Any]) -> bool:
-    """Whether the worst-case AUC's 95 % interval lies above chance (0.5); results without an
-    interval (older files) are judged on the point value alone."""
-    ci = attack_interval(cell, "auc")
-    return ci is None or clear_of_chance(ci, 0.5)
-
-
-def _ci_text(ci: list[float] | None) -> str:
-    return "" if ci is None else f", 95 % CI [{ci[0]:.2f}, {ci[1]:.2f}]"
-
-
-def realized_overspend(cell: dict[str, Any]) -> str | None:
-    """A sentence when a defense's realized ε (DPPS / PartPSP: the noise drawn w.r.t. the true
-    sensitivity) exceeds the ε it assumed, else None."""
-    reps = cell.get("privacy", [])
-    real = [r for r in reps if r.get("reading") == "realized"]
-    assumed = [r for r in reps if r.get("mode") == "calibrated" and r.get("reading") == "assumed"]
-    if not real or not assumed:
-        return None
-    as_float = [float(r["epsilon"]) for r in real]  # "inf" -> inf
-    worst, claim = max(as_float), max(float(r["epsilon"]) for r in assumed)
-    if worst <= claim * (1 + 1e-6):
-        return None
-    check = real[0].get("sensitivity_check") or {}
-    why = (f"the sensitivity estimate fell below the real one in "
-           f"{check.get('estimate_below_real', '?')} rounds")
-    if check.get("non_finite_count"):
-        why += f", {check['non_finite_count']} rounds non-finite"
-    return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
-
-
-def _plots(results: dict[str, Any]) -> dict[str, str | None]:
+def _plots(results: dict[str, Any]) -> dict[str, Any]:
     series: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     base: dict[str, dict[str, float]] = defaultdict(dict)
-    curves = []
+    extra: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
     for cell in results.get("cells", []):
         eps, name = cell.get("epsilon"), cell["defense"]
+        setting = cell.get("setting") or {}
         values = {"accuracy": finite_or_none(cell.get("accuracy")),
                   "psnr": attack_metric(cell, "psnr"), "ssim": attack_metric(cell, "ssim"),
                   "auc": attack_metric(cell, "auc")}
         for key, v in values.items():
             if v is None:
                 continue
-            if isinstance(eps, (int, float)):
+            composed = finite_or_none(setting.get("composed_epsilon"))
+            if setting and composed is not None:
+                extra[key][f"{name} ({setting.get('label', 'paper')})"] = (composed, v)
+            elif isinstance(eps, (int, float)):
                 series[key][name].append((float(eps), v))
-            else:
+            elif not setting:
                 base[key][name] = v
-        for aname, att in cell.get("attacks", {}).items():
-            roc = att.get("roc")
-            if roc and roc.get("fpr"):
-                where = f"ε={eps:g}" if isinstance(eps, (int, float)) else "no DP"
-                curves.append((f"{name} {where} {aname}", roc["fpr"], roc["tpr"]))
-    return {
+    out: dict[str, Any] = {
         "accuracy": plots.metric_vs_eps(series["accuracy"], base["accuracy"], "test accuracy",
-                                        "Utility: accuracy of the average model vs ε"),
+                                        "Utility: accuracy of the average model vs ε",
+                                        extra["accuracy"]),
         "psnr": plots.metric_vs_eps(series["psnr"], base["psnr"], "PSNR (dB, best attack)",
-                                    "Reconstruction: PSNR vs ε"),
+                                    "Reconstruction: PSNR vs ε", extra["psnr"]),
         "ssim": plots.metric_vs_eps(series["ssim"], base["ssim"], "SSIM (best attack)",
-                                    "Reconstruction: SSIM vs ε"),
+                                    "Reconstruction: SSIM vs ε", extra["ssim"]),
         "auc": plots.metric_vs_eps(series["auc"], base["auc"], "AUC (best MIA)",
-                                   "Membership inference: AUC vs ε"),
-        "roc": plots.roc_loglog(curves),
+                                   "Membership inference: AUC vs ε", extra["auc"]),
         "sensitivity": plots.sensitivity_traces(
             [(f"{c['defense']}@{c.get('epsilon')}", c["sensitivity_trace"])
              for c in results.get("cells", [])
              if c.get("sensitivity_trace")]),
     }
+    out["roc"] = _roc_panels(results)
+    return out
+
+
+def _auc_label(att: dict[str, Any]) -> str:
+    auc = finite_or_none((att.get("metrics") or {}).get("auc"))
+    if auc is None:
+        return ""
+    ci = auc_interval(att)
+    return f"AUC {auc:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def _roc_panels(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ROC panel per defense: every (ε, attack) curve with its AUC and interval, and the
+    best curve any attack could reach under each cell's claimed (ε, δ) (and μ-GDP where the
+    privacy report gives μ)."""
+    grid = np.logspace(-3, 0, 200)
+    panels: dict[str, dict[str, Any]] = {}
+    for cell in results.get("cells", []):
+        name, here = cell["defense"], where(cell)
+        p = panels.setdefault(name, {"curves": [], "bounds": [], "cells": 0})
+        k = p["cells"]
+        p["cells"] += 1
+        rocs = [(a, att) for a, att in sorted(cell.get("attacks", {}).items())
+                if (att.get("roc") or {}).get("fpr")]
+        for j, (aname, att) in enumerate(rocs):
+            p["curves"].append((f"{here} {aname}: {_auc_label(att)}", att["roc"]["fpr"],
+                                att["roc"]["tpr"], k, j))
+        eps, delta, which = claimed_for_audit(cell)
+        if rocs and eps is not None and finite_or_none(eps) is not None:
+            p["bounds"].append((f"DP bound, {which} ε={fmt_num(eps)}, δ={delta or 0:g}", grid,
+                                bounds.eps_delta_tpr(grid, eps, delta or 0.0), k))
+        mus = [finite_or_none(r.get("mu")) for r in cell.get("privacy", [])
+               if r.get("node", 0) == 0]
+        mu = next((m for m in mus if m is not None), None)
+        if rocs and mu is not None:
+            p["bounds"].append((f"μ-GDP bound μ={mu:.3g} ({here}, approximate CLT)", grid,
+                                bounds.gdp_tpr(grid, mu), k))
+    return [{"defense": name, "png": plots.roc_panel(name, p["curves"], p["bounds"])}
+            for name, p in panels.items() if p["curves"]]
 
 
 def _galleries(results: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for cell in results.get("cells", []):
-        for aname, att in cell.get("attacks", {}).items():
-            gal = att.get("gallery")
-            if gal and gal.get("true") and gal.get("reconstructed"):
-                out.append({"defense": cell["defense"], "epsilon": cell.get("epsilon"),
-                            "attack": aname,
-                            "png": plots.image_grid([gal["true"], gal["reconstructed"]])})
+        for aname, att in sorted(cell.get("attacks", {}).items()):
+            for view in att.get("views") or [att]:
+                gal = view.get("gallery")
+                if not (gal and gal.get("true") and gal.get("reconstructed")):
+                    continue
+                psnr = gal.get("psnr") or [None] * len(gal["true"])
+                caps = [f"v{gal.get('victim', '?')} r{gal.get('round', '?')}\n"
+                        + ("–" if v is None else f"{v:.1f} dB") for v in psnr]
+                out.append({"defense": cell["defense"], "where": where(cell), "attack": aname,
+                            "batch_size": view.get("batch_size"),
+                            "victim": gal.get("victim"), "round": gal.get("round"),
+                            "png": plots.image_pairs(gal["true"], gal["reconstructed"], caps)})
     return out
 
 
@@ -171,10 +147,57 @@ def _ci_cell(ci: list[float] | None) -> str:
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
-    if x == float("inf") or x == "inf":
-        return "∞"
-    v = finite_or_none(x)
-    return "–" if v is None else f"{v:.{digits}f}"
+    return fmt_num(x, digits)
+
+
+class _Dashes:
+    """Footnotes for every "–" in the tables: the reason the value is missing."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def mark(self, reason: str) -> Markup:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        k = self.reasons.index(reason) + 1
+        return Markup('<span title="{0}">–<sup><a href="#dash{1}">{1}</a></sup></span>').format(
+            reason, k)
+
+
+def _missing_reason(cell: dict[str, Any], key: str) -> str:
+    """Why a cell has no value for a metric (from the cell's statuses in results.json)."""
+    if str(cell.get("status", "ok")) != "ok":
+        return f"{cell['defense']} {where(cell)}: training {cell['status']}"
+    atts = cell.get("attacks", {})
+    holders = {a: att for a, att in atts.items() if key in (att.get("metrics") or {})}
+    if not holders:
+        return f"no attack in this audit measures {key}"
+    for aname, att in sorted(holders.items()):
+        if att.get("status") != "ok":
+            return f"{aname}: {att.get('status')}"
+        if key == "lpips" and att.get("lpips_status") not in (None, "ok"):
+            return f"LPIPS: {att['lpips_status']}"
+        if key.startswith("tpr_at_") and att.get(f"{key}_resolved") is False:
+            fpr = key.removeprefix("tpr_at_").removesuffix("_fpr")
+            return (f"{aname}: TPR at {fpr} FPR is not resolved with "
+                    f"{att.get('n_nonmembers')} non-members")
+    return f"{key} was not computed (see results.json)"
+
+
+def _eps_reason(cell: dict[str, Any], mode: str) -> str:
+    if not cell.get("privacy"):
+        return "non-private baseline: no ε"
+    return f"the {mode} reading is not reported by this defense"
+
+
+def _config_shown(results: dict[str, Any]) -> dict[str, Any]:
+    """The configuration with the base run's ε replaced by the ε of each cell."""
+    cfg = json.loads(json.dumps(results.get("config", {})))
+    run = cfg.get("run")
+    if isinstance(run, dict) and "epsilon" in run:
+        run["epsilon"] = "per cell: " + ", ".join(dict.fromkeys(
+            where(c) for c in results.get("cells", []) if c.get("privacy")))
+    return cfg
 
 
 def render_html(results: dict[str, Any], run_name: str | None = None) -> str:
@@ -187,14 +210,26 @@ def render_html(results: dict[str, Any], run_name: str | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
+    dashes = _Dashes()
+
+    def metric(cell: dict[str, Any], key: str, digits: int = 3) -> Any:
+        v = finite_or_none(cell.get("accuracy")) if key == "accuracy" else attack_metric(cell, key)
+        return fmt_num(v, digits) if v is not None else dashes.mark(_missing_reason(cell, key))
+
+    def claim(cell: dict[str, Any], mode: str, digits: int = 2) -> Any:
+        v = claimed_eps(cell, mode)
+        return fmt_num(v, digits) if v is not None else dashes.mark(_eps_reason(cell, mode))
+
     env.filters["fmt"] = _fmt
     env.filters["ci"] = _ci_cell
     env.globals.update(claimed_eps=claimed_eps, attack_metric=attack_metric,
-                       attack_interval=attack_interval, uncovered_leaks=uncovered_leaks)
+                       attack_interval=attack_interval, uncovered_leaks=uncovered_leaks,
+                       metric=metric, claim=claim, where=where,
+                       membership_findings=membership_findings, auc_label=_auc_label)
     return env.get_template(TEMPLATE.name).render(
         r=results, verdicts=verdicts(results), plots=_plots(results),
         galleries=_galleries(results), message_map=_message_map(results),
-        psnr_leak=PSNR_LEAK_DB, auc_leak=AUC_LEAK)
+        psnr_leak=PSNR_LEAK_DB, titles=TITLES, dashes=dashes, config=_config_shown(results))
 
 
 def merge_results(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -213,7 +213,7 @@ def test_lone_neighbour_attacks_every_observed_round() -> None:
     views = DEFENSES.get("sgp").gradient_views(obs, 0, list(range(built.ctx.run.rounds)))
     assert [v.exact for v in views] == [True] + [False] * (built.ctx.run.rounds - 1)
     res = run_membership(built, 0, "mia_message")  # node 1, one of the victim's two in-neighbours
-    assert res["applicable"] and res["views"] == built.ctx.run.rounds
+    assert res["applicable"] and res["rounds_attacked"] == built.ctx.run.rounds
     assert res["rounds_not_applicable"] == 0 and res["not_applicable_reasons"] == {}
     far = run_membership(built, 0, "mia_message", threat=ThreatModel("neighbour", (2,)))
     assert not far["applicable"] and "not observed" in far["reason"]
@@ -227,7 +227,7 @@ def test_not_applicable_rounds_are_counted_with_reasons() -> None:
     assert res["applicable"]
     skipped = res["rounds_not_applicable"]
     assert 0 < skipped < built.ctx.run.rounds
-    assert res["views"] + skipped == built.ctx.run.rounds
+    assert res["rounds_attacked"] + skipped == built.ctx.run.rounds
     assert sum(res["not_applicable_reasons"].values()) == skipped
     assert all("not observed" in r for r in res["not_applicable_reasons"])
 
@@ -302,7 +302,7 @@ def _baseline_run(entry: dict) -> dict:
 
 
 MEASURED = ("auc", "auc_ci", "tpr_at_1%_fpr", "tpr_at_1%_fpr_ci", "tpr_at_0_fpr", "n_members",
-            "n_nonmembers", "applicable", "views", "rounds_not_applicable", "statistic",
+            "n_nonmembers", "applicable", "rounds_attacked", "rounds_not_applicable", "statistic",
             "statistics", "attack_config_resolved")
 
 

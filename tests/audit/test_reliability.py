@@ -76,7 +76,7 @@ def test_a_diverging_cell_is_reported_and_the_sweep_goes_on(tmp_path, capsys):
     assert len(cells) == 2
     assert "nan" in text or "inf" in text  # the non-finite values are kept, as strings
     for cell in cells:
-        assert cell["status"].startswith("diverged (NaN/Inf) at round")
+        assert cell["status"].startswith("diverged (NaN/Inf) in round ")
         for att in cell["attacks"].values():
             assert att["status"].startswith("skipped: training diverged")
     assert "diverged" in capsys.readouterr().out

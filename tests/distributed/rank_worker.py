@@ -21,7 +21,7 @@ import sys
 import torch.distributed as dist
 
 import privbench.engine
-from privbench.cli import main
+from privbench.cli import EXIT_DIVERGED, main
 from privbench.comm import exit_process, process_group
 
 
@@ -63,7 +63,7 @@ def run() -> int:
             options = [a for kv in sets for a in ("--set", kv)]
             code = main(["train", "--backend", "distributed", "--defense", name, "--quiet",
                          "--out", os.path.join(out, folder), *extra, *options])
-            if code:
+            if code not in (0, EXIT_DIVERGED):  # a diverged run is compared like any other
                 return code
     return 0
 

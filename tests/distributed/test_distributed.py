@@ -23,7 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from privbench.cli import main
+from privbench.cli import EXIT_DIVERGED, main
 from privbench.messages import GroundTruth, MessageLog
 from privbench.registry import DEFENSES, load_plugins
 
@@ -75,13 +75,13 @@ def single(tmp_path_factory) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for name in NAMES:
+        for name in NAMES:  # DPPS / PartPSP diverge here (exit code 1, results written)
             assert main(["train", "--defense", name, "--quiet", "--out", str(out / name),
-                         *TRAIN]) == 0
+                         *TRAIN]) in (0, EXIT_DIVERGED)
         for folder, spec in EXTRA.items():
             name, *sets = spec.split("@")
             assert main(["train", "--defense", name, "--quiet", "--out", str(out / folder),
-                         *TRAIN, *[a for kv in sets for a in ("--set", kv)]]) == 0
+                         *TRAIN, *[a for kv in sets for a in ("--set", kv)]]) in (0, EXIT_DIVERGED)
     finally:
         torch.set_num_threads(threads)
     return out

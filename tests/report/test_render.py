@@ -55,12 +55,12 @@ def test_report_is_self_contained_and_complete():
         assert needle in html
 
 
-def test_verdicts_flag_leaks_and_uncovered_messages():
+def test_verdicts_flag_exploited_uncovered_messages_and_baselines_are_references():
     v = verdicts(_results())
-    assert v["defl_vp"]["level"] == "leaks"
+    assert v["defl_vp"]["level"] == "violates"  # the inversion read the uncovered kind
     assert any("control_variate" in r for r in v["defl_vp"]["reasons"])
     assert any("PSNR 31.0" in r for r in v["defl_vp"]["reasons"])
-    assert v["sgp"]["level"] == "baseline"
+    assert v["sgp"]["level"] == "reference"
 
 
 def test_every_string_is_escaped():

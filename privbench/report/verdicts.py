@@ -1,0 +1,204 @@
+"""Verdicts by severity, per (defense, ε) cell and per defense (the worst cell wins).
+
+Levels, most severe first (`LEVELS`):
+
+* violates: the guarantee is broken: an empirical ε lower bound above the ε the cell is held to
+  (the realized ε when the privacy report has one, else the calibrated claim), a realized ε
+  above the ε the defense assumed (DPPS / PartPSP's sensitivity estimate), or a data-dependent
+  message kind outside the DP guarantee that an attack which succeeded read (its gradient views
+  or observed model were derived from that kind: the attack result's `uses`).
+* under_reports: the paper's own ε is below the rigorous (calibrated) ε of the same run by more
+  than 1%: the paper's accounting claims more privacy than the mechanism gives.
+* diverged: training produced a non-finite model; no accuracy, no attack.
+* leaks: an attack succeeds, clear of chance (membership: the AUC interval's lower end above 0.5;
+  inversion: PSNR >= 20 dB on [0, 1] images), while the empirical ε stays within the claim: a
+  leak the claimed ε permits.
+* resists: no attack run succeeded.
+
+Non-private baselines get the level "reference": what the attacks reach without any defense.
+A cell's verdict is the most severe level any of its findings reaches, so the verdict does not
+depend on the order of cells or attacks. Every finding names its evidence; violations and
+under-reports also say what would fix them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from privbench.report import bounds
+from privbench.results import (
+    attack_metric,
+    auc_interval,
+    claimed_eps,
+    claimed_for_audit,
+    eps_text,
+    finite_or_none,
+    fmt_num,
+    uncovered_leaks,
+)
+
+LEVELS = ("violates", "under_reports", "diverged", "leaks", "resists")
+TITLES = {"violates": "violates its guarantee", "under_reports": "under-reports ε",
+          "diverged": "diverged", "leaks": "leaks within its guarantee", "resists": "resists",
+          "reference": "reference (no DP)"}
+PSNR_LEAK_DB = 20.0  # a reconstruction at or above this PSNR on [0, 1] images is recognisable
+UNDER_REPORT_MARGIN = 0.01  # paper ε below calibrated ε by more than this fraction
+
+
+def severity(level: str) -> int:
+    """Rank of a level: 0 is the most severe ("reference" ranks after "resists")."""
+    return LEVELS.index(level) if level in LEVELS else len(LEVELS)
+
+
+def where(cell: dict[str, Any]) -> str:
+    """How a cell is named to people: "ε=1", "no DP", or its setting's label."""
+    setting = cell.get("setting") or {}
+    if setting:
+        return str(setting.get("label", "paper setting"))
+    return eps_text(cell.get("epsilon"))
+
+
+def _ok(att: dict[str, Any]) -> bool:
+    return str(att.get("status", "")).startswith("ok")
+
+
+def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per membership attack: AUC, interval, success and distance to the DP bound."""
+    eps, delta, _ = claimed_for_audit(cell)
+    out = []
+    for name, att in sorted(cell.get("attacks", {}).items()):
+        auc = finite_or_none((att.get("metrics") or {}).get("auc"))
+        if auc is None or not _ok(att):
+            continue
+        ci = auc_interval(att)
+        item = {"attack": name, "auc": auc, "ci": ci, "uses": list(att.get("uses") or []),
+                "success": ci is not None and ci[0] > 0.5}
+        if eps is not None:
+            b_auc = bounds.eps_delta_auc(eps, delta or 0.0)
+            item.update(bound_auc=b_auc, closeness=bounds.closeness(auc, b_auc))
+        out.append(item)
+    return out
+
+
+def _text_auc(m: dict[str, Any]) -> str:
+    ci = m.get("ci")
+    text = f"{m['attack']} AUC {m['auc']:.3f}"
+    if ci:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    if m.get("closeness") is not None:
+        text += (f", {100 * m['closeness']:.0f}% of the way from chance to the DP bound "
+                 f"(AUC ≤ {m['bound_auc']:.3f})")
+    return text
+
+
+def _inversion_hits(cell: dict[str, Any]) -> list[tuple[str, float, list[str]]]:
+    """(attack, PSNR, message kinds its views were derived from) of recognisable inversions."""
+    hits = []
+    for name, att in sorted(cell.get("attacks", {}).items()):
+        psnr = finite_or_none((att.get("metrics") or {}).get("psnr"))
+        if _ok(att) and psnr is not None and psnr >= PSNR_LEAK_DB:
+            hits.append((name, psnr, list(att.get("uses") or [])))
+    return hits
+
+
+def realized_overspend(cell: dict[str, Any]) -> str | None:
+    """A sentence when a defense's realized ε (DPPS / PartPSP: the noise drawn w.r.t. the true
+    sensitivity) exceeds the ε it assumed, else None."""
+    reps = cell.get("privacy", [])
+    real = [r for r in reps if r.get("reading") == "realized"]
+    assumed = [r for r in reps if r.get("mode") == "calibrated" and r.get("reading") == "assumed"]
+    if not real or not assumed:
+        return None
+    worst = max(float(r["epsilon"]) for r in real)  # "inf" -> inf
+    claim = max(float(r["epsilon"]) for r in assumed)
+    if worst <= claim * (1 + 1e-6):
+        return None
+    check = real[0].get("sensitivity_check") or {}
+    why = (f"the sensitivity estimate fell below the real one in "
+           f"{check.get('estimate_below_real', '?')} rounds")
+    if check.get("non_finite_count"):
+        why += f", {check['non_finite_count']} rounds non-finite"
+    return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
+
+
+def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
+    """The verdict of one (defense, ε) cell: level, findings (level, evidence, fix)."""
+    findings: list[dict[str, Any]] = []
+    private = bool(cell.get("privacy"))
+    here = where(cell)
+    if str(cell.get("status", "ok")).startswith("diverged"):
+        findings.append({"level": "diverged", "evidence": f"{here}: {cell['status']}"})
+    eps, _, which = claimed_for_audit(cell)
+    emp = attack_metric(cell, "empirical_epsilon")
+    if private and emp is not None and eps is not None and emp > eps:
+        findings.append({"level": "violates", "evidence": f"{here}: empirical ε lower bound "
+                         f"{fmt_num(emp)} exceeds the {which} ε {fmt_num(eps)}",
+                         "fix": "the noise or the accounting is wrong for what the trainer "
+                                "does: check the sampling and sensitivity the accountant assumes"})
+    overspend = realized_overspend(cell)
+    if private and overspend:
+        findings.append({"level": "violates", "evidence": f"{here}: {overspend}",
+                         "fix": "bound the sensitivity by clipping instead of estimating it, "
+                                "or run on a doubly-stochastic graph where Lemma 2 holds"})
+    paper, cal = claimed_eps(cell, "paper"), claimed_eps(cell, "calibrated")
+    if private and paper is not None and cal is not None and \
+            paper < cal * (1 - UNDER_REPORT_MARGIN):
+        findings.append({"level": "under_reports", "evidence": f"{here}: the paper's ε "
+                         f"{fmt_num(paper)} is below the rigorous ε {fmt_num(cal)}",
+                         "fix": "report (and calibrate noise with) the rigorous accountant"})
+    leaks = set(uncovered_leaks(cell)) if private else set()
+    for name, psnr, uses in _inversion_hits(cell):
+        exploited = sorted(leaks & set(uses))
+        if exploited:
+            findings.append({"level": "violates", "evidence": f"{here}: {name} reconstructs "
+                             f"the victim's images (PSNR {psnr:.1f} dB) from "
+                             f"{', '.join(exploited)}, a data-dependent message outside the DP "
+                             "guarantee", "fix": f"noise or stop sending {', '.join(exploited)} "
+                                                 "(cover it by the mechanism)"})
+        else:
+            findings.append({"level": "leaks", "evidence": f"{here}: {name} reconstructs the "
+                             f"victim's images (PSNR {psnr:.1f} dB ≥ {PSNR_LEAK_DB:g})"})
+    for m in membership_findings(cell):
+        exploited = sorted(leaks & set(m["uses"]))
+        if m["success"] and exploited:
+            findings.append({"level": "violates", "evidence": f"{here}: {_text_auc(m)}, read "
+                             f"from {', '.join(exploited)}, a data-dependent message outside "
+                             "the DP guarantee", "fix": f"noise or stop sending "
+                                                        f"{', '.join(exploited)}"})
+        elif m["success"]:
+            findings.append({"level": "leaks", "evidence": f"{here}: {_text_auc(m)}"})
+    if leaks and not any(f["level"] == "violates" for f in findings):
+        findings.append({"level": "resists", "evidence": f"{here}: {', '.join(sorted(leaks))} "
+                         "lies outside the DP guarantee; no attack here exploited it"})
+    if not any(f["level"] != "resists" for f in findings):
+        findings.append({"level": "resists", "evidence": f"{here}: no attack succeeded "
+                         f"(PSNR < {PSNR_LEAK_DB:g} dB, no AUC interval clear of 0.5)"})
+    level = min((f["level"] for f in findings), key=severity)
+    if not private:
+        level = "reference"
+    return {"level": level, "title": TITLES[level], "where": here, "findings": findings}
+
+
+def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per defense: the worst cell's level over its ε grid, with every cell's verdict.
+
+    Returns:
+        {defense: {"level", "title", "private", "cells": [cell verdicts in input order],
+        "reasons": evidence lines of the findings at the defense's level, then the rest}}.
+    """
+    by_def: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for cell in results.get("cells", []):
+        by_def[cell["defense"]].append(cell)
+    out = {}
+    for name, cells in by_def.items():
+        per = [cell_verdict(c) for c in cells]
+        private = any(c.get("privacy") for c in cells)
+        level = min((v["level"] for v in per), key=severity) if private else "reference"
+        found = sorted((f for v in per for f in v["findings"]),
+                       key=lambda f: (severity(f["level"]), f["evidence"]))
+        reasons = [f["evidence"] + (f" — fix: {f['fix']}" if f.get("fix") else "")
+                   for f in found if private or f["level"] != "resists"]
+        out[name] = {"level": level, "title": TITLES[level], "private": private, "cells": per,
+                     "reasons": reasons or [f["evidence"] for f in found]}
+    return out
