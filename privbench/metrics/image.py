@@ -82,7 +82,10 @@ def match(rec: Tensor, true: Tensor) -> tuple[np.ndarray, np.ndarray]:
     """
     from scipy.optimize import linear_sum_assignment
 
-    r, t = linear_sum_assignment(mse_matrix(rec, true))
+    cost = mse_matrix(rec, true)
+    # A non-finite reconstruction (a diverged attack) matches last; its metrics stay non-finite.
+    cost = np.where(np.isfinite(cost), cost, np.finfo(np.float64).max / (cost.size + 1))
+    r, t = linear_sum_assignment(cost)
     return r, t
 
 
