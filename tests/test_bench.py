@@ -141,6 +141,21 @@ def test_audit_bench_calls_the_sweep_and_reads_its_timings():
     assert abs(t["sum_s"] - res["seconds"]) <= 0.05 * res["seconds"]
 
 
+def test_audit_section_prints_the_breakdown(monkeypatch, tmp_path, capsys):
+    real = bench.bench_audit
+
+    def small(device, preset, defenses):
+        return real(device, preset, defenses, ["mia_threshold"], {"rounds": 2, "nodes": 3})
+
+    monkeypatch.setattr(bench, "bench_audit", small)
+    out = tmp_path / "audit.json"
+    assert main(["bench", "audit", "--defense", "sgp", "--device", "cpu", "--json",
+                 str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "sum of parts" in printed and "sgp@none" in printed and "report" in printed
+    assert json.loads(out.read_text())["timings"]["cells"]["sgp@none"]["train_s"] >= 0
+
+
 def test_bench_and_cli_import_no_circle():
     import ast
     from pathlib import Path
