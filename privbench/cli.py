@@ -37,9 +37,13 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         g.add_argument("--defense", default="sgp", help="defense registry key (`privbench list`)")
         g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
     g.add_argument("--dataset", help="dataset registry key (default digits)")
-    g.add_argument("--data-root", dest="data_root", help="folder holding torchvision datasets")
+    g.add_argument("--data-root", dest="data_root",
+                   help="folder holding mnist / fashion-mnist idx files (flat or torchvision's "
+                        "layout) or cifar-10-batches-py; default: $PRIVBENCH_DATA, then the "
+                        "Debian package's folder (apt-get install dataset-fashion-mnist)")
     g.add_argument("--download", action="store_true", default=None,
-                   help="allow torchvision to download the dataset into --data-root")
+                   help="allow torchvision to download the dataset into --data-root "
+                        "(or $PRIVBENCH_DATA) when it is not found")
     g.add_argument("--model", help="model registry key (default mlp)")
     g.add_argument("--nodes", type=int, help="number of nodes (default 8)")
     g.add_argument("--topology", help="topology registry key (default random_out)")
@@ -133,7 +137,9 @@ def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None
     print(f"per-node test accuracy: {nodes}")
     where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
-          f"({res.seconds:.1f} s, device {result['environment']['device']}{where})")
+          f"({res.seconds:.1f} s, of which evaluation {res.eval_seconds:.1f} s; "
+          f"device {result['environment']['device']}{where})")
+    print(f"data: {result['run']['dataset']} from {result['data_source']}")
     for rep in result["privacy"][:1]:
         print(f"privacy: {rep}")
     what = "the merged message log" if comm is not None else "the message log"

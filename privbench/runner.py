@@ -35,6 +35,7 @@ class Built:
     trainer: Trainer
     ctx: Context
     defense: str
+    data_source: str = "embedded"
 
 
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
@@ -68,7 +69,7 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     policy = policy or RecordPolicy()
     bus = MessageBus(cls.kinds, policy, comm=comm)
     ctx = Context(run, fm, data.to(device), topo, bus, GroundTruth(policy), streams, device, comm)
-    return Built(cls(cfg, ctx), ctx, defense)
+    return Built(cls(cfg, ctx), ctx, defense, ds.source)
 
 
 def environment(device: torch.device) -> dict[str, str]:
@@ -88,6 +89,7 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
         "kind": "train",
         "defense": built.defense,
         "run": to_dict(ctx.run),
+        "data_source": built.data_source,
         "defense_config": to_dict(trainer.cfg),
         "messages": [k.to_dict() for k in trainer.kinds],
         "privacy": _node_reports(ctx.comm, trainer.privacy()),
@@ -95,6 +97,8 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
         "history": res.history,
         "diverged_round": res.diverged_round,
         "seconds": res.seconds,
+        "timing": {"train_seconds": res.seconds - res.eval_seconds,
+                   "eval_seconds": res.eval_seconds},
         "environment": {**environment(ctx.device), "ranks": ctx.comm.world},
     }
 

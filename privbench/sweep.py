@@ -280,7 +280,8 @@ class Sweep:
         run = self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
         built, train_cell = self._train(defense, run)
         label = f"{defense}@{_eps_key(eps)}"
-        timings[label] = {"train_s": train_cell.pop("seconds", None)}
+        timings[label] = {"train_s": train_cell.pop("seconds", None),
+                          "eval_s": train_cell.pop("eval_seconds", None)}
         if "train" in missing:
             write_json(folder / "train.json", train_cell)
         from tqdm import tqdm
@@ -318,7 +319,8 @@ class Sweep:
                 "status": status, "accuracy": res.average_accuracy,
                 "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
                 "messages": full["messages"], "defense_config": full["defense_config"],
-                "history": res.history, "seconds": res.seconds}
+                "history": res.history, "seconds": res.seconds,
+                "eval_seconds": res.eval_seconds}
         return built, cell
 
     def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
