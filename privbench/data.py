@@ -15,6 +15,7 @@ for all nodes are sampled in one tensor operation.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -356,3 +357,31 @@ def split_nodes(ds: Dataset, n: int, scheme: str = "iid", alpha: float = 0.5,
         xo, yo = ds.x_train[:0].expand(n, 0, *ds.input_shape), ds.y_train[:0].expand(n, 0)
         io, co = torch.zeros(n, 0, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
     return NodeData(x, y, idx, counts, xo, yo, io, co, ds.x_test, ds.y_test, ds.num_classes)
+
+
+def carve_validation(ds: Dataset, data: NodeData, fraction: float, seed: int) -> NodeData:
+    """Move a fraction of every node's members into a validation split (for tuning).
+
+    The validation samples replace the test set (x_test, y_test), so evaluation scores them and
+    the test set takes no part; held-out non-members are unchanged. The carve depends only on
+    `seed`, so every candidate of a tuning grid sees the same split.
+
+    Args:
+        ds: the dataset `data` was split from.
+        data: the nodes' data from `split_nodes`.
+        fraction: share of each node's members moved to validation, in (0, 1).
+        seed: seed of the carve.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"validation fraction must be in (0, 1), got {fraction}")
+    rng = np.random.default_rng(seed)
+    members, valid = [], []
+    for i in range(data.n):
+        own = rng.permutation(data.idx[i, : int(data.counts[i])].numpy())
+        k = min(len(own) - 1, max(1, round(len(own) * fraction)))
+        valid.append(own[:k])
+        members.append(np.sort(own[k:]))
+    x, y, idx, counts = _stack_padded(ds.x_train, ds.y_train, members)
+    keep = torch.as_tensor(np.sort(np.concatenate(valid)))
+    return dataclasses.replace(data, x=x, y=y, idx=idx, counts=counts,
+                               x_test=ds.x_train[keep], y_test=ds.y_train[keep])

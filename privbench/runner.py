@@ -16,7 +16,7 @@ import torch
 
 from privbench.comm import Comm
 from privbench.config import RunConfig, replace_checked, to_dict
-from privbench.data import load_dataset, split_nodes
+from privbench.data import carve_validation, load_dataset, split_nodes
 from privbench.device import device_description, resolve_device
 from privbench.engine import Context, Trainer, TrainResult, node_models
 from privbench.errors import ConfigError, PrivbenchError
@@ -40,13 +40,15 @@ class Built:
 
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
           policy: RecordPolicy | None = None, comm: Comm | None = None,
-          device: torch.device | None = None) -> Built:
+          device: torch.device | None = None, validation: float = 0.0) -> Built:
     """Build data, model, topology, bus and the named defense's trainer for `run`.
 
     Args:
         comm: where the nodes run (default: all in this process). With several ranks this
             rank keeps only its nodes' data, and the bus brings other ranks' messages.
         device: the device to use instead of resolving `run.device` (a rank's GPU).
+        validation: > 0: carve this fraction of every node's members into a validation split
+            that replaces the test set (tuning; `data.carve_validation`).
     """
     load_plugins()
     comm = comm or Comm()
@@ -57,6 +59,8 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     ds = load_dataset(run.dataset, run.data_root, run.download)
     data = split_nodes(ds, run.nodes, run.partition, run.alpha, run.holdout,
                        seed=derive_seed(run.seed, "data"), max_per_node=run.max_per_node)
+    if validation > 0:
+        data = carve_validation(ds, data, validation, derive_seed(run.seed, "validation"))
     fm = build_model(run.model, ds.input_shape, ds.num_classes).to(device)
     topo = build_topology(run.topology, run.nodes, streams.get("topology", device="cpu"),
                           k=run.out_degree, time_varying=run.time_varying,

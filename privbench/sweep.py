@@ -229,6 +229,7 @@ class Sweep:
     progress: bool = True
     command: str = "privbench attack"
     messages_dir: Path | None = None
+    tuned: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def cell_dir(self, defense: str, eps: float | None) -> Path:
         return self.out / "cells" / f"{defense}@{_eps_key(eps)}"
@@ -278,7 +279,10 @@ class Sweep:
         if not missing:
             return
         run = self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
-        built, train_cell = self._train(defense, run)
+        run, extra, used = self._tuned(defense, run, eps)
+        built, train_cell = self._train(defense, run, extra)
+        if used is not None:
+            train_cell["tuned"] = used
         label = f"{defense}@{_eps_key(eps)}"
         timings[label] = {"train_s": train_cell.pop("seconds", None),
                           "eval_s": train_cell.pop("eval_seconds", None)}
@@ -301,10 +305,26 @@ class Sweep:
                 timings[label][attack] = time.perf_counter() - start
                 write_json(folder / f"{attack}.json", result)
 
-    def _train(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
+    def _tuned(self, defense: str, run: RunConfig, eps: float | None,
+               ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+        """The cell's run and defense overrides with the preset's tuned values applied (the
+        user's own defense overrides win), and what was used (None: nothing tuned applies)."""
+        from privbench.tuning import PRIVACY_NOTE, entry_for
+
+        entry, _ = entry_for(self.tuned.get(defense, []), run, eps)
+        if entry is None:
+            return run, {}, None
+        used = {"run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
+                "tuned_at_epsilon": entry["epsilon"], "command": entry.get("command"),
+                "validation_accuracy": entry.get("validation_accuracy"),
+                "source": "privbench/presets/tuned.toml", "note": PRIVACY_NOTE}
+        return replace_checked(run, used["run"], where="run"), used["defense"], used
+
+    def _train(self, defense: str, run: RunConfig,
+               tuned: dict[str, Any] | None = None) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
             return self._load_messages(defense, run)
-        built = build(run, defense, self.overrides_for(defense),
+        built = build(run, defense, {**(tuned or {}), **self.overrides_for(defense)},
                       policy=_needed_rounds(run, self.audit))
         from tqdm import tqdm
 
@@ -351,10 +371,23 @@ class Sweep:
         return {"schema_version": SCHEMA_VERSION, "kind": "audit", "run_name": self.out.name,
                 "command": self.command,
                 "config": {"run": to_dict(self.base), "defense_overrides": self.overrides,
-                           "audit": to_dict(self.audit), "threat": self.audit.threat},
+                           "audit": to_dict(self.audit), "threat": self.audit.threat,
+                           **({"tuned": self._tuned_summary(cells)} if self.tuned else {})},
                 "environment": environment(torch.device("cpu") if self.base.device == "cpu"
                                            else _device(self.base.device)),
                 "cells": cells}
+
+
+    @staticmethod
+    def _tuned_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+        """Which cells ran with tuned values, which values, from where (for the report)."""
+        from privbench.tuning import PRIVACY_NOTE
+
+        used = {f"{c['defense']}@{_eps_key(c.get('epsilon'))}": {
+                    k: c["tuned"][k] for k in ("run", "defense", "tuned_at_epsilon", "command")}
+                for c in cells if c.get("tuned")}
+        return {"source": "privbench/presets/tuned.toml", "cells": used,
+                "privacy_note": PRIVACY_NOTE}
 
 
 def _device(name: str) -> torch.device:

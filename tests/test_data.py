@@ -129,7 +129,7 @@ def test_missing_files_name_what_is_expected(tmp_path, no_data_places):
         load_dataset("mnist", tmp_path)
     with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist"):
         load_dataset("fashion-mnist", tmp_path)
-    with pytest.raises(DataError, match="cifar10.*not found.*--download"):
+    with pytest.raises(DataError, match=r"cifar10.*not found.*--download"):
         load_dataset("cifar10", None)
     with pytest.raises(UnknownNameError, match="known: cifar10, digits"):
         load_dataset("imagenet")
