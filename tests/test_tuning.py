@@ -102,7 +102,8 @@ def test_committed_tuned_file_parses_and_records_its_commands():
         assert preset in sweep.PRESETS
         for defense, entries in defenses.items():
             for e in entries:
-                assert e["command"].startswith(f"privbench tune --defense {defense} ")
+                assert e["command"].startswith("privbench tune ")
+                assert f"--defense {defense} " in e["command"] and "--save" in e["command"]
                 assert set(e["settings"]) == set(tuning.MATCH_FIELDS)
 
 
