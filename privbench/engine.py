@@ -177,8 +177,7 @@ def masked_sum(g: Tensor, mask: Tensor) -> Tensor:
 
 # Samples per evaluation forward. On CPU, 64 images keep a CNN's activations (~6 MB) close to the
 # cache: 1 thread, the FedAvg CNN on 28x28 images, CPU time per image: 0.48 ms at 64 vs 0.54 ms
-# at 256 (channels-last; 0.63 / 0.74 ms in the default layout), and a vmapped forward of 9 models
-# cost 1.5-2.6 ms per image and model (README, "Evaluation").
+# at 256 (channels-last; 0.63 / 0.74 ms in the default layout); README, "Evaluation".
 EVAL_SAMPLES_CPU = 64
 EVAL_SAMPLES_ACCEL = 8192
 
@@ -189,7 +188,8 @@ def accuracy(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     """Test accuracy of each parameter row on the same data.
 
     The rows are evaluated one at a time with the plain module (no vmap: a vmapped conv and
-    max-pool over several models ran 1.5-4x slower on CPU than one model at a time), over
+    max-pool over 9 CNNs ran up to 1.8x slower on CPU, and no faster in any chunking we
+    measured, than one model at a time; README "Evaluation"), over
     chunks of `chunk` samples, so memory stays bounded whatever m and N are. Images and conv
     kernels are put in channels-last layout (oneDNN's fast path for conv and max-pool on CPU;
     same logical tensors, so the model computes the same function).
