@@ -116,3 +116,17 @@ def test_tune_cli_writes_every_candidate(tmp_path, capsys):
     saved = json.loads((tmp_path / "tune.json").read_text())
     assert [c["label"] for c in saved["candidates"]] == ["lr=0.1", "lr=0.3"]
     assert main(["tune", "--defense", "sgp", "--grid", "nope=1", "--out", str(tmp_path)]) == 2
+
+
+def test_user_settings_win_over_tuned_values_and_untuned_ignores_them(monkeypatch):
+    from privbench import cli
+
+    monkeypatch.setattr(tuning, "load_tuned", lambda: {"quick": {"dp_sgp": [_entry(0.5)]}})
+    parse = cli.build_parser().parse_args
+    args = parse(["attack", "--lr", "0.7"])
+    args.sets = ["defense.clip=2"]
+    entry = cli._tuned_entries(args, {"clip": "2"})["dp_sgp"][0]
+    assert entry["run"] == {} and entry["defense"] == {}
+    plain = cli._tuned_entries(parse(["attack"]), {})["dp_sgp"][0]
+    assert plain["run"] == {"lr": 0.3} and plain["defense"] == {"clip": 0.5}
+    assert cli._tuned_entries(parse(["attack", "--untuned"]), {}) == {}
