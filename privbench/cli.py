@@ -61,9 +61,13 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         g.add_argument("--defense", default="sgp", help="defense registry key (`privbench list`)")
         g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
     g.add_argument("--dataset", help="dataset registry key (default digits)")
-    g.add_argument("--data-root", dest="data_root", help="folder holding torchvision datasets")
+    g.add_argument("--data-root", dest="data_root",
+                   help="folder holding mnist / fashion-mnist idx files (flat or torchvision's "
+                        "layout) or cifar-10-batches-py; default: $PRIVBENCH_DATA, then the "
+                        "Debian package's folder (apt-get install dataset-fashion-mnist)")
     g.add_argument("--download", action="store_true", default=None,
-                   help="allow torchvision to download the dataset into --data-root")
+                   help="allow torchvision to download the dataset into --data-root "
+                        "(or $PRIVBENCH_DATA) when it is not found")
     g.add_argument("--model", help=f"model registry key {_default(sweep, 'mlp')}")
     g.add_argument("--nodes", type=int, help=f"number of nodes {_default(sweep, '8')}")
     g.add_argument("--topology", help="topology registry key (default auto: the defense's, "
@@ -162,7 +166,9 @@ def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None
         print(f"per-node test accuracy: {nodes}")
     where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
-          f"({res.seconds:.1f} s, device {result['environment']['device']}{where})")
+          f"({res.seconds:.1f} s, of which evaluation {res.eval_seconds:.1f} s; "
+          f"device {result['environment']['device']}{where})")
+    print(f"data: {result['run']['dataset']} from {result['data_source']}")
     for rep in result["privacy"]:
         if rep.get("node", 0) == 0:
             print(f"privacy (node 0): {privacy_line(rep)}")
@@ -244,8 +250,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
         print(f"note: duplicate --eps value(s) {', '.join(map(repr, dups))} removed; the grid is "
               f"{', '.join(map(repr, audit.eps))}", file=sys.stderr)
     out = _out_folder(args, "audit-" + args.preset)
+    tuned = _tuned_entries(args, overrides)
     runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
-                         command=_command_line(args))
+                         command=_command_line(args), tuned=tuned)
     return _finish_sweep(runner, out)
 
 
@@ -272,8 +279,85 @@ def _finish_sweep(runner: Any, out: Path) -> int:
               f"({st.get('missing', 0)} missing, {st.get('stale', 0)} stale, "
               f"{st.get('damaged', 0)} damaged)")
     print(sweep.summary_table(results))
+    _print_tuned(results)
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
     return 0
+
+
+def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """The preset's tuned values (privbench/presets/tuned.toml), minus the keys the user set
+    explicitly (flags, --set, --config win); empty with --untuned."""
+    from privbench.config import load_toml, parse_sets
+    from privbench.tuning import load_tuned
+
+    if args.untuned:
+        return {}
+    explicit = {k for k in _RUN_FLAGS if getattr(args, k, None) is not None}
+    explicit |= set(parse_sets([s for s in args.sets if not s.startswith("audit.")])[0])
+    if args.config:
+        explicit |= set(load_toml(args.config)[0])
+    out: dict[str, list[dict[str, Any]]] = {}
+    for defense, entries in load_tuned().get(args.preset, {}).items():
+        out[defense] = [{**e, "run": {k: v for k, v in e.get("run", {}).items()
+                                      if k not in explicit},
+                         "defense": {k: v for k, v in e.get("defense", {}).items()
+                                     if k not in overrides}} for e in entries]
+    return out
+
+
+def _print_tuned(results: dict[str, Any]) -> None:
+    tuned = results["config"].get("tuned")
+    if not tuned or not tuned["cells"]:
+        return
+    print(f"tuned values from {tuned['source']} (validation split of the members; "
+          f"{tuned['privacy_note']}):")
+    for cell, used in tuned["cells"].items():
+        values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
+        print(f"  {cell}: {values} (tuned at eps={used['tuned_at_epsilon']:g})")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """`privbench tune`: grid search on a validation split carved from the members."""
+    from privbench import sweep, tuning
+    from privbench.config import to_dict
+    from privbench.registry import load_plugins
+    from privbench.results import write_json
+
+    load_plugins()
+    run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
+    candidates = tuning.parse_grid(args.grid, args.defense)
+    out = Path(args.out or f"reports/tune-{args.preset}-{args.defense}-eps{run.epsilon:g}")
+    _check_writable(out)
+    print(f"tune {args.defense} at eps={run.epsilon:g}: {len(candidates)} candidates, "
+          f"validation = {args.validation:g} of each node's members")
+    result = tuning.tune(run, args.defense, candidates, args.validation, overrides,
+                         progress=not args.quiet)
+    command = _command_line(args)
+    write_json(out / "tune.json", {**result, "command": command, "preset": args.preset,
+                                   "run": to_dict(run), "defense_overrides": overrides})
+    _print_tune(result)
+    if args.save and result["best"] is not None:
+        text = tuning.toml_entry(args.preset, args.defense, run, result, command)
+        tuning.save_entry(Path(args.save), text, args.preset, args.defense, run.epsilon)
+        print(f"saved the best candidate to {args.save}")
+    print(f"wrote {out / 'tune.json'}")
+    return 0
+
+
+def _print_tune(result: dict[str, Any]) -> None:
+    def acc(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    if result["best"] is None:
+        print("no candidate finished (all diverged)")
+    else:
+        best = result["candidates"][result["best"]]
+        print(f"best on validation: {best['label']} ({acc(best['validation_accuracy'])})")
+    tuned = result.get("tuned_test", {}).get("accuracy")
+    print(f"test accuracy (not used for the choice): untuned "
+          f"{acc(result['untuned_test']['accuracy'])}, tuned {acc(tuned)}")
+    print(f"note: {result['privacy_note']}")
 
 
 def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
@@ -484,7 +568,25 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                         "versions, threads) matches; a stale cell is an error naming what "
                         "changed, or with --resume=rerun-stale is recomputed")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--untuned", action="store_true",
+                   help="ignore the preset's tuned values (privbench/presets/tuned.toml)")
     commands["attack"] = cmd_attack
+
+    p = sub.add_parser("tune", help="grid-search a defense's step size / clip bound on a "
+                       "validation split carved from the nodes' members (never the test set)")
+    _add_run_arguments(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a run field (lr) or defense field (clip, lr_constant, ...) and its "
+                        "values, repeatable; candidates are the Cartesian product")
+    p.add_argument("--preset", choices=["quick", "paper"], default="quick",
+                   help="run settings to tune for (those of `privbench attack --preset`)")
+    p.add_argument("--validation", type=float, default=0.2,
+                   help="fraction of each node's members carved out for validation (default 0.2)")
+    p.add_argument("--save", help="append the best candidate to this tuned-values TOML file "
+                   "(the committed one is privbench/presets/tuned.toml)")
+    p.add_argument("--out", help="output folder (default reports/tune-<preset>-<defense>-eps<E>)")
+    p.add_argument("--quiet", action="store_true", help="no per-candidate lines")
+    commands["tune"] = cmd_tune
 
     p = sub.add_parser("list", help="print every registry")
     commands["list"] = cmd_list

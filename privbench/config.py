@@ -49,6 +49,9 @@ class RunConfig:
         device: "auto", "cpu", "cuda[:N]".
         seed: the run's seed.
         eval_every: evaluate every this many rounds (and at the end).
+        eval_subset: test samples used by the intermediate evaluations (a fixed subset, the
+            same in every round and run; 0 = the whole test set); the final evaluation always
+            uses the whole test set.
     """
 
     dataset: str = "digits"
@@ -71,6 +74,7 @@ class RunConfig:
     device: str = "auto"
     seed: int = 0
     eval_every: int = 100
+    eval_subset: int = 1000
 
     def __post_init__(self) -> None:
         checks = [
@@ -81,6 +85,8 @@ class RunConfig:
             (self.epsilon > 0, f"epsilon must be > 0, got {self.epsilon}"),
             (0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta}"),
             (self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}"),
+            (self.eval_subset >= 0, f"eval_subset must be >= 0 (0 = whole test set), "
+                                    f"got {self.eval_subset}"),
             (self.out_degree >= 1, f"out_degree must be >= 1, got {self.out_degree}"),
             (self.max_per_node is None or self.max_per_node >= 2,
              f"max_per_node must be >= 2, got {self.max_per_node}"),

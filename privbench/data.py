@@ -1,8 +1,10 @@
 """Datasets and their partition across n nodes.
 
 * `digits` (scikit-learn's 1,797 real 8x8 handwritten digits) is embedded: no file, no network.
-* `mnist`, `fashion-mnist`, `cifar10` are read through torchvision from a local `--data-root`
-  (downloaded only when the caller passes `download=True`).
+* `mnist`, `fashion-mnist` are read from their original idx files (gzipped or not), found and
+  checked by `privbench.datafiles`: `--data-root`, then `$PRIVBENCH_DATA`, then the Debian
+  package's folder; `cifar10` through torchvision's python batches. torchvision downloads only
+  when the caller passes `download=True`.
 
 All images are float32 in [0, 1], shape (C, H, W); models see them unnormalised, so attacks and
 the image metrics share one range ([0, 1]). Each node's share is split into *members* (the samples
@@ -14,6 +16,7 @@ for all nodes are sampled in one tensor operation.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench import datafiles
 from privbench.errors import ConfigError, DataError
 from privbench.registry import DATASETS
 
@@ -40,6 +44,7 @@ class Dataset:
         x_test: (N_test, C, H, W).
         y_test: (N_test,).
         num_classes: number of labels.
+        source: where the files were read from ("embedded" for digits).
     """
 
     name: str
@@ -49,6 +54,7 @@ class Dataset:
     y_test: Tensor
     num_classes: int
     held: Tensor | None = None
+    source: str = "embedded"
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -71,61 +77,81 @@ def load_digits(root: str | Path | None = None, download: bool = False) -> Datas
                    torch.from_numpy(xte), torch.from_numpy(yte), 10)
 
 
-# torchvision dataset class name, files expected under root, one-line description.
-_TV_SPECS: dict[str, tuple[str, str]] = {
-    "mnist": ("MNIST", "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
-    "fashion-mnist": ("FashionMNIST",
-                      "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"),
-    "cifar10": ("CIFAR10", "cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}"),
-}
+def _tensors(images: np.ndarray, labels: np.ndarray) -> tuple[Tensor, Tensor]:
+    """uint8 (N, H, W) or (N, C, H, W) and labels -> ((N, C, H, W) float in [0, 1], (N,) int64)."""
+    x = torch.tensor(images, dtype=torch.float32) / 255.0  # a copy: the cached arrays stay intact
+    x = x[:, None] if x.ndim == 3 else x
+    return x.contiguous(), torch.tensor(labels, dtype=torch.int64)
 
 
-def _torchvision_loader(name: str) -> Callable[..., Dataset]:
-    cls_name, expected = _TV_SPECS[name]
+def _idx_loader(name: str) -> Callable[..., Dataset]:
+    """An MNIST-format dataset found by `datafiles.locate_idx` (no torchvision needed)."""
 
     def load(root: str | Path | None = None, download: bool = False) -> Dataset:
-        if root is None:
-            raise DataError(f"dataset {name!r} needs --data-root DIR holding {expected}")
-        import torchvision
+        folder = datafiles.locate_idx(name, root)
+        if folder is None and download:
+            folder = _download(name, root)
+        if folder is None:
+            places = datafiles.search_places(name, root)
+            raise DataError(f"dataset {name!r} not found; searched "
+                            f"{datafiles.describe_places(places)} for "
+                            f"{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte[.gz] (flat, in "
+                            f"{datafiles.IDX_DATASETS[name].torchvision}/raw/ or in {name}/); "
+                            f"{datafiles.how_to_get(name)}")
+        xtr, ytr, xte, yte = datafiles.load_idx(name, folder)
+        return Dataset(name, *_tensors(xtr, ytr), *_tensors(xte, yte),
+                       datafiles.IDX_DATASETS[name].classes, source=str(folder))
 
-        if cls_name != "CIFAR10":
-            _gunzip_idx(Path(root) / cls_name / "raw")
-        cls = getattr(torchvision.datasets, cls_name)
-        try:
-            train = cls(str(root), train=True, download=download)
-            test = cls(str(root), train=False, download=download)
-        except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted"
-            raise DataError(f"dataset {name!r} not found under {root}: expected {expected}"
-                            f" (pass --download to fetch it) [{exc}]".replace("\n", " ")) from None
-        return Dataset(name, *_to_tensors(train), *_to_tensors(test), len(train.classes))
-
-    load.__doc__ = f"{cls_name} from a local root ({expected})."
+    load.__doc__ = f"{name} from the first place holding its idx files (see privbench.datafiles)."
     return load
 
 
-def _gunzip_idx(raw: Path) -> None:
-    """torchvision reads uncompressed idx files; unpack `*-ubyte.gz` files found without them."""
-    import gzip
-    import shutil
+def _download(name: str, root: str | Path | None) -> Path | None:
+    """Download through torchvision into --data-root, else $PRIVBENCH_DATA; the idx folder."""
+    target = next((p for _, p in datafiles.search_places(name, root)[:2] if p is not None), None)
+    if target is None:
+        raise DataError(f"--download needs a folder: pass --data-root DIR or set "
+                        f"${datafiles.ENV_VAR}")
+    import torchvision
 
-    for gz in raw.glob("*-ubyte.gz") if raw.is_dir() else []:
-        target = gz.with_suffix("")
-        if not target.exists():
-            with gzip.open(gz, "rb") as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-
-
-def _to_tensors(ds: object) -> tuple[Tensor, Tensor]:
-    """torchvision dataset -> ((N, C, H, W) float in [0, 1], (N,) int64)."""
-    data = ds.data  # type: ignore[attr-defined]
-    x = torch.as_tensor(np.asarray(data)).float() / 255.0
-    x = x[:, None] if x.ndim == 3 else x.permute(0, 3, 1, 2)  # MNIST (N,H,W); CIFAR (N,H,W,C)
-    y = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)  # type: ignore[attr-defined]
-    return x.contiguous(), y
+    cls = getattr(torchvision.datasets, datafiles.IDX_DATASETS[name].torchvision)
+    try:
+        for train in (True, False):
+            cls(str(target), train=train, download=True)
+    except (OSError, RuntimeError) as exc:  # no network, HTTP errors, md5 mismatch
+        raise DataError(f"downloading {name} into {target} failed: "
+                        f"{exc}".replace("\n", " ")) from None
+    return datafiles.locate_idx(name, target)
 
 
-for _name in _TV_SPECS:
-    DATASETS.add(_name, _torchvision_loader(_name))
+_CIFAR_EXPECTED = "cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}"
+
+
+@DATASETS.register("cifar10")
+def load_cifar10(root: str | Path | None = None, download: bool = False) -> Dataset:
+    """CIFAR-10 through torchvision (python batches) from --data-root, then $PRIVBENCH_DATA."""
+    places = datafiles.search_places("cifar10", root)
+    given = [p for _, p in places if p is not None]
+    found = next((p for p in given if (p / "cifar-10-batches-py").is_dir()), None)
+    if found is None and not (download and given):
+        raise DataError(f"dataset 'cifar10' not found; searched {datafiles.describe_places(places)}"
+                        f" for {_CIFAR_EXPECTED}; {datafiles.how_to_get('cifar10')}")
+    import torchvision
+
+    where = str(found or given[0])
+    try:
+        train = torchvision.datasets.CIFAR10(where, train=True, download=download)
+        test = torchvision.datasets.CIFAR10(where, train=False, download=download)
+    except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted"
+        raise DataError(f"dataset 'cifar10' under {where} is incomplete or corrupted: expected "
+                        f"{_CIFAR_EXPECTED} [{exc}]".replace("\n", " ")) from None
+    x_tr, x_te = (np.asarray(d.data).transpose(0, 3, 1, 2) for d in (train, test))  # NHWC -> NCHW
+    return Dataset("cifar10", *_tensors(x_tr, np.asarray(train.targets)),
+                   *_tensors(x_te, np.asarray(test.targets)), len(train.classes), source=where)
+
+
+for _name in datafiles.IDX_DATASETS:
+    DATASETS.add(_name, _idx_loader(_name))
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
@@ -357,3 +383,31 @@ def recording_sampling() -> Iterator[set[str]]:
         yield _DRAWN.get()  # type: ignore[misc]
     finally:
         _DRAWN.reset(token)
+
+
+def carve_validation(ds: Dataset, data: NodeData, fraction: float, seed: int) -> NodeData:
+    """Move a fraction of every node's members into a validation split (for tuning).
+
+    The validation samples replace the test set (x_test, y_test), so evaluation scores them and
+    the test set takes no part; held-out non-members are unchanged. The carve depends only on
+    `seed`, so every candidate of a tuning grid sees the same split.
+
+    Args:
+        ds: the dataset `data` was split from.
+        data: the nodes' data from `split_nodes`.
+        fraction: share of each node's members moved to validation, in (0, 1).
+        seed: seed of the carve.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"validation fraction must be in (0, 1), got {fraction}")
+    rng = np.random.default_rng(seed)
+    members, valid = [], []
+    for i in range(data.n):
+        own = rng.permutation(data.idx[i, : int(data.counts[i])].numpy())
+        k = min(len(own) - 1, max(1, round(len(own) * fraction)))
+        valid.append(own[:k])
+        members.append(np.sort(own[k:]))
+    x, y, idx, counts = _stack_padded(ds.x_train, ds.y_train, members)
+    keep = torch.as_tensor(np.sort(np.concatenate(valid)))
+    return dataclasses.replace(data, x=x, y=y, idx=idx, counts=counts,
+                               x_test=ds.x_train[keep], y_test=ds.y_train[keep])

@@ -16,7 +16,7 @@ import torch
 
 from privbench.comm import Comm
 from privbench.config import RunConfig, replace_checked, to_dict
-from privbench.data import NodeData, load_dataset, split_nodes
+from privbench.data import NodeData, carve_validation, load_dataset, split_nodes
 from privbench.device import device_description, resolve_device
 from privbench.engine import Context, Trainer, TrainResult, node_models
 from privbench.errors import ConfigError, PrivbenchError
@@ -36,6 +36,7 @@ class Built:
     ctx: Context
     defense: str
     split_digest: str = ""
+    data_source: str = "embedded"
 
 
 def split_digest(data: NodeData) -> str:
@@ -57,13 +58,15 @@ def with_default_topology(run: RunConfig, cls: type[Trainer]) -> RunConfig:
 
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
           policy: RecordPolicy | None = None, comm: Comm | None = None,
-          device: torch.device | None = None) -> Built:
+          device: torch.device | None = None, validation: float = 0.0) -> Built:
     """Build data, model, topology, bus and the named defense's trainer for `run`.
 
     Args:
         comm: where the nodes run (default: all in this process). With several ranks this
             rank keeps only its nodes' data, and the bus brings other ranks' messages.
         device: the device to use instead of resolving `run.device` (a rank's GPU).
+        validation: > 0: carve this fraction of every node's members into a validation split
+            that replaces the test set (tuning; `data.carve_validation`).
     """
     load_plugins()
     comm = comm or Comm()
@@ -75,6 +78,8 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     ds = load_dataset(run.dataset, run.data_root, run.download)
     data = split_nodes(ds, run.nodes, run.partition, run.alpha, run.holdout,
                        seed=derive_seed(run.seed, "data"), max_per_node=run.max_per_node)
+    if validation > 0:
+        data = carve_validation(ds, data, validation, derive_seed(run.seed, "validation"))
     fm = build_model(run.model, ds.input_shape, ds.num_classes).to(device)
     topo = build_topology(run.topology, run.nodes, streams.get("topology", device="cpu"),
                           k=run.out_degree, time_varying=run.time_varying,
@@ -89,7 +94,7 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
     bus = MessageBus(cls.kinds, policy, comm=comm)
     ctx = Context(run, fm, data.to(device), topo, bus, GroundTruth(policy), streams, device, comm)
     ctx.truth.split_digest = digest
-    return Built(cls(cfg, ctx), ctx, defense, digest)
+    return Built(cls(cfg, ctx), ctx, defense, digest, ds.source)
 
 
 def check_split(built: Built, folder: str | Path) -> None:
@@ -123,6 +128,7 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
         "kind": "train",
         "defense": built.defense,
         "run": to_dict(ctx.run),
+        "data_source": built.data_source,
         "defense_config": to_dict(trainer.cfg),
         "messages": [k.to_dict() for k in trainer.kinds],
         "privacy": _node_reports(ctx.comm, trainer.privacy()),
@@ -130,6 +136,8 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
         "history": res.history,
         "diverged_round": res.diverged_round,
         "seconds": res.seconds,
+        "timing": {"train_seconds": res.seconds - res.eval_seconds,
+                   "eval_seconds": res.eval_seconds},
         "environment": {**environment(ctx.device), "ranks": ctx.comm.world},
     }
 

@@ -472,6 +472,8 @@ class Sweep:
     command: str = "privbench attack"
     messages_dir: Path | None = None
     stats: dict[str, int] = dataclasses.field(default_factory=dict)
+    tuned: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    eval_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
         return self.out / "cells" / f"{defense}@{setting or _eps_key(eps)}"
@@ -518,9 +520,7 @@ class Sweep:
         """The fingerprint of each file of a cell ("train" and one per attack)."""
         import privbench
 
-        run = self.run_for(eps)
-        over = (self.overrides if self.messages_dir is not None
-                else self.cell_overrides(defense, setting))
+        run, over, _ = self.cell_run(defense, eps, setting)
         cfg = replace_checked(DEFENSES.get(defense).Config(), over, where="defense")
         fields: dict[str, Any] = {
             "run": {k: v for k, v in to_dict(run).items() if k not in ("data_root", "download")},
@@ -543,10 +543,18 @@ class Sweep:
                 "name": attack, "config": self.audit.attack_config.get(attack, {})}})
         return out
 
-    def cell_overrides(self, defense: str, setting: str | None) -> dict[str, Any]:
-        """The defense overrides of a cell: the sweep's, then the paper setting's (if any)."""
-        return {**self.overrides_for(defense),
-                **(self.audit.paper_settings[defense] if setting else {})}
+    def cell_run(self, defense: str, eps: float | None, setting: str | None = None
+                 ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+        """A cell's run config and defense overrides, and the tuned values used (or None).
+
+        Overrides, later ones winning: the preset's tuned values, the sweep's own overrides,
+        the paper setting's (if any). A saved message log keeps its own configuration."""
+        run = self.run_for(eps)
+        if self.messages_dir is not None:
+            return run, self.overrides, None
+        run, tuned, used = self._tuned(defense, run, eps)
+        return run, {**tuned, **self.overrides_for(defense),
+                     **(self.audit.paper_settings[defense] if setting else {})}, used
 
     def run(self) -> dict[str, Any]:
         """Train and attack every cell to (re)compute, then write results.json, timings.json and
@@ -583,6 +591,7 @@ class Sweep:
             html = render_html(results, run_name=self.out.name)
             text = dumps(results)
             timings["report_s"] = laps.lap()
+            timings["eval_within_train_s"] = dict(self.eval_seconds)
             timings["wall_s"] = laps.total()
             timings["sum_s"] = timings["setup_s"] + measured + timings["report_s"]
             write_json(self.out / "timings.json", timings)
@@ -639,11 +648,13 @@ class Sweep:
                  prints: dict[str, dict[str, Any]], laps: Laps) -> dict[str, float]:
         """Compute the files `todo` of one cell; returns the laps measured (seconds by part)."""
         folder = self.cell_dir(defense, eps, setting)
-        run = self.run_for(eps)
-        overrides = self.cell_overrides(defense, setting)
+        run, overrides, used = self.cell_run(defense, eps, setting)
         measured: dict[str, float] = {}
         built, train_cell = self._train(defense, run, overrides, measured, laps)
         train_cell.pop("seconds", None)
+        self.eval_seconds[folder.name] = train_cell.pop("eval_seconds", 0.0)  # within train_s
+        if used is not None:
+            train_cell["tuned"] = used
         if setting:
             train_cell.update(epsilon=None, setting=_paper_setting(
                 self.audit.paper_settings[defense], train_cell))
@@ -690,6 +701,21 @@ class Sweep:
                         f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
         return views
 
+    def _tuned(self, defense: str, run: RunConfig, eps: float | None,
+               ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+        """The cell's run and defense overrides with the preset's tuned values applied, and
+        what was used (None: nothing tuned applies)."""
+        from privbench.tuning import PRIVACY_NOTE, entry_for
+
+        entry, _ = entry_for(self.tuned.get(defense, []), run, eps)
+        if entry is None:
+            return run, {}, None
+        used = {"run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
+                "tuned_at_epsilon": entry["epsilon"], "command": entry.get("command"),
+                "validation_accuracy": entry.get("validation_accuracy"),
+                "source": "privbench/presets/tuned.toml", "note": PRIVACY_NOTE}
+        return replace_checked(run, used["run"], where="run"), used["defense"], used
+
     def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
                timing: dict[str, float], laps: Laps) -> tuple[Built, dict[str, Any]]:
         if self.messages_dir is not None:
@@ -713,7 +739,7 @@ class Sweep:
                 "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
                 "messages": full["messages"], "defense_config": full["defense_config"],
                 "history": res.history, "sampling_drawn": sorted(drawn),
-                "seconds": res.seconds}
+                "seconds": res.seconds, "eval_seconds": res.eval_seconds}
         trace = sensitivity_trace(built)
         if trace is not None:
             cell["sensitivity_trace"] = trace
@@ -761,10 +787,22 @@ class Sweep:
                 "command": self.command,
                 "config": {"run": to_dict(self.base), "defense_overrides": self.overrides,
                            "audit": to_dict(self.audit), "threat": self.audit.threat,
-                           "fingerprint": run_print, "threads": torch.get_num_threads()},
+                           "fingerprint": run_print, "threads": torch.get_num_threads(),
+                           **({"tuned": self._tuned_summary(cells)} if self.tuned else {})},
                 "environment": environment(torch.device("cpu") if self.base.device == "cpu"
                                            else _device(self.base.device)),
                 "cells": cells}
+
+    @staticmethod
+    def _tuned_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+        """Which cells ran with tuned values, which values, from where (for the report)."""
+        from privbench.tuning import PRIVACY_NOTE
+
+        used = {f"{c['defense']}@{_eps_key(c.get('epsilon'))}": {
+                    k: c["tuned"][k] for k in ("run", "defense", "tuned_at_epsilon", "command")}
+                for c in cells if c.get("tuned")}
+        return {"source": "privbench/presets/tuned.toml", "cells": used,
+                "privacy_note": PRIVACY_NOTE}
 
 
 TIMINGS = "timings.json"

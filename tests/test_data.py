@@ -123,10 +123,13 @@ def test_cifar10_loader_reads_real_pickled_batches(tmp_path):
     assert ds.x_train.shape == (20, 3, 32, 32) and ds.x_test.shape == (4, 3, 32, 32)
 
 
-def test_missing_files_name_what_is_expected(tmp_path):
-    with pytest.raises(DataError, match=r"expected MNIST/raw/"):
+def test_missing_files_name_what_is_expected(tmp_path, no_data_places):
+    with pytest.raises(DataError, match=r"not found; searched --data-root \(.*\), "
+                       r"\$PRIVBENCH_DATA \(not set\).*MNIST/raw/"):
         load_dataset("mnist", tmp_path)
-    with pytest.raises(DataError, match="needs --data-root"):
+    with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist"):
+        load_dataset("fashion-mnist", tmp_path)
+    with pytest.raises(DataError, match=r"cifar10.*not found.*--download"):
         load_dataset("cifar10", None)
     with pytest.raises(UnknownNameError, match="known: cifar10, digits"):
         load_dataset("imagenet")
