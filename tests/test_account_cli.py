@@ -105,7 +105,7 @@ def test_default_block_and_accountant_follow_the_defense_config(capsys) -> None:
     assert default_mode("dpdl") == DPDLConfig().calibration_mode == "calibrated"
     assert default_accountant("dpdl") == DPDLConfig().accountant == "rdp"
     run_account(parse("--defense", "dyn_d2p", "--eps", "1", "--delta", "1e-5",
-                      "--rounds", "50", "--sample-rate", "0.05"))
+                      "--rounds", "20", "--sample-rate", "0.05", "-o", "rho_mu=1"))
     out = capsys.readouterr().out
     assert out.count("(what the defense uses by default)") == 1
     assert "rigorous accountant (what the defense uses by default)" in out
