@@ -769,16 +769,12 @@ def _sample_rate(privacy: list[dict[str, Any]], victim: int, ctx: Context) -> fl
     return min(1.0, ctx.run.batch_size / max(1, int(ctx.data.counts[victim])))
 
 
-def _victim_views(obs: Observation, cls: type, victim: int) -> list[Any]:
-    """Every gradient view of the victim the observation supports."""
+def _all_victim_views(obs: Observation, cls: type, victim: int) -> list[Any]:
+    """Every gradient view of the victim the observation supports (`_victim_views`), or
+    NotApplicable when there is none."""
     if not hasattr(cls, "gradient_views"):
         raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
-    views = []
-    for t in obs.log.rounds():
-        try:
-            views += cls.gradient_views(obs, victim, [t])
-        except NotApplicable:
-            continue
+    views, _ = _victim_views(cls, obs, victim)
     if not views:
         raise NotApplicable(f"no gradient view of node {victim} is observed")
     return views
@@ -800,7 +796,7 @@ def gradient_canary_scores(obs: Observation, cls: type, victim: int, bank: Any, 
     Returns:
         (m,) float64 scores, higher = guessed "in".
     """
-    views = _victim_views(obs, cls, victim)
+    views = _all_victim_views(obs, cls, victim)
     score = np.zeros(bank.m)
     for v in views:
         score += _view_llr(v, bank.coords, clip, rate)
@@ -837,7 +833,7 @@ def _input_canary_scores(atk: Any, obs: Observation, cls: type, victim: int, cx:
     """Input-space canaries scored by a reference-free membership attack."""
     x, y = cx.to(ctx.device), cy.to(ctx.device)
     if atk.level == "message":
-        return atk.score(ctx.fm, _victim_views(obs, cls, victim), x, y)
+        return atk.score(ctx.fm, _all_victim_views(obs, cls, victim), x, y)
     from attacks._mia import ModelMIAInput, model_signals
 
     target = observed_model(obs, victim).to(ctx.device)[None]

@@ -7,7 +7,7 @@ import pytest
 
 from privbench.accounting import gaussian
 
-TERMS = ((0.1, 1.1, 60),)
+TERMS = ((0.1, 1.1, 60, "poisson"),)
 
 
 @pytest.fixture

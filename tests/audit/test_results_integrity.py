@@ -75,7 +75,7 @@ def test_close_eps_values_get_distinct_lossless_cell_names():
     load_plugins()
     audit = sweep.AuditConfig(defenses=("dpdl",), eps=(1.0000001, 1.0000004, 1.0, 8.0))
     runner = sweep.Sweep(sweep.RunConfig(), {}, audit, Path("x"))
-    names = [runner.cell_dir(d, e).name for d, e in runner.grid()]
+    names = [runner.cell_dir(*cell).name for cell in runner.grid()]
     assert names == ["dpdl@1.0000001", "dpdl@1.0000004", "dpdl@1", "dpdl@8"]
     assert len(set(names)) == len(names)
 

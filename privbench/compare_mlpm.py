@@ -18,7 +18,7 @@ reference model on the candidates and on the population (test split), then score
 Prints AUC with 95 % bootstrap intervals and the paired interval of each difference.
 
     git clone https://github.com/privacytrustlab/ml_privacy_meter /tmp/mlpm   (or any checkout)
-    PYTHONPATH=. python scripts/compare_mlpm.py --mlpm /tmp/mlpm [--rounds 300] [--refs 16]
+    python -m privbench.compare_mlpm --mlpm /tmp/mlpm [--rounds 300] [--refs 16]
 """
 
 from __future__ import annotations
