@@ -726,7 +726,8 @@ def _clip_or(cfg: Any, default: float) -> float:
 
 def _gradient_canaries(base: Any, canaries: int, norm_factor: float, gen: torch.Generator
                        ) -> tuple[Any, Tensor, Tensor]:
-    """A `GradientCanaries` bank on distinct random coordinates and its placeholder records."""
+    """A `GradientCanaries` bank on distinct random coordinates, with the zero input records
+    (and labels) that carry the canaries through the data stack."""
     from privbench.canaries import GradientCanaries
 
     d = base.ctx.fm.d

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from privbench.metrics.roc import clear_of_chance
 from privbench.report import bounds
 from privbench.results import (
     attack_metric,
@@ -73,7 +74,7 @@ def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         ci = auc_interval(att)
         item = {"attack": name, "auc": auc, "ci": ci, "uses": list(att.get("uses") or []),
-                "success": ci is not None and ci[0] > 0.5}
+                "success": clear_of_chance(ci, 0.5)}
         if eps is not None:
             b_auc = bounds.eps_delta_auc(eps, delta or 0.0)
             item.update(bound_auc=b_auc, closeness=bounds.closeness(auc, b_auc))
