@@ -22,25 +22,37 @@ import argparse
 import json
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from privbench.accounting import (
-    MODES,
-    PRIVACY_PLANS,
-    AccountantOptions,
-    ApproximateAccountingWarning,
-    EpsilonReport,
-    PrivacyPlan,
-    make_plan,
-    plan_options,
-)
 from privbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from privbench.accounting import PrivacyPlan
+
+# The accountants (dp-accounting, scipy) and the defense registry (torch) take seconds to import:
+# they are imported inside the functions that use them, after the cheap checks, so a refused
+# input answers at once.
+
+LIGHT_MIN_DELTA = 1e-12
+"""Below this delta the default accountants do not answer (PLD truncates each Gaussian PLD's
+tail at 1e-15; see `privbench.accounting.gaussian.PLD_MIN_DELTA`): refused before any import
+unless an accountant is named explicitly."""
+
+
+def check_cheap(args: argparse.Namespace) -> None:
+    """The checks that need no accountant: a refused delta answers in milliseconds."""
+    if not 0.0 < args.delta < 1.0:
+        raise ConfigError(f"delta must be in (0, 1), got {args.delta!r}")
+    if args.delta < LIGHT_MIN_DELTA and args.accountant is None:
+        raise ConfigError(f"delta={args.delta:g} is below what the PLD accountant resolves "
+                          f"(>= {LIGHT_MIN_DELTA:g}, its tail truncation is 1e-15); use a "
+                          "larger delta or name an accountant (--accountant rdp)")
 
 
 def add_account_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `privbench account` options to `parser` (values are checked in `run_account`)."""
     parser.add_argument("--defense", required=True,
-                        help=f"privacy plan, one of: {', '.join(PRIVACY_PLANS.names())}")
+                        help="privacy plan: a DP defense's registry key (`privbench list`)")
     parser.add_argument("--eps", type=float, required=True, help="target epsilon (> 0)")
     parser.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
     parser.add_argument("--rounds", type=int, default=1000,
@@ -86,6 +98,8 @@ def _convert(name: str, key: str, text: str, default: Any) -> Any:
 
 def parse_options(name: str, items: list[str]) -> dict[str, Any]:
     """Parse repeated KEY=VALUE items against the plan's keyword options and their types."""
+    from privbench.accounting import plan_options
+
     accepted = plan_options(name)
     out: dict[str, Any] = {}
     for item in items:
@@ -145,6 +159,15 @@ def run_account(args: argparse.Namespace) -> int:
         ConfigError: bad epsilon, delta, sampling rate, rounds, accountant or option.
         UnknownNameError: an unknown defense name.
     """
+    check_cheap(args)
+    from privbench.accounting import (
+        MODES,
+        PRIVACY_PLANS,
+        AccountantOptions,
+        ApproximateAccountingWarning,
+        make_plan,
+    )
+
     name = args.defense
     PRIVACY_PLANS.get(name)  # unknown names fail first, listing the known ones
     modes = MODES if args.calibrate_with == "both" else (args.calibrate_with,)
@@ -183,6 +206,8 @@ def _defense_config(name: str) -> Any:
 
 def default_mode(name: str) -> str:
     """"calibrated" or "paper": which calibration defense `name` uses by default."""
+    from privbench.accounting import MODES
+
     cfg = _defense_config(name)
     mode = getattr(cfg, "calibration_mode", getattr(cfg, "calibrate_with", "calibrated"))
     return mode if mode in MODES else "calibrated"
@@ -191,6 +216,8 @@ def default_mode(name: str) -> str:
 def default_accountant(name: str) -> str:
     """The accountant defense `name` calibrates with by default (the plan's when not stated)."""
     import inspect
+
+    from privbench.accounting import PRIVACY_PLANS
 
     cfg = _defense_config(name)
     stated = getattr(cfg, "accountant", getattr(cfg, "composition", None))
@@ -208,6 +235,7 @@ def dpdl_graph_plan(args: argparse.Namespace, accountant: str, mode: str) -> Pri
 
     from defenses.dpdl import DPDL, DPDLConfig, default_alpha, graph_periods, plan_privacy
     from defenses.dpdl import privacy_reports as dpdl_reports
+    from privbench.accounting import EpsilonReport, PrivacyPlan
     from privbench.config import RunConfig, replace_checked
     from privbench.runner import with_default_topology
     from privbench.seeding import Streams

@@ -656,10 +656,13 @@ def _check_text(args: argparse.Namespace) -> None:
 
 def run() -> NoReturn:
     """The `privbench` console script and `python -m privbench`: `main`, then exit."""
-    code = main()  # before importing comm (torch): `--help` and `--version` stay instant
-    from privbench.comm import exit_process
-
-    exit_process(code)
+    code = main()
+    # Only a process that ran a distributed command has loaded comm (and torch): importing it
+    # here would cost every refused input or `--help` seconds of torch import.
+    comm = sys.modules.get("privbench.comm")
+    if comm is None:
+        sys.exit(code)
+    comm.exit_process(code)
 
 
 if __name__ == "__main__":

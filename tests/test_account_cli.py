@@ -96,6 +96,22 @@ def test_tiny_delta_is_refused_for_pld_and_answered_by_rdp(delta, capsys) -> Non
     assert 0.99 <= plan["reports"][1]["epsilon"] <= 1.0
 
 
+@pytest.mark.parametrize("defense", ["dp_sgp", "dpdl"])
+def test_tiny_delta_is_refused_before_the_accountants_are_imported(defense: str) -> None:
+    # the refusal must not wait for torch / dp-accounting imports (seconds): checked by what
+    # the process has loaded, not by a clock
+    import subprocess
+    import sys
+
+    code = ("import sys; from privbench.cli import main; "
+            f"rc = main(['account', '--defense', '{defense}', '--eps', '1', '--delta', '1e-300']); "
+            "print(rc, 'torch' in sys.modules, 'dp_accounting' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["2", "False", "False"]
+    assert "--accountant rdp" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
 def test_default_block_and_accountant_follow_the_defense_config(capsys) -> None:
     from defenses.dpdl import DPDLConfig
     from defenses.dyn_d2p import DynD2PConfig
