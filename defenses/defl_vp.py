@@ -346,16 +346,11 @@ class DeFLVP(Trainer):
         """G2: one epoch of momentum SGD from x over each node's members, g = (x - x̂) / eta_l."""
         ctx, cfg = self.ctx, self.cfg
         data, b = ctx.data, ctx.run.batch_size
-        n, m = data.y.shape
-        keys = torch.rand(n, m, generator=ctx.streams.get("batch"), device=data.y.device)
-        perm = keys.masked_fill(data.arange_mask(), 2.0).argsort(dim=1)  # (n, M) padding last
-        pos = torch.arange(m, device=data.y.device)  # (M,)
-        held = data.held_rows()  # (n, 1) nodes whose data this process holds
-        ctx.truth.record(t, perm, (pos[None] < data.counts[:, None]) & held)  # all members
+        perm, members = ctx.draw_epoch(t)  # (n, M) each, padding slots last
         x_hat, buf = x.clone(), torch.zeros_like(x)  # (n, d) each; buffer reset every round
         for s in range(self.epoch_steps):
             cols = slice(s * b, (s + 1) * b)
-            mask = (pos[cols][None] < data.counts[:, None]) & held  # (n, B') real samples
+            mask = members[:, cols]  # (n, B') real samples
             xb, yb = data.gather(perm[:, cols])
             gs = batch_grads(ctx.fm, x_hat, xb, yb, mask) + cfg.weight_decay * x_hat
             buf = cfg.local_momentum * buf + gs

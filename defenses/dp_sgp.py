@@ -131,10 +131,7 @@ def poisson_batch(ctx: Context, t: int, rates: Tensor) -> tuple[Tensor, Tensor, 
     Returns:
         x (n, k, C, H, W), y (n, k), mask (n, k), k = the largest realised batch (>= 1).
     """
-    slots, mask = ctx.data.poisson(rates, ctx.streams.get("batch"))  # (n, k), sampled first
-    ctx.truth.record(t, slots, mask)
-    x, y = ctx.data.gather(slots)
-    return x, y, mask
+    return ctx.draw(t, rates=rates)
 
 
 def model_message_kinds(note: str) -> tuple[MessageKind, ...]:

@@ -407,15 +407,12 @@ def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Ten
         x (n, B', ...), y (n, B'), mask (n, B') and the divisors (n,): the realised batch size
         for "fixed", the expected size q_i |D_i| for "poisson".
     """
-    data, gen = ctx.data, ctx.streams.get("batch")
     if sampling == "fixed":
-        slots, mask = data.sample(ctx.run.batch_size, gen)
+        x, y, mask = ctx.draw(t, batch_size=ctx.run.batch_size)
         denom = mask.sum(dim=1).clamp(min=1).to(dtype)  # B (|D_i| if smaller)
     else:
-        slots, mask = data.poisson(rates, gen)  # (n, B'), sampled first
+        x, y, mask = ctx.draw(t, rates=rates)  # (n, B')
         denom = (rates * counts).to(dtype)  # expected size q_i |D_i|
-    ctx.truth.record(t, slots, mask)
-    x, y = data.gather(slots)
     return x, y, mask, denom
 
 

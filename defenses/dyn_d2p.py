@@ -276,14 +276,9 @@ class DynD2P(Trainer):
             x (n, B', C, H, W), y (n, B'), mask (n, B'): Poisson samples compacted to the largest
             sampled count B' (>= 1), or one uniform sample per node.
         """
-        data, gen = self.ctx.data, self.ctx.streams.get("batch")
         if self.cfg.sampling == "one_sample":
-            slots, mask = data.sample(1, gen)  # (n, 1)
-        else:
-            slots, mask = data.poisson(self._rate, gen)  # type: ignore[arg-type]  # (n, B')
-        self.ctx.truth.record(t, slots, mask)
-        x, y = data.gather(slots)
-        return x, y, mask
+            return self.ctx.draw(t, batch_size=1)  # (n, 1)
+        return self.ctx.draw(t, rates=self._rate)  # type: ignore[arg-type]  # (n, B')
 
     def round(self, t: int) -> None:
         """Noisy clipped local step at z (Alg. 1 lines 3-10), then push-sum (lines 11-14)."""

@@ -34,20 +34,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks._mia import ModelMIAInput, model_signals
 from privbench.config import RunConfig
 from privbench.engine import train
 from privbench.membership import (
     candidates,
-    default_threat,
     last_observed_round,
-    observe,
     observed_model,
     train_reference_models,
 )
 from privbench.metrics.roc import auc_ci, paired_auc_difference, roc_curve
+from privbench.mia_signals import ModelMIAInput, model_signals
 from privbench.registry import ATTACKS, load_plugins
 from privbench.runner import build
+from privbench.threat import observe, threat_for
 
 RESEARCH_COMMIT = "d32734161a3395211fe5f3cd461932290b1fafbe"
 
@@ -84,7 +83,7 @@ def export(rounds: int, refs: int, seed: int) -> dict[str, Any]:
     built = build(run, "sgp")
     train(built.trainer)
     ctx, victims = built.ctx, list(range(6))
-    obs = {v: observe(built, default_threat(ctx.topology, v)) for v in victims}
+    obs = {v: observe(built, threat_for("neighbour", ctx.topology, v)) for v in victims}
     t_obs = max(last_observed_round(obs[v], v) for v in victims)
     targets = torch.stack([observed_model(obs[v], v, t_obs) for v in victims])  # (V, d)
     gen = torch.Generator().manual_seed(seed)

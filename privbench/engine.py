@@ -276,6 +276,49 @@ class Context:
         """Number of nodes."""
         return self.data.n
 
+    def draw(self, t: int, rates: Tensor | None = None,
+             batch_size: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The one sampling path: round t's batches for every node, recorded as ground truth.
+
+        Samples (Poisson at `rates`, else uniform fixed-size batches without replacement of
+        `batch_size`, default the run's), records the drawn slots in `truth` (what the attacks
+        are graded against) and gathers them. A trainer that samples any other way trains but
+        cannot be graded; the contract test (tests/test_sampling_contract.py) fails for it.
+
+        Args:
+            rates: (n, 1) per-node Poisson sampling rates, or None for fixed-size batches.
+            batch_size: the fixed batch size (ignored with `rates`).
+
+        Returns:
+            x (n, k, C, H, W), y (n, k), mask (n, k): k = B for fixed batches (padding masked
+            where |D_i| < B), the largest realised Poisson batch (>= 1) otherwise.
+        """
+        gen = self.streams.get("batch")
+        if rates is not None:
+            slots, mask = self.data.poisson(rates, gen)  # (n, k)
+        else:
+            slots, mask = self.data.sample(batch_size or self.run.batch_size, gen)  # (n, B)
+        self.truth.record(t, slots, mask)
+        x, y = self.data.gather(slots)
+        return x, y, mask
+
+    def draw_epoch(self, t: int) -> tuple[Tensor, Tensor]:
+        """Round t's pass over every member (a local epoch), recorded as ground truth.
+
+        Returns:
+            perm (n, M): each node's members in a random order, padding slots last; members
+            (n, M) bool: the slots of real members whose data this process holds. The caller
+            gathers `perm` in chunks (`data.gather`); every member is recorded as used.
+        """
+        data = self.data
+        n, m = data.y.shape
+        keys = torch.rand(n, m, generator=self.streams.get("batch"), device=data.y.device)
+        perm = keys.masked_fill(data.arange_mask(), 2.0).argsort(dim=1)  # (n, M) padding last
+        pos = torch.arange(m, device=data.y.device)  # (M,)
+        members = (pos[None] < data.counts[:, None]) & data.held_rows()  # (n, M)
+        self.truth.record(t, perm, members)
+        return perm, members
+
 
 class Trainer(abc.ABC):
     """A decentralized learning algorithm: one round = local step -> messages out -> combine.
@@ -305,10 +348,7 @@ class Trainer(abc.ABC):
         Returns:
             x (n, B, C, H, W), y (n, B), mask (n, B).
         """
-        slots, mask = self.ctx.data.sample(self.ctx.run.batch_size, self.ctx.streams.get("batch"))
-        self.ctx.truth.record(t, slots, mask)
-        x, y = self.ctx.data.gather(slots)
-        return x, y, mask
+        return self.ctx.draw(t, batch_size=self.ctx.run.batch_size)
 
     @abc.abstractmethod
     def round(self, t: int) -> None:

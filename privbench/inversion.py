@@ -1,7 +1,7 @@
 """Glue for gradient-inversion attacks: observation -> gradient views -> attack -> grading.
 
-* `observation(built, threat)`: what a threat model sees of a trained run (message log restricted
-  to the observed receivers, public context, the shared public initial model x0).
+* `privbench.threat.observe(built, threat)`: what a threat model sees of a trained run (message
+  log restricted to the observed receivers, public context, the shared public initial model x0).
 * `invert(obs, defense_cls, victims, rounds, attack, config, gen, device)`: asks the defense for
   one `GradientView` per (victim, round) (`defense_cls.gradient_views`; `NotApplicable` becomes a
   target with status "not applicable: <reason>"), runs the registered attack batched (one call
@@ -31,7 +31,7 @@ from privbench.messages import GroundTruth
 from privbench.metrics import image as im
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS, load_plugins
-from privbench.threat import GradientView, NotApplicable, Observation, ThreatModel
+from privbench.threat import GradientView, NotApplicable, Observation
 
 
 @dataclass
@@ -60,23 +60,6 @@ class InversionRun:
     loss: list[float | None] = field(default_factory=list)
     seconds: float = 0.0
     view_options: dict[str, Any] = field(default_factory=dict)
-
-
-def observation(built: Any, threat: ThreatModel | None = None,
-                public: dict[str, Any] | None = None) -> Observation:
-    """The `Observation` of a built (and trained) run under `threat` (default: eavesdropper).
-
-    Args:
-        built: a `privbench.runner.Built`.
-        threat: who observes.
-        public: defense-specific public per-round values.
-    """
-    threat = threat or ThreatModel()
-    ctx, trainer = built.ctx, built.trainer
-    log = ctx.bus.log.observed_by(threat.receivers())
-    x0 = trainer.init_params()[0].detach().cpu()  # the shared public initialisation
-    return Observation(log, threat, ctx.run, built.defense, trainer.cfg, ctx.fm, ctx.topology,
-                       x0=x0, public=public)
 
 
 def invert(obs: Observation, defense_cls: Any, victims: list[int], rounds: list[int],

@@ -14,7 +14,7 @@ resolve low FPRs):
   `gradient_views` of the victim for every observed round;
 * the result: AUC, TPR at 0.1% / 1% FPR (resolved or not), downsampled ROC curves, the empirical
   epsilon lower bound (Clopper-Pearson over the ROC) next to the victim's claimed epsilon (paper and
-  calibrated, from `trainer.privacy()`), n_members, n_nonmembers.
+  calibrated, from `Built.privacy()`), n_members, n_nonmembers.
 
 This module is composition (like the runner): it imports the registries' attacks and defenses
 through `load_plugins` and `attacks._mia`'s signal helpers.
@@ -45,6 +45,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -57,33 +58,16 @@ from privbench.engine import Context
 from privbench.errors import ConfigError
 from privbench.messages import GroundTruth, MessageBus, RecordPolicy
 from privbench.metrics.audit import eps_lower_bound_roc
-from privbench.metrics.roc import roc_curve, roc_steps, roc_summary
+from privbench.metrics.roc import CI_LEVEL, roc_curve, roc_steps, roc_summary
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.seeding import Streams
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.threat import NotApplicable, Observation, ThreatModel, observe, threat_for
 from privbench.topology import Topology
 
 DEFAULT_REFERENCE_MODELS = 16
 
 
 # ----------------------------------------------------------------------------------- observation
-def observe(built: Any, threat: ThreatModel) -> Observation:
-    """The `Observation` a threat model gets from a built (trained) run."""
-    trainer, ctx = built.trainer, built.ctx
-    x0 = ctx.fm.init(ctx.streams.fresh("init", device="cpu"))  # the shared public init (d,)
-    public = trainer.public() if hasattr(trainer, "public") else None
-    return Observation(ctx.bus.log.observed_by(threat.receivers()), threat, ctx.run,
-                       built.defense, trainer.cfg, ctx.fm, ctx.topology, x0, public)
-
-
-def default_threat(topology: Topology, victim: int, t: int = 0) -> ThreatModel:
-    """A curious neighbour: the victim's first out-neighbour in round t."""
-    outs = topology.out_neighbours(t, victim)
-    if not outs:
-        raise ConfigError(f"node {victim} has no out-neighbour in round {t}")
-    return ThreatModel("neighbour", (outs[0],))
-
-
 MODEL_KINDS = ("model", "shared")
 
 
@@ -294,16 +278,14 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
     trainer, masks = _reference_system(obs, data, victims, STATISTIC_COPIES, True, gen, device,
                                        RecordPolicy(), obs.run.rounds - 1)
     ctx = trainer.ctx
-    x0 = ctx.fm.init(ctx.streams.fresh("init", device="cpu"))
-    public = trainer.public() if hasattr(trainer, "public") else None
+    system = SimpleNamespace(trainer=trainer, ctx=ctx, defense=obs.defense)  # observe's input
     defense = DEFENSES.get(obs.defense)
     by_stat: dict[str, list[float]] = {k: [] for k in atk.statistics()}
     for k in range(STATISTIC_COPIES):
         for i, v in enumerate(victims):
             th = observations[v].threat
             ref_th = ThreatModel(th.kind, tuple(k * n + o for o in th.observers))
-            ref_obs = Observation(ctx.bus.log.observed_by(ref_th.receivers()), ref_th, ctx.run,
-                                  obs.defense, obs.defense_cfg, obs.fm, ctx.topology, x0, public)
+            ref_obs = observe(system, ref_th)
             views, _ = _victim_views(defense, ref_obs, k * n + v)
             if not views:
                 continue
@@ -340,14 +322,23 @@ def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Any]:
 
 
 def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
-          delta: float) -> dict[str, Any]:
-    """ROC summary + empirical epsilon lower bound (JSON-ready)."""
-    out = roc_summary(scores, labels)
+          delta: float, selected_of: int = 1) -> dict[str, Any]:
+    """ROC summary + empirical epsilon lower bound (JSON-ready).
+
+    Args:
+        selected_of: m when `scores` is the best of m score vectors picked on these labels: the
+            intervals and the epsilon bound's confidence are then Bonferroni-corrected
+            (each at 1 - 0.05 / m), so that what is graded still holds at 95 %.
+    """
+    level = 1 - (1 - CI_LEVEL) / selected_of
+    out = roc_summary(scores, labels, level=level)
+    out["ci_level"] = level
     out["roc_steps"] = roc_steps(roc_curve(scores, labels))
     for f in ("0.1%", "1%", "10%"):
         out[f"tpr_at_{f}_fpr_resolved"] = out[f"tpr_at_{f}_fpr"] is not None
     d = claimed.get("calibrated", claimed.get("paper", {})).get("delta", delta)
-    out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d)
+    out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d,
+                                                   alpha=(1 - CI_LEVEL) / selected_of)
     out["claimed_epsilon"] = claimed
     return out
 
@@ -433,7 +424,16 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     if atk.level == "message":
         scores_all, info = _message_scores(atk, observations, cands, device)
         info["scores_by_statistic"] = scores_all
-        if len(scores_all) > 1 and atk.cfg.select == "reference":
+        if len(scores_all) > 1 and atk.cfg.select == "strongest":
+            aucs = {k: roc_curve(v, labels).auc if np.isfinite(v).all() else -np.inf
+                    for k, v in scores_all.items()}
+            info["statistic"] = max(aucs, key=lambda name: aucs[name])
+            info["selected_of"] = len(scores_all)
+            info["statistic_rule"] = (
+                f"the stronger of {len(scores_all)} on the audited candidates (an auditor's "
+                f"worst case); intervals and empirical ε at the Bonferroni level "
+                f"1 - 0.05/{len(scores_all)} per statistic, so the graded one's hold at 95 %")
+        elif len(scores_all) > 1 and atk.cfg.select == "reference":
             pick = choose_statistic(observations, data, atk, gen, device)
             info["reference_auc"] = pick["reference_auc"]
             if pick["statistic"] is not None:
@@ -445,7 +445,7 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
             else:
                 info["statistic_rule"] += " (fallback: no usable reference view)"
         return scores_all[info["statistic"]], labels, info
-    from attacks._mia import ModelMIAInput, model_signals
+    from privbench.mia_signals import ModelMIAInput, model_signals
 
     t_obs = max(last_observed_round(observations[v], v) for v in victims)
     targets = torch.stack([observed_model(observations[v], v, t_obs)
@@ -477,8 +477,7 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
 def run_membership(built: Any, victims: int | list[int], attack: str,
                    attack_cfg: dict[str, Any] | None = None, gen: torch.Generator | None = None,
                    threat: ThreatModel | None = None,
-                   reference_models: int = DEFAULT_REFERENCE_MODELS,
-                   privacy: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   reference_models: int = DEFAULT_REFERENCE_MODELS) -> dict[str, Any]:
     """Grade `attack` against one victim node (or several, pooled) of a built, trained run.
 
     The threat model defaults, for each victim, to a curious neighbour: the victim's first
@@ -498,10 +497,10 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
     for v in vs:
         if not 0 <= v < ctx.n:
             raise ConfigError(f"victim must be a node in [0, {ctx.n - 1}], got {v}")
-    threats = {v: threat or default_threat(ctx.topology, v) for v in vs}
+    threats = {v: threat or threat_for("neighbour", ctx.topology, v) for v in vs}
     gen = gen or ctx.streams.fresh("mia", "attack", device="cpu")
     observations = {v: observe(built, th) for v, th in threats.items()}
-    privacy = built.trainer.privacy() if privacy is None else privacy
+    privacy = built.privacy()  # the trainer's reports, or a saved run's
     per_victim = {str(v): claims(privacy, v) for v in vs}
     claimed = per_victim[str(vs[0])]
     load_plugins()
@@ -523,21 +522,24 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
                 "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
                           "model or messages are not finite (training diverged)"}
     by_stat = info.pop("scores_by_statistic", None)
+    selected_of = info.get("selected_of", 1)
     if by_stat is not None and len(by_stat) > 1:
-        info["statistics"] = {k: _brief(v, labels) for k, v in by_stat.items()}
+        level = 1 - (1 - CI_LEVEL) / selected_of
+        info["statistics"] = {k: _brief(v, labels, level) for k, v in by_stat.items()}
     return {**head, "applicable": True, **info,
-            **grade(scores, labels, claimed, ctx.run.delta)}
+            **grade(scores, labels, claimed, ctx.run.delta, selected_of)}
 
 
 BRIEF_KEYS = ("auc", "auc_ci", "tpr_at_0.1%_fpr", "tpr_at_0.1%_fpr_ci", "tpr_at_1%_fpr",
               "tpr_at_1%_fpr_ci", "tpr_at_10%_fpr", "tpr_at_10%_fpr_ci", "tpr_at_0_fpr")
 
 
-def _brief(scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """AUC and TPRs with their intervals of one statistic's scores (None when not finite)."""
+def _brief(scores: np.ndarray, labels: np.ndarray, level: float = CI_LEVEL) -> dict[str, Any]:
+    """AUC and TPRs with their intervals (at `level`) of one statistic's scores (None when not
+    finite)."""
     if not np.isfinite(scores).all():
         return {"auc": None, "reason": "non-finite scores"}
-    summ = roc_summary(scores, labels)
+    summ = roc_summary(scores, labels, level=level)
     return {k: summ[k] for k in BRIEF_KEYS}
 
 
@@ -564,8 +566,8 @@ def run_membership_saved(folder: str | Path, victims: int | list[int], attack: s
     built = build(run, saved["defense"], saved.get("defense_config") or {})
     check_split(built, folder)
     built.ctx.bus.log = MessageLog.load(folder)
-    return run_membership(built, victims, attack, attack_cfg, gen, threat, reference_models,
-                          privacy=saved.get("privacy") or [])
+    built.saved_privacy = saved.get("privacy") or []
+    return run_membership(built, victims, attack, attack_cfg, gen, threat, reference_models)
 
 
 # ------------------------------------------------------------------------- one-run canary audit
@@ -644,7 +646,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
         except NotApplicable as exc:
             return {"kind": kind, "defense": defense, "victim": victim, "canaries": canaries,
                     "applicable": False, "reason": str(exc)}
-    threat = threat or default_threat(built.ctx.topology, victim)
+    threat = threat or threat_for("neighbour", built.ctx.topology, victim)
     obs = observe(built, threat)
     if kind == "gradient":
         scores = gradient_canary_scores(obs, type(built.trainer), victim, bank,
@@ -835,7 +837,7 @@ def _input_canary_scores(atk: Any, obs: Observation, cls: type, victim: int, cx:
     x, y = cx.to(ctx.device), cy.to(ctx.device)
     if atk.level == "message":
         return atk.score(ctx.fm, _all_victim_views(obs, cls, victim), x, y)
-    from attacks._mia import ModelMIAInput, model_signals
+    from privbench.mia_signals import ModelMIAInput, model_signals
 
     target = observed_model(obs, victim).to(ctx.device)[None]
     return atk.score(ModelMIAInput(model_signals(ctx.fm, target, x, y)))

@@ -37,6 +37,14 @@ class Built:
     defense: str
     split_digest: str = ""
     data_source: str = "embedded"
+    saved_privacy: list[dict[str, Any]] | None = None  # the claims of a run loaded from disk
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """The run's privacy reports: those the trainer computes, or, for a saved run whose
+        messages were loaded (`privbench attack --messages`), those it wrote."""
+        if self.saved_privacy is not None:
+            return self.saved_privacy
+        return self.trainer.privacy()
 
 
 def split_digest(data: NodeData) -> str:

@@ -50,7 +50,7 @@ from privbench.results import (
 )
 from privbench.runner import Built, build, check_split, environment, train_result
 from privbench.schema import ATTACK_FILE, TRAIN_FILE
-from privbench.threat import THREATS, ThreatModel
+from privbench.threat import THREATS, ThreatModel, observe, threat_for
 
 # The default grid: the non-private baselines and the five papers' algorithms (their variants
 # and ablations are registered too and run with `--defense all` or by name).
@@ -170,14 +170,9 @@ def duplicate_eps(values: list[float] | None) -> list[float]:
     return dups
 
 
-def threat_for(kind: str, built: Built, victim: int, t: int = 0) -> ThreatModel:
-    """The concrete threat model around a victim."""
-    topo = built.ctx.topology
-    if kind == "neighbour":
-        return ThreatModel("neighbour", (topo.out_neighbours(t, victim)[0],))
-    if kind == "colluding":
-        return ThreatModel("colluding", tuple(topo.in_neighbours(t, victim)) or (victim,))
-    return ThreatModel()
+def _audit_threat(built: Built, audit: AuditConfig) -> ThreatModel:
+    """The audit's threat model around its victim, on the run's graph."""
+    return threat_for(audit.threat, built.ctx.topology, audit.victim)
 
 
 def _is_membership(attack: str) -> bool:
@@ -239,10 +234,10 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
 def _invert_view(built: Built, attack: str, audit: AuditConfig,
                  gen: torch.Generator) -> dict[str, Any]:
     """The attack on one run's released gradients of the victim, graded."""
-    from privbench.inversion import grade, invert, observation
+    from privbench.inversion import grade, invert
 
-    threat = threat_for(audit.threat, built, audit.victim)
-    obs = observation(built, threat)
+    threat = _audit_threat(built, audit)
+    obs = observe(built, threat)
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
     inv = invert(obs, type(built.trainer), [audit.victim], list(audit.inversion_rounds), attack,
@@ -288,7 +283,7 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     """One membership attack on the victim, with ROC, TPR at low FPR and the empirical ε."""
     from privbench.membership import run_membership
 
-    threat = None if audit.threat == "neighbour" else threat_for(audit.threat, built, audit.victim)
+    threat = None if audit.threat == "neighbour" else _audit_threat(built, audit)
     pooled = audit.pool_victims and audit.threat != "colluding"
     victims = list(range(built.ctx.n)) if pooled else audit.victim
     res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
@@ -332,7 +327,7 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
     cfg = replace_checked(cls.Config(), audit.attack_config.get(attack) or {}, where="attack")
     res = canary_audit(built.ctx.run, built.defense, audit.victim, cfg.canaries,
                        overrides=to_dict(built.trainer.cfg), gen=gen,
-                       threat=threat_for(audit.threat, built, audit.victim), kind="gradient",
+                       threat=_audit_threat(built, audit), kind="gradient",
                        norm_factor=cfg.norm_factor)
     if not res.get("applicable", False):
         return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
@@ -363,11 +358,10 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     victim's gradient views (message-level attacks) or its observed model (model-level),
     derived once more on a log that records which kinds are read."""
     from attacks._mia import MessageAttack
-    from privbench.inversion import observation
     from privbench.membership import observed_model
     from privbench.threat import NotApplicable
 
-    obs = observation(built, threat_for(audit.threat, built, audit.victim))
+    obs = observe(built, _audit_threat(built, audit))
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
     defense = type(built.trainer)
@@ -756,7 +750,7 @@ class Sweep:
         built.ctx.truth = GroundTruth.load(self.messages_dir)  # type: ignore[arg-type]
         check_split(built, self.messages_dir)  # type: ignore[arg-type]
         privacy = saved.get("privacy", [])
-        built.trainer.privacy = lambda: privacy  # type: ignore[method-assign]
+        built.saved_privacy = privacy  # the claims the saved run made, read by the attacks
         cell = {"defense": defense, "epsilon": run.epsilon if built.trainer.private else None,
                 "status": "ok" if saved.get("diverged_round") is None else "diverged",
                 "accuracy": saved["accuracy"]["average_model"],

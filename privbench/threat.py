@@ -78,7 +78,6 @@ class Observation:
         fm: the (public) architecture.
         topology: the (public) graph.
         x0: (d,) the shared public initial model, or None if the threat model does not know it.
-        public: defense-specific public per-round values (e.g. step-size or noise schedules).
     """
 
     log: MessageLog
@@ -89,7 +88,51 @@ class Observation:
     fm: FlatModel
     topology: Topology
     x0: Tensor | None = None
-    public: dict[str, Any] | None = None
+
+
+def observe(built: Any, threat: ThreatModel | None = None) -> Observation:
+    """The one way to build what a threat model sees of a built (trained) run.
+
+    Args:
+        built: a `privbench.runner.Built`, or any object with its `trainer`, `ctx` and
+            `defense` (e.g. a reference system the attacker trains itself).
+        threat: who observes (default: an eavesdropper).
+
+    Returns:
+        The message log restricted to the threat model's receivers, with the public context:
+        run and defense configuration, architecture, topology and the trainer's shared
+        initialisation x0 (d,) on the CPU.
+    """
+    threat = threat or ThreatModel()
+    ctx, trainer = built.ctx, built.trainer
+    x0 = trainer.init_params()[0].detach().cpu()  # every node starts from this public model
+    return Observation(ctx.bus.log.observed_by(threat.receivers()), threat, ctx.run,
+                       built.defense, trainer.cfg, ctx.fm, ctx.topology, x0)
+
+
+def threat_for(kind: str, topology: Topology, victim: int, t: int = 0) -> ThreatModel:
+    """The one factory of concrete threat models around a victim.
+
+    Args:
+        kind: "neighbour" (the victim's first out-neighbour in round t: it receives the victim's
+            messages), "colluding" (the victim's in-neighbours in round t pooling what they
+            receive; the victim itself when it has none) or "eavesdropper".
+        topology: the run's graph.
+        victim: the audited node.
+        t: the round whose neighbourhood is read.
+
+    Raises:
+        ConfigError: an unknown kind, or a neighbour threat on a victim with no out-neighbour.
+    """
+    if kind == "neighbour":
+        outs = topology.out_neighbours(t, victim)
+        if not outs:
+            raise ConfigError(f"node {victim} has no out-neighbour in round {t}, so no curious "
+                              "neighbour receives its messages; use --threat eavesdropper")
+        return ThreatModel("neighbour", (outs[0],))
+    if kind == "colluding":
+        return ThreatModel("colluding", tuple(topology.in_neighbours(t, victim)) or (victim,))
+    return ThreatModel(kind)
 
 
 ViewKind = Literal["gradient", "sign", "partial"]

@@ -118,3 +118,67 @@ def test_a_trainer_drawing_fixed_batches_under_a_poisson_ledger_is_caught(monkey
     monkeypatch.setitem(dpdl_module.SAMPLING_MODELS, "fixed", "poisson")
     built, draws = _draw("dpdl", {"sampling": "fixed"}, monkeypatch)
     assert any("trainer drew sample" in m for m in sampling_mismatches(built, draws))
+
+
+# ------------------------------------------------------------------- the one sampling path
+def sampling_path_breaches(built: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Train two rounds; every NodeData draw must come from `Context.draw` / `draw_epoch` (the
+    path that records ground truth), and every round that draws must be recorded."""
+    from privbench.engine import Context
+
+    inside: list[bool] = []
+    out: list[str] = []
+
+    def guard(name: str, real: Any) -> Any:
+        def call(self: Any, *a: Any, **k: Any) -> Any:
+            inside.append(True)
+            try:
+                return real(self, *a, **k)
+            finally:
+                inside.pop()
+        return call
+
+    for name in ("draw", "draw_epoch"):
+        monkeypatch.setattr(Context, name, guard(name, getattr(Context, name)))
+    for name in ("poisson", "sample"):
+        real = getattr(NodeData, name)
+
+        def spy(self: NodeData, *a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+            if not inside:
+                out.append(f"NodeData.{_name} called outside Context.draw")
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(NodeData, name, spy)
+    for t in range(RUN.rounds):
+        built.trainer.round(t)
+    missing = [t for t in range(RUN.rounds) if t not in built.ctx.truth.batches]
+    if missing:
+        out.append(f"rounds {missing} drew no recorded batch (ground truth missing)")
+    return out
+
+
+@pytest.mark.parametrize("name", DEFENSES.names())
+def test_every_defense_samples_through_the_context(name, monkeypatch):
+    built = build(RUN, name, {"gradient": "G2"} if name == "defl_vp" else {})
+    assert sampling_path_breaches(built, monkeypatch) == []
+
+
+def test_a_trainer_bypassing_the_sampling_path_is_caught(monkeypatch):
+    # a DP-SGP that samples its Poisson batches itself: it trains, but no ground truth is kept
+    from defenses import dp_sgp
+
+    class Bypass(dp_sgp.DPSGP):
+        def round(self, t: int) -> None:
+            ctx = self.ctx
+            slots, mask = ctx.data.poisson(self.rates, ctx.streams.get("batch"))
+            x, y = ctx.data.gather(slots)
+            sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
+            noise = torch.randn(self.x.shape, generator=ctx.streams.get("noise"))
+            x_half = self.x - ctx.run.lr * (sums + self.noise_std * noise) / ctx.run.batch_size
+            self.x, self.w = dp_sgp.push_sum(ctx.bus, self.mixer, t, x_half, self.w)
+
+    built = build(RUN, "dp_sgp")
+    built.trainer.__class__ = Bypass
+    breaches = sampling_path_breaches(built, monkeypatch)
+    assert "NodeData.poisson called outside Context.draw" in breaches
+    assert any("ground truth missing" in b for b in breaches)

@@ -91,8 +91,9 @@ def resolves(n_nonmembers: int, fpr: float) -> bool:
     return n_nonmembers * fpr >= 1.0 - 1e-9
 
 
-def tpr_at_fpr(curve: RocCurve, fpr: float) -> dict[str, object]:
-    """TPR at FPR <= `fpr`, with whether the number of non-members resolves that FPR.
+def tpr_at_fpr(curve: RocCurve, fpr: float, level: float = CI_LEVEL) -> dict[str, object]:
+    """TPR at FPR <= `fpr`, with whether the number of non-members resolves that FPR, and its
+    Clopper-Pearson interval at `level`.
 
     Returns:
         {"fpr": fpr, "tpr": float or None (unresolved), "resolved": bool,
@@ -102,7 +103,7 @@ def tpr_at_fpr(curve: RocCurve, fpr: float) -> dict[str, object]:
         raise ConfigError(f"target FPR must be in (0, 1], got {fpr}")
     ok = resolves(curve.n_nonmembers, fpr)
     value = float(curve.tpr[curve.fpr <= fpr + 1e-12].max()) if ok else None
-    ci = (clopper_pearson(round(value * curve.n_members), curve.n_members)
+    ci = (clopper_pearson(round(value * curve.n_members), curve.n_members, level)
           if value is not None else None)
     return {"fpr": fpr, "tpr": value, "ci": ci, "resolved": ok,
             "min_nonmembers": math.ceil(1 / fpr - 1e-9)}
@@ -160,9 +161,9 @@ def _percentile(values: np.ndarray, level: float = CI_LEVEL) -> list[float]:
 
 
 def auc_ci(scores: ArrayLike, labels: ArrayLike, resamples: int = BOOTSTRAPS,
-           rng: np.random.Generator | None = None) -> list[float]:
-    """95 % stratified-bootstrap interval [lo, hi] of the AUC."""
-    return _percentile(bootstrap_aucs(scores, labels, resamples, rng)[0])
+           rng: np.random.Generator | None = None, level: float = CI_LEVEL) -> list[float]:
+    """Stratified-bootstrap interval [lo, hi] of the AUC (95 % by default)."""
+    return _percentile(bootstrap_aucs(scores, labels, resamples, rng)[0], level)
 
 
 def paired_auc_difference(scores_a: ArrayLike, scores_b: ArrayLike, labels: ArrayLike,
@@ -223,24 +224,26 @@ def roc_points(curve: RocCurve, grid: str = "linear", points: int = 101) -> dict
 
 
 def roc_summary(scores: ArrayLike, labels: ArrayLike, fprs: tuple[float, ...] = DEFAULT_FPRS,
-                points: int = 101) -> dict[str, object]:
+                points: int = 101, level: float = CI_LEVEL) -> dict[str, object]:
     """JSON-ready ROC summary: AUC and its 95 % interval, TPR at each target FPR (exact, resolved
     or not, with its Clopper-Pearson interval), TPR at FPR 0, and downsampled linear and log-log
     curves (which keep the target FPRs as exact points).
 
     Keys: auc, auc_ci, tpr_at_fpr (list of `tpr_at_fpr` dicts), "tpr_at_0.1%_fpr" /
     "tpr_at_1%_fpr" / "tpr_at_10%_fpr" shortcuts (value or None) and their "..._ci", tpr_at_0_fpr,
-    tpr_at_0_fpr_ci, n_members, n_nonmembers, roc {linear, log}.
+    tpr_at_0_fpr_ci, n_members, n_nonmembers, roc {linear, log}. Every interval is at `level`
+    (a caller that reports the best of m score vectors passes 1 - 0.05 / m, so that the m
+    intervals hold together at 95 % and the best one's is a 95 % interval).
     """
     curve = roc_curve(scores, labels)
-    at = [tpr_at_fpr(curve, f) for f in fprs]
+    at = [tpr_at_fpr(curve, f, level) for f in fprs]
     t0 = tpr_at_zero_fpr(curve)
     out: dict[str, object] = {
         "auc": curve.auc,
-        "auc_ci": auc_ci(scores, labels),
+        "auc_ci": auc_ci(scores, labels, level=level),
         "tpr_at_fpr": at,
         "tpr_at_0_fpr": t0,
-        "tpr_at_0_fpr_ci": clopper_pearson(round(t0 * curve.n_members), curve.n_members),
+        "tpr_at_0_fpr_ci": clopper_pearson(round(t0 * curve.n_members), curve.n_members, level),
         "n_members": curve.n_members,
         "n_nonmembers": curve.n_nonmembers,
         "roc": {"linear": roc_points(curve, "linear", points),

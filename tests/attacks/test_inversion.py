@@ -168,10 +168,11 @@ def _sgp_run(rounds: int = 2, nodes: int = 4, batch_size: int = 1):
 
 
 def test_sgp_glue_and_grading() -> None:
-    from privbench.inversion import grade, invert, observation
+    from privbench.inversion import grade, invert
+    from privbench.threat import observe
 
     built = _sgp_run()
-    obs = observation(built)
+    obs = observe(built)
     res = invert(obs, DEFENSES.get("sgp"), [0, 1], [0, 1], "idlg", {"adam_steps": 150},
                  torch.Generator().manual_seed(0), "cpu", input_shape=(1, 8, 8))
     assert len(res.targets) == 4 and all(s.startswith("ok") for s in res.status)
@@ -200,12 +201,13 @@ def test_bench_attacks_reports_a_ratio() -> None:
 @pytest.mark.parametrize("key", ["idlg_sgp_b1", "geiping_sgp_b4"])
 def test_regression_baselines(key: str) -> None:
     """Re-measure the must-show settings and compare with tests/attacks/baselines.json."""
-    from privbench.inversion import grade, invert, observation
+    from privbench.inversion import grade, invert
+    from privbench.threat import observe
 
     base = json.loads(BASELINES.read_text())[key]
     s = base["settings"]
     built = _sgp_run(s["rounds"], s["nodes"], s["batch_size"])
-    res = invert(observation(built), DEFENSES.get("sgp"), list(range(s["nodes"])),
+    res = invert(observe(built), DEFENSES.get("sgp"), list(range(s["nodes"])),
                  list(range(s["rounds"])), s["attack"], s["config"],
                  torch.Generator().manual_seed(s["attack_seed"]), "cpu", input_shape=(1, 8, 8))
     g = grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)
@@ -222,15 +224,16 @@ def test_defl_vp_unprotected_control_variates_leak_at_small_epsilon() -> None:
     load_plugins()
     if "defl_vp" not in DEFENSES:
         pytest.skip("defl_vp is not registered")
-    from privbench.inversion import grade, invert, observation
+    from privbench.inversion import grade, invert
     from privbench.runner import build
+    from privbench.threat import observe
 
     run = RunConfig(dataset="digits", model="lenet", batch_size=1, nodes=4, rounds=20, lr=0.2,
                     device="cpu", seed=0, eval_every=20, epsilon=1.0)
     built = build(run, "defl_vp", {"gradient": "G1"})
     for t in range(2):
         built.trainer.round(t)
-    res = invert(observation(built), DEFENSES.get("defl_vp"), [0, 1], [0], "idlg",
+    res = invert(observe(built), DEFENSES.get("defl_vp"), [0, 1], [0], "idlg",
                  {"adam_steps": 300}, torch.Generator().manual_seed(0), "cpu",
                  input_shape=(1, 8, 8))
     g = grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)

@@ -21,7 +21,6 @@ from privbench.membership import (
     block_topology,
     canary_audit,
     candidates,
-    observe,
     observed_model,
     reference_data,
     run_membership,
@@ -30,7 +29,7 @@ from privbench.membership import (
 )
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.runner import build
-from privbench.threat import NotApplicable, ThreatModel
+from privbench.threat import NotApplicable, ThreatModel, observe
 
 BASELINES = Path(__file__).with_name("mia_baselines.json")
 
@@ -180,13 +179,30 @@ def test_run_membership_json(attack: str, cfg: dict) -> None:
     assert res["auc_ci"][0] <= res["auc"] <= res["auc_ci"][1]
     if attack == "rmia":
         assert res["attack_config_resolved"] == {"a": 0.3, "gamma": 1.0}
-    if attack == "mia_message":  # both statistics reported, one graded by the label-free rule
-        assert set(res["statistics"]) == {"regression", "cosine"}
-        assert res["auc"] == res["statistics"][res["statistic"]]["auc"]
-        # picked on reference systems with known membership, not on the target's labels
-        assert res["statistic_rule"].startswith("chosen on 2 reference systems")
-        ref = res["reference_auc"]
-        assert set(ref) == {"regression", "cosine"} and res["statistic"] == max(ref, key=ref.get)
+    if attack == "mia_message":  # both statistics reported, the stronger one graded
+        stats = res["statistics"]
+        assert set(stats) == {"regression", "cosine"}
+        assert res["auc"] == stats[res["statistic"]]["auc"] == max(v["auc"] for v in stats.values())
+        # best of two: every interval at the Bonferroni level, so the graded one holds at 95 %
+        assert res["selected_of"] == 2 and res["ci_level"] == pytest.approx(0.975)
+        assert res["empirical_epsilon"]["alpha"] == pytest.approx(0.025)
+        single = run_membership(built, [0, 1], attack, {"statistic": res["statistic"]},
+                                torch.Generator().manual_seed(0), ThreatModel("eavesdropper"))
+        assert single["auc"] == res["auc"] and single["ci_level"] == 0.95
+        lo, hi = single["auc_ci"]
+        assert res["auc_ci"][0] <= lo and hi <= res["auc_ci"][1]  # wider, never narrower
+
+
+def test_message_statistic_chosen_on_reference_systems() -> None:
+    # select = "reference": picked on reference systems with known membership, never on the
+    # target's labels; one statistic graded, so intervals stay at 95 %
+    built = _tiny("sgp")
+    res = run_membership(built, [0, 1], "mia_message", {"select": "reference"},
+                         torch.Generator().manual_seed(0), ThreatModel("eavesdropper"))
+    assert res["statistic_rule"].startswith("chosen on 2 reference systems")
+    ref = res["reference_auc"]
+    assert set(ref) == {"regression", "cosine"} and res["statistic"] == max(ref, key=ref.get)
+    assert res["ci_level"] == 0.95
 
 
 def test_run_membership_saved_matches_live(tmp_path: Path) -> None:
