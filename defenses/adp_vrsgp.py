@@ -63,6 +63,7 @@ from defenses.dp_sgp import (
     model_message_kinds,
     node_plans,
     plan_reports,
+    plan_schedule,
     poisson_batch,
     sample_rates,
 )
@@ -201,6 +202,7 @@ class ADPVRSGP(Trainer):
                                     cfg.calibrate_with)
             base = [p.noise["sigma"] for p in self.plans]
         self.sigma_hat = torch.tensor(base, dtype=torch.float64)  # (n,) per unit of G_t
+        self.z = plan_schedule(self.plans, ctx.device)  # (T, n) alpha(T-t) sigma_hat_i: drawn
         self.rates = torch.tensor(sample_rates(ctx), device=ctx.device)[:, None]  # (n, 1)
         self.x = self.init_params()  # (n, d) push-sum numerators
         self.w = torch.ones(ctx.n, device=ctx.device)  # (n,) push-sum weights
@@ -212,9 +214,9 @@ class ADPVRSGP(Trainer):
         return self.x / self.w[:, None]
 
     def noise_std(self, t: int) -> Tensor:
-        """(n, 1) std of the noise on the clipped SUM at step t: alpha(T-t) sigma_hat_i G_t."""
-        level = float(self.sched.noise_factor[t]) * float(self.sched.clip[t])
-        return (self.sigma_hat * level).to(self.ctx.device, torch.float32)[:, None]
+        """(n, 1) std of the noise on the clipped SUM at step t: alpha(T-t) sigma_hat_i G_t, the
+        plan's schedule z_t (what its reports compose) times the clip bound G_t."""
+        return self.z[t][:, None] * float(self.sched.clip[t])
 
     def round(self, t: int) -> None:
         """Card §1.3 steps 1-10 for every node at once."""

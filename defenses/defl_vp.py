@@ -291,8 +291,10 @@ class DeFLVP(Trainer):
         b = ctx.run.batch_size
         self.epoch_steps = int(((counts + b - 1) // b).max())
         self.plan = self._plan()
-        self.coordinate_epsilon = (float(self.plan.noise["coordinate_epsilon"])
-                                   if cfg.dp == "rr" else math.inf)
+        # (T,) per-round coordinate epsilon: the plan's schedule, the one its reports compose
+        self.coordinate_epsilons = (self.plan.schedule if cfg.dp == "rr"
+                                    else (math.inf,) * ctx.run.rounds)
+        self.coordinate_epsilon = self.coordinate_epsilons[0]  # round 0's, for the report
         self.comm_bytes = {"model": 0, "control_variate": 0, "update": 0}
         self.last: dict[str, Tensor] = {}  # round t's g, v, q (n, d) for tests and diagnostics
 
@@ -311,12 +313,13 @@ class DeFLVP(Trainer):
         if cfg.vr:
             h_bar = gossip(bus, mixer, t, self.h, "control_variate")  # (n, d) Eq. 10
         if cfg.protect_control_variate:  # order rr_vr (card §1.7)
-            a = privatize_sign(g, self.coordinate_epsilon, self._gen("rr"))  # (n, d)
+            a = privatize_sign(g, self.coordinate_epsilons[t], self._gen("rr"))  # (n, d)
             v = a - self.h + h_bar
             msg, cv_input = v, a
         else:  # order vr_rr (card §1.2)
             v = g - self.h + h_bar if cfg.vr else g  # (n, d) Eq. 11
-            msg = privatize_sign(v, self.coordinate_epsilon, self._gen("rr")) if cfg.signed else v
+            msg = (privatize_sign(v, self.coordinate_epsilons[t], self._gen("rr")) if cfg.signed
+                   else v)
             cv_input = g
         if cfg.compressor == "rand_k":
             q, _ = rand_k(msg, self.k, self._gen("compress"))  # (n, d) Eq. 16

@@ -111,6 +111,16 @@ def node_plans(ctx: Context, name: str, epsilons: tuple[float, ...], deltas: tup
             for e, d, q in zip(eps, dels, sample_rates(ctx), strict=True)]
 
 
+def plan_schedule(plans: list[PrivacyPlan], device: torch.device) -> Tensor:
+    """(T, n) float32: node i's plan schedule in column i, the noise level drawn in round t.
+
+    The trainer draws exactly this and reports the plans' epsilons, which are composed from it
+    (`PrivacyPlan.schedule`): the plan is the one source of the noise and of its epsilon.
+    """
+    return torch.tensor([p.schedule for p in plans], dtype=torch.float64).T.to(
+        device, torch.float32).contiguous()
+
+
 def plan_reports(plans: list[PrivacyPlan]) -> list[dict[str, Any]]:
     """Per node, the paper and calibrated `EpsilonReport`s as dicts (with node and target)."""
     out = []
@@ -161,8 +171,7 @@ class DPSGP(Trainer):
         self.plans = node_plans(ctx, "dp_sgp", cfg.epsilons, cfg.deltas, cfg.accountant,
                                 cfg.calibrate_with)
         self.rates = torch.tensor(sample_rates(ctx), device=ctx.device)[:, None]  # (n, 1)
-        sigma = torch.tensor([p.noise["sigma"] for p in self.plans], dtype=torch.float64)
-        self.noise_std = (sigma * cfg.clip).to(ctx.device, torch.float32)[:, None]  # (n, 1)
+        self.z = plan_schedule(self.plans, ctx.device)  # (T, n): what the plans composed
         self.x = self.init_params()  # (n, d)
         self.w = torch.ones(ctx.n, device=ctx.device)  # (n,)
         self.debug_released: dict[int, Tensor] | None = None  # round -> (n, d) gbar, tests only
@@ -170,6 +179,10 @@ class DPSGP(Trainer):
     def models(self) -> Tensor:
         """(n, d) de-biased models z = x / w."""
         return self.x / self.w[:, None]
+
+    def noise_std(self, t: int) -> Tensor:
+        """(n, 1) std of the noise on the clipped SUM in round t: z_{t,i} C (the plan's z)."""
+        return self.z[t][:, None] * self.cfg.clip
 
     def round(self, t: int) -> None:
         """Poisson batch -> clipped, noised gradient at z -> local step -> push-sum."""
@@ -179,7 +192,7 @@ class DPSGP(Trainer):
         sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)  # (n, d)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                         dtype=z.dtype)  # (n, d)
-        gbar = (sums + self.noise_std * u) / ctx.run.batch_size  # (n, d)
+        gbar = (sums + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
         if self.debug_released is not None:
             self.debug_released[t] = gbar.detach().clone()
         x_half = self.x - ctx.run.lr * gbar

@@ -338,15 +338,15 @@ class DPPS(Trainer):
                               "doubly stochastic, so the sensitivity bound (Lemma 2) does not "
                               "hold; use exponential or circulant (or set "
                               "defense.require_doubly_stochastic=false to run it anyway)")
-        self.eps_round, self.b_base = self._budget()
+        self.eps_rounds, self.b_base = self._budget()
         self.rounds_done = 0
         self.trace: dict[str, list[Tensor]] = {k: [] for k in (
             "S_i", "S_est", "S_real", "S_used", "scale", "eps_norm", "noise_norm")}
 
     # -- accounting -----------------------------------------------------------------------------
 
-    def _budget(self) -> tuple[float | None, float | None]:
-        """(calibrated per-round epsilon or None, fixed b or None)."""
+    def _budget(self) -> tuple[tuple[float, ...] | None, float | None]:
+        """(the plan's per-round epsilons (T,) or None, fixed b or None)."""
         if self.cfg.sensitivity_mode == "none":
             return None, None
         if self.cfg.b is not None:
@@ -355,12 +355,14 @@ class DPPS(Trainer):
         plan = make_plan(self.plan_name, run.epsilon, run.delta, run.rounds, 1.0,
                          self.cfg.composition, gamma_n=self.cfg.gamma_n,
                          calibrate_with=self.cfg.calibrate_with)
-        return float(plan.noise["epsilon_round"]), None
+        return plan.schedule, None  # what the plan's reports compose, round by round
 
     def b_at(self, t: int) -> float:
         """The knob b of round t: fixed, or epsilon_round * gamma_n(t) when calibrated."""
         gn = rates(self.cfg, self.ctx.run.lr, t)[2]
-        return self.b_base if self.b_base is not None else self.eps_round * gn  # type: ignore
+        if self.b_base is not None:
+            return self.b_base
+        return self.eps_rounds[t] * gn  # type: ignore[index]
 
     def round_epsilons(self) -> list[float]:
         """Per-round Theorem 1 epsilon b(t) / gamma_n(t) for the rounds run (S >= truth assumed)."""

@@ -47,9 +47,9 @@ Choices and deviations (card section in brackets):
   upper bound and the rigorous epsilon then exceeds the target, by up to ~33%). Both epsilons are
   always reported, the CLT one flagged approximate. The PLD accountant buckets the schedule into
   <= 48 noise levels, each charged at its smallest noise (conservative, card §3.6).
-- The noise schedule sigma_k = C_k / mu_k is built from the plan's mu_0 and the accounting
-  module's growth `privbench.accounting.dyn_d2p_growth` (eq. 7), the same function the plan's
-  ledger composes (one source of truth).
+- The noise schedule sigma_k = C_k / mu_k is drawn from the plan itself: its `schedule` is
+  z_k = 1 / mu_k (eq. 7's growth applied by the plan), exactly the schedule its reports compose
+  (one source of truth); the trainer only multiplies by the clip schedule C_k.
 - Defaults C_0 = 4, C_bar = 1.5 are the card's shallow-CNN values [§5, §2]; rho_c = rho_mu = 2
   (1/rho = 0.5) is the card's no-search default [§2]. Grid-search C_bar for the baselines.
 - Topology [§4, §8.18]: any directed graph with column-stochastic uniform weights
@@ -247,7 +247,7 @@ class DynD2P(Trainer):
             rates.float().to(ctx.device)[:, None]  # scalar, or (n, 1) when the J_i differ
         self.plans: list[PrivacyPlan | None] = [None] * n
         if math.isinf(run.epsilon):
-            mu0 = [math.inf] * n
+            mu0, z = [math.inf] * n, np.zeros((steps, n))  # no privacy asked: no noise
         else:
             cache: dict[float, PrivacyPlan] = {}
             for i, p in enumerate(self.rates):
@@ -255,11 +255,12 @@ class DynD2P(Trainer):
                     cache[p] = node_plan(cfg, run.epsilon, run.delta, steps, p)
                 self.plans[i] = cache[p]
             mu0 = [float(plan.noise["mu_0"]) for plan in self.plans]  # type: ignore[union-attr]
+            # (K, n) z_k = 1 / mu_k: the plans' schedules, exactly what their reports compose
+            z = np.stack([plan.schedule for plan in self.plans], axis=1)  # type: ignore[union-attr]
         self.mu_0 = np.asarray(mu0)  # (n,)
         self.clip = torch.tensor(clip_schedule(cfg, steps), dtype=torch.float32,
                                  device=ctx.device)  # (K,)
-        growth = dyn_d2p_growth(steps, cfg.budget_rho)  # (K,) the plan's eq. (7) factors
-        sigma = clip_schedule(cfg, steps)[:, None] / (growth[:, None] * self.mu_0[None])  # (K, n)
+        sigma = clip_schedule(cfg, steps)[:, None] * z  # (K, n) sigma_k = C_k / mu_k
         self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (K, n)
         self.released: dict[int, Tensor] = {}  # t -> (n, d), only with record_released
 

@@ -104,8 +104,9 @@ def _per_node(tr: Any, z_of: Callable[[int], np.ndarray], rates: list[float]) ->
 
 def _dp_sgp(tr: DPSGP) -> list[Schedule]:
     t = tr.ctx.run.rounds
-    return _per_node(tr, lambda i: np.full(t, float(tr.noise_std[i, 0]) / tr.cfg.clip),
-                     tr.rates[:, 0].tolist())
+    z = np.array([[float(tr.noise_std(k)[i, 0]) / tr.cfg.clip for k in range(t)]
+                  for i in range(tr.ctx.n)])  # (n, T): drawn std / clip bound
+    return _per_node(tr, lambda i: z[i], tr.rates[:, 0].tolist())
 
 
 def _adp(tr: ADPVRSGP) -> list[Schedule]:

@@ -174,7 +174,7 @@ def test_a_trainer_bypassing_the_sampling_path_is_caught(monkeypatch):
             x, y = ctx.data.gather(slots)
             sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
             noise = torch.randn(self.x.shape, generator=ctx.streams.get("noise"))
-            x_half = self.x - ctx.run.lr * (sums + self.noise_std * noise) / ctx.run.batch_size
+            x_half = self.x - ctx.run.lr * (sums + self.noise_std(t) * noise) / ctx.run.batch_size
             self.x, self.w = dp_sgp.push_sum(ctx.bus, self.mixer, t, x_half, self.w)
 
     built = build(RUN, "dp_sgp")

@@ -22,7 +22,6 @@ from privbench.accounting.gaussian import (
     DEFAULT_OPTIONS,
     AccountantOptions,
     Term,
-    _canonical,
     _epsilon_cached,
     bucket_terms,
     check_accountant_delta,
@@ -155,17 +154,24 @@ def schedule_epsilon_fn(
     options: AccountantOptions = DEFAULT_OPTIONS,
     sampling: str = "poisson",
 ) -> Callable[[float], float]:
-    """epsilon(scale) of the schedule z_t = scale * multipliers[t] (bucketed once, memoized)."""
+    """epsilon(scale) of the schedule z_t = scale * multipliers[t] (memoized).
+
+    Each evaluation buckets the scaled schedule `scale * multipliers` (a numpy product) exactly
+    as `gaussian_epsilon` buckets a ledger of those events, so a plan whose ledger is built from
+    the same product reuses the calibration's last composition instead of paying for it again.
+    """
     delta = check_delta(delta)
     accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
     q = check_sampling_rate(sampling_rate)
-    unit = gaussian_schedule([check_positive(m, "multiplier") for m in multipliers], q, sampling)
+    shape = np.asarray([check_positive(m, "multiplier") for m in multipliers], dtype=float)
+    if shape.size == 0:
+        raise ConfigError("a noise schedule needs at least 1 step, got 0")
     check_accountant_delta(delta, effective_accountant((sampling,), accountant))
     max_distinct = None if accountant == "gdp_clt" else options.max_distinct
-    unit_terms: tuple[Term, ...] = bucket_terms(unit, max_distinct)
 
     def epsilon(scale: float) -> float:
-        terms = tuple((qq, _canonical(z * scale), c, s) for qq, z, c, s in unit_terms)
+        terms: tuple[Term, ...] = bucket_terms(gaussian_schedule(scale * shape, q, sampling),
+                                               max_distinct)
         if accountant == "gdp_clt":
             return clt_epsilon(terms, delta)
         return _epsilon_cached(terms, delta, accountant, options)

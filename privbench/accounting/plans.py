@@ -77,6 +77,11 @@ class PrivacyPlan:
         calibrated_with: "calibrated" or "paper": which formula produced `noise`.
         epsilon, delta, rounds, sample_rate, accountant: the request.
         notes: one-line caveats for the table / report.
+        schedule: (rounds,) the per-round noise level the trainer draws, in `schedule_unit`
+            (Gaussian plans: the noise multiplier z_t = noise std / sensitivity; pure plans: the
+            per-round epsilon of the release). The reports are composed from exactly this
+            schedule, so a trainer drawing from it reports the epsilon of what it drew.
+        schedule_unit: what a schedule entry is.
     """
 
     defense: str
@@ -89,10 +94,16 @@ class PrivacyPlan:
     sample_rate: float
     accountant: str
     notes: tuple[str, ...] = field(default=())
+    schedule: tuple[float, ...] = field(default=())
+    schedule_unit: str = ""
 
     def __post_init__(self) -> None:
         noise = {str(k): float(v) for k, v in self.noise.items()}
         object.__setattr__(self, "noise", MappingProxyType(noise))
+        object.__setattr__(self, "schedule", tuple(float(v) for v in self.schedule))
+        if self.schedule and len(self.schedule) != self.rounds:
+            raise ConfigError(f"a plan's schedule needs one entry per round ({self.rounds}), "
+                              f"got {len(self.schedule)}")
 
     def report(self, mode: str) -> EpsilonReport:
         """The first report of `mode` ("paper" or "calibrated")."""
@@ -111,6 +122,10 @@ class PrivacyPlan:
             "sample_rate": self.sample_rate,
             "accountant": self.accountant,
             "notes": list(self.notes),
+            "schedule": ({"unit": self.schedule_unit, "first": self.schedule[0],
+                          "last": self.schedule[-1], "min": min(self.schedule),
+                          "max": max(self.schedule), "rounds": len(self.schedule)}
+                         if self.schedule else None),
         }
 
 
@@ -132,11 +147,27 @@ def _request(
     )
 
 
+Z_UNIT = "noise multiplier z_t (Gaussian noise std / sensitivity)"
+EPS_UNIT = "epsilon of round t's release"
+
+
 def _plan(defense: str, noise: dict[str, float], reports: list[EpsilonReport],
-          calibrate_with: str, request: tuple, notes: tuple[str, ...] = ()) -> PrivacyPlan:
+          calibrate_with: str, request: tuple, notes: tuple[str, ...] = (),
+          schedule: Any = (), unit: str = Z_UNIT, noise_factor: float = 1.0) -> PrivacyPlan:
     eps, delta, rounds, q, accountant = request
+    if noise_factor != 1.0:
+        notes = (*notes, f"noise scaled by {noise_factor:g} after calibration (deliberately "
+                         "mis-calibrated); the reports are those of the scaled noise")
     return PrivacyPlan(defense, noise, tuple(reports), calibrate_with, eps, delta, rounds, q,
-                       accountant, notes)
+                       accountant, notes, tuple(np.broadcast_to(schedule, (rounds,))), unit)
+
+
+def _factor(noise_factor: float) -> float:
+    """The checked `noise_factor` (> 0, finite)."""
+    f = float(noise_factor)
+    if not (f > 0 and np.isfinite(f)):
+        raise ConfigError(f"noise_factor must be a finite number > 0, got {noise_factor!r}")
+    return f
 
 
 # ---------------------------------------------------------------- Gaussian plans
@@ -147,6 +178,7 @@ def plan_dp_sgp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
     sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """Constant-noise DP-SGD inside push-sum (the DP-SGP baseline; card-adp-vrsgp.md §1.6, §3.4).
 
@@ -159,7 +191,8 @@ def plan_dp_sgp(
     paper_acc = "rdp"
     use = accountant if calibrate_with == "calibrated" else paper_acc
     sampling = check_choice(sampling, "sampling", SAMPLINGS)
-    sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, use, options, sampling=sampling)
+    sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, use, options,
+                                  sampling=sampling) * _factor(noise_factor)
     ledger = PrivacyLedger().record(GaussianEvent(sigma, q, rounds, sampling))
     reports = [
         account(ledger, delta, paper_acc, mode="paper", options=options,
@@ -167,7 +200,8 @@ def plan_dp_sgp(
         account(ledger, delta, accountant, mode="calibrated", options=options),
     ]
     return _plan("dp_sgp", {"sigma": sigma}, reports, calibrate_with, req,
-                 ("sigma = noise std / clip bound, on the SUM of clipped per-sample gradients",))
+                 ("sigma = noise std / clip bound, on the SUM of clipped per-sample gradients",),
+                 sigma, Z_UNIT, noise_factor)
 
 
 @PRIVACY_PLANS.register("adp_vrsgp")
@@ -175,6 +209,7 @@ def plan_adp_vrsgp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
     tau: int = 5, s: float = 0.2, sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """ADP-VRSGP: step t uses noise multiplier alpha(T - t) * sigma_hat (card §2.1, §3).
 
@@ -191,7 +226,9 @@ def plan_adp_vrsgp(
                                           sampling=sampling)
     else:
         sigma_hat = adp_vrsgp_paper_sigma_hat(eps, delta, q, factors, options)
-    ledger = PrivacyLedger().extend(gaussian_schedule(sigma_hat * factors, q, sampling))
+    sigma_hat *= _factor(noise_factor)
+    schedule = sigma_hat * factors  # (T,) z_t, the product the calibration composed
+    ledger = PrivacyLedger().extend(gaussian_schedule(schedule, q, sampling))
     paper = EpsilonReport(
         adp_vrsgp_paper_epsilon(sigma_hat, delta, q, factors, options), delta,
         "closed-form (Theorem 1, c2 fitted to rdp)", "paper", "sample-level",
@@ -206,7 +243,7 @@ def plan_adp_vrsgp(
     return _plan("adp_vrsgp", noise, reports, calibrate_with, req, (
         "step t noise multiplier = alpha(T - t) * sigma_hat, alpha(k) = (floor(k/tau) + 10)^s",
         "sigma_hat is per unit of the CURRENT clip bound G_t (card §2.4)",
-    ))
+    ), schedule, Z_UNIT, noise_factor)
 
 
 @PRIVACY_PLANS.register("dyn_d2p")
@@ -214,6 +251,7 @@ def plan_dyn_d2p(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
     rho_mu: float = 2.0, sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """Dyn-D2P: step k is mu_k-GDP, mu_k = mu_0 rho_mu^(k/K), noise multiplier 1/mu_k (card §1.2).
 
@@ -226,12 +264,17 @@ def plan_dyn_d2p(
     eps, delta, rounds, q, accountant = req
     sampling = check_choice(sampling, "sampling", SAMPLINGS)
     growth = dyn_d2p_growth(rounds, rho_mu)
+    shape = 1.0 / growth  # (K,) z_k = scale * shape_k, scale = 1 / mu_0
     if calibrate_with == "calibrated":
-        mu0 = 1.0 / calibrate_noise_scale(eps, delta, 1.0 / growth, q, accountant, options,
-                                          sampling=sampling)
+        scale = calibrate_noise_scale(eps, delta, shape, q, accountant, options,
+                                      sampling=sampling)
     else:  # the paper's CLT (eqs. 4, 8) assumes Poisson sampling whatever is drawn
-        mu0 = dyn_d2p_mu0(gdp_mu(eps, delta), q, rounds, rho_mu)
-    ledger = PrivacyLedger().extend(gaussian_schedule(1.0 / (mu0 * growth), q, sampling))
+        scale = 1.0 / dyn_d2p_mu0(gdp_mu(eps, delta), q, rounds, rho_mu)
+    scale *= _factor(noise_factor)
+    mu0 = 1.0 / scale
+    schedule = scale * shape  # (K,) z_k = 1 / mu_k
+    # the same product the calibration composed: its accountant result is reused, not recomputed
+    ledger = PrivacyLedger().extend(gaussian_schedule(schedule, q, sampling))
     reports = [
         account(ledger, delta, "gdp_clt", mode="paper",
                 note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper bound"),
@@ -241,7 +284,7 @@ def plan_dyn_d2p(
              "z_last": 1 / (mu0 * growth[-1])}
     return _plan("dyn_d2p", noise, reports, calibrate_with, req, (
         "sigma_k = C_k / mu_k on the SUM of clipped per-sample gradients (card §1.6)",
-    ))
+    ), schedule, Z_UNIT, noise_factor)
 
 
 @PRIVACY_PLANS.register("dpdl")
@@ -250,6 +293,7 @@ def plan_dpdl(
     n_agents: int = 10, degree: int | None = None, alpha: float = 1.0, kappa: float = 1.0,
     sampling: str = "poisson",
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """DPDL: noise N(0, sigma^2 C^2) on every cross-gradient and self-gradient (card §3, §5).
 
@@ -271,6 +315,7 @@ def plan_dpdl(
     else:
         sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, "rdp", options,
                                       sampling=sampling) / r["paper"]
+    sigma *= _factor(noise_factor)
 
     def ledger(reading: str, uncovered: tuple[str, ...] = ()) -> PrivacyLedger:
         return PrivacyLedger(uncovered=uncovered).record(
@@ -289,7 +334,7 @@ def plan_dpdl(
              "z_broadcast_strict": sigma * ratios["B_strict"]}
     return _plan("dpdl", noise, reports, calibrate_with, req, (
         "one Poisson batch per round feeds all cross-gradients and the self-gradient",
-    ))
+    ), sigma, "noise multiplier sigma_t of every clipped sum (std sigma_t C)", noise_factor)
 
 
 # ---------------------------------------------------------------- pure-epsilon plans
@@ -310,6 +355,7 @@ def plan_defl_vp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
     dim: int = 1_663_370, order: str = "vr_rr", control_variates: bool = True,
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """DeFL-VP: randomized response on the d-dim sign vector, once per round (card §2, §3).
 
@@ -332,6 +378,7 @@ def plan_defl_vp(
         eps_coord = per_release_epsilon(eps, dim * rounds, rule, delta)
     else:
         eps_coord = eps
+    eps_coord /= _factor(noise_factor)  # more noise: a smaller per-coordinate epsilon
     event = RandomizedResponseEvent(eps_coord, dim, rounds)
     ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).record(event)
     readings = defl_vp_readings(eps_coord, dim, rounds)
@@ -347,11 +394,13 @@ def plan_defl_vp(
     if q < 1:
         notes += ("no subsampling amplification: RR applies to every round's message",)
     noise = {"keep_prob": event.keep_prob, "coordinate_epsilon": eps_coord}
-    return _plan("defl_vp", noise, reports, calibrate_with, req, notes)
+    return _plan("defl_vp", noise, reports, calibrate_with, req, notes, eps_coord,
+                 "randomized-response epsilon of each coordinate in round t", noise_factor)
 
 
 def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_rate: float,
-               accountant: str, gamma_n: float, calibrate_with: str) -> PrivacyPlan:
+               accountant: str, gamma_n: float, calibrate_with: str,
+               noise_factor: float = 1.0) -> PrivacyPlan:
     req = _request(epsilon, delta, rounds, sample_rate, accountant, PURE_PLAN_ACCOUNTANTS,
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
@@ -360,6 +409,7 @@ def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_r
         eps_round = per_release_epsilon(eps, rounds, rule, delta)
     else:
         eps_round = eps  # the paper's Theorem 1 budget is per round; it does not compose
+    eps_round /= _factor(noise_factor)  # Laplace scale S(t) / eps_round grows with the factor
     b = dpps_b(eps_round, gamma_n)
     uncovered = ("sensitivity",)
     ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).record(
@@ -377,7 +427,8 @@ def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_r
               "decays, scale b with it",)
     if q < 1:
         notes += ("no subsampling amplification: node-level unit",)
-    return _plan(defense, noise, reports, calibrate_with, req, notes)
+    return _plan(defense, noise, reports, calibrate_with, req, notes, eps_round,
+                 EPS_UNIT + " (Laplace scale S(t) / epsilon_t per coordinate)", noise_factor)
 
 
 @PRIVACY_PLANS.register("dpps")
@@ -385,6 +436,7 @@ def plan_dpps(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
     gamma_n: float = 1e-3,
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """DPPS: Laplace noise Lap(0, gamma_n S(t) / b) on the pushed vector (card-dpps-partpsp §3).
 
@@ -393,7 +445,7 @@ def plan_dpps(
     The broadcast sensitivity scalar S_i(t) is data-dependent and not covered.
     """
     return _plan_dpps("dpps", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
-                      calibrate_with)
+                      calibrate_with, noise_factor)
 
 
 @PRIVACY_PLANS.register("partpsp")
@@ -401,15 +453,16 @@ def plan_partpsp(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
     gamma_n: float = 1e-3,
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
 ) -> PrivacyPlan:
     """PartPSP: DPPS applied to the shared parameters only (card-dpps-partpsp.md §1.3, §3)."""
     return _plan_dpps("partpsp", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
-                      calibrate_with)
+                      calibrate_with, noise_factor)
 
 
 # ---------------------------------------------------------------- lookup helpers
 
-_COMMON = ("calibrate_with", "options")
+_COMMON = ("calibrate_with", "options", "noise_factor")
 
 
 def plan_options(name: str) -> dict[str, Any]:

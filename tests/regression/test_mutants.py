@@ -63,9 +63,8 @@ def canary(results: dict) -> dict:
 
 def scaled_noise(factor: float) -> type:
     class ScaledNoise(dp_sgp.DPSGP):
-        def __init__(self, cfg, ctx) -> None:
-            super().__init__(cfg, ctx)
-            self.noise_std = self.noise_std * factor  # the claim is still the calibrated one
+        def noise_std(self, t: int) -> torch.Tensor:
+            return super().noise_std(t) * factor  # the claim is still the calibrated one
 
     return ScaledNoise
 
@@ -94,7 +93,7 @@ class FixedBatches(dp_sgp.DPSGP):
         x, y, mask = self.sample_batch(t)
         sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device)
-        x_half = self.x - ctx.run.lr * (sums + self.noise_std * u) / ctx.run.batch_size
+        x_half = self.x - ctx.run.lr * (sums + self.noise_std(t) * u) / ctx.run.batch_size
         self.x, self.w = dp_sgp.push_sum(ctx.bus, self.mixer, t, x_half, self.w)
 
 
