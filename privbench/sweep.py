@@ -701,7 +701,7 @@ class Sweep:
         what was used (None: nothing tuned applies)."""
         from privbench.tuning import PRIVACY_NOTE, entry_for
 
-        entry, _ = entry_for(self.tuned.get(defense, []), run, eps)
+        entry, _ = entry_for(self.tuned.get(defense, []), run, eps, defense)
         if entry is None:
             return run, {}, None
         used = {"run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),

@@ -143,15 +143,17 @@ def load_tuned(path: Path = TUNED_FILE) -> dict[str, Any]:
     return read_toml(path, "tuned-values file") if path.is_file() else {}
 
 
-def entry_for(entries: list[dict[str, Any]], run: RunConfig,
-              eps: float | None) -> tuple[dict[str, Any] | None, str]:
-    """The tuned entry that applies to `run` at `eps`, or None with the reason.
+def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
+              defense: str) -> tuple[dict[str, Any] | None, str]:
+    """The tuned entry that applies to `run` of `defense` at `eps`, or None with the reason.
 
-    An entry applies when the run's MATCH_FIELDS equal those it was tuned with; among those the
-    entry tuned at the nearest ε (in log scale) is used.
+    An entry applies when the run's MATCH_FIELDS (topology "auto" resolved to the defense's
+    graph, as it trains) equal those it was tuned with; among those the entry tuned at the
+    nearest ε (in log scale) is used.
     """
+    mine = tuned_settings(run, defense)
     fits = [e for e in entries
-            if all(e.get("settings", {}).get(k) == getattr(run, k) for k in MATCH_FIELDS)]
+            if all(e.get("settings", {}).get(k) == mine[k] for k in MATCH_FIELDS)]
     if not fits:
         return None, ("no tuned values for these settings" if entries else "no tuned values")
     if eps is None:
@@ -160,9 +162,15 @@ def entry_for(entries: list[dict[str, Any]], run: RunConfig,
     return best, ""
 
 
-def tuned_settings(run: RunConfig) -> dict[str, Any]:
-    """The run fields a tuned entry records (and must match to apply)."""
-    return {k: getattr(run, k) for k in MATCH_FIELDS}
+def tuned_settings(run: RunConfig, defense: str) -> dict[str, Any]:
+    """The run fields a tuned entry records (and must match to apply), with topology "auto"
+    resolved to the graph `defense` trains on (so "auto" and its resolution match alike)."""
+    from privbench.registry import DEFENSES, load_plugins
+    from privbench.runner import with_default_topology
+
+    load_plugins()
+    resolved = with_default_topology(run, DEFENSES.get(defense))
+    return {k: getattr(resolved, k) for k in MATCH_FIELDS}
 
 
 def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any],
@@ -184,7 +192,7 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
         f"defense = {table(chosen['defense'])}",
         f"validation_accuracy = {chosen['validation_accuracy']!r}",
         f"validation = {result['validation']!r}",
-        f"settings = {table(tuned_settings(run))}",
+        f"settings = {table(tuned_settings(run, defense))}",
         f"command = {value(command)}",
         f"# test accuracy (reported, not used for the choice): untuned "
         f"{result['untuned_test']['accuracy']}, tuned {tested}",

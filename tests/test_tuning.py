@@ -62,7 +62,7 @@ def test_tuning_never_reads_the_test_set(monkeypatch, digits):
 
 def _entry(clip: float, **settings):
     return {"epsilon": 8.0, "run": {"lr": 0.3}, "defense": {"clip": clip}, "command": "cmd",
-            "settings": {**tuning.tuned_settings(TINY), **settings}}
+            "settings": {**tuning.tuned_settings(TINY, "dp_sgp"), **settings}}
 
 
 def test_sweep_applies_matching_tuned_values_and_reports_them(tmp_path):
@@ -94,7 +94,8 @@ def test_save_entry_replaces_the_same_cell_and_keeps_others(tmp_path):
     assert path.read_text().startswith("# header")
     assert [e["defense"]["clip"] for e in data["quick"]["dp_sgp"]] == [3.0]
     assert [e["defense"]["clip"] for e in data["quick"]["dpdl"]] == [2.0]
-    assert tuning.entry_for(data["quick"]["dp_sgp"], TINY, 1.0)[0]["command"].endswith("3.0")
+    assert tuning.entry_for(data["quick"]["dp_sgp"], TINY, 1.0,
+                            "dp_sgp")[0]["command"].endswith("3.0")
 
 
 def test_committed_tuned_file_parses_and_records_its_commands():
@@ -105,6 +106,19 @@ def test_committed_tuned_file_parses_and_records_its_commands():
                 assert e["command"].startswith("privbench tune ")
                 assert f"--defense {defense} " in e["command"] and "--save" in e["command"]
                 assert set(e["settings"]) == set(tuning.MATCH_FIELDS)
+
+
+@pytest.mark.parametrize("eps", [1.0, 8.0])
+def test_the_committed_tuned_values_apply_to_the_default_audit(eps):
+    # the default audit runs topology "auto"; every committed quick entry (tuned on the graph
+    # "auto" resolves to) must apply to it, or the audit silently trains untuned defaults
+    run = replace_checked(RunConfig(), sweep.PRESETS["quick"]["run"], where="run")
+    assert run.topology == "auto"
+    quick = tuning.load_tuned()["quick"]
+    assert {"adp_vrsgp", "dp_sgp", "dyn_d2p", "dpdl", "defl_vp"} <= set(quick)
+    for defense, entries in quick.items():
+        entry, why = tuning.entry_for(entries, run, eps, defense)
+        assert entry is not None, (defense, why)
 
 
 def test_tune_cli_writes_every_candidate(tmp_path, capsys):
