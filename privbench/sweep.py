@@ -313,8 +313,8 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
 # What a membership result adds when it has it: the message attack's statistics and rule, the
 # rounds it used and skipped (with why), the model attack's observed round and references.
 MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc", "regression_fit",
-                     "rounds_attacked", "rounds_not_applicable", "not_applicable_reasons",
-                     "observed_round", "reference_models", "online")
+                     "selected_of", "ci_level", "rounds_attacked", "rounds_not_applicable",
+                     "not_applicable_reasons", "observed_round", "reference_models", "online")
 
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
