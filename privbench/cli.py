@@ -163,7 +163,11 @@ def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None
     rounds = result["run"]["rounds"]
     if res.node_accuracy:
         nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
-        print(f"per-node test accuracy: {nodes}")
+        last = res.history[-1] if res.history else {}
+        on = last.get("node_test_samples")
+        where = (f" (on {on:,} test samples)" if on is not None
+                 and on != last.get("test_samples") else "")
+        print(f"per-node test accuracy{where}: {nodes}")
     where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
           f"({res.seconds:.1f} s, of which evaluation {res.eval_seconds:.1f} s; "

@@ -49,9 +49,9 @@ class RunConfig:
         device: "auto", "cpu", "cuda[:N]".
         seed: the run's seed.
         eval_every: evaluate every this many rounds (and at the end).
-        eval_subset: test samples used by the intermediate evaluations (a fixed subset, the
-            same in every round and run; 0 = the whole test set); the final evaluation always
-            uses the whole test set.
+        eval_subset: test samples used by the intermediate evaluations and by the final
+            per-node accuracies (a fixed subset, the same in every round and run; 0 = the whole
+            test set); the final average-model accuracy always uses the whole test set.
     """
 
     dataset: str = "digits"

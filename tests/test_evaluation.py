@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from privbench.config import RunConfig, replace_checked
-from privbench.engine import accuracy, eval_subset, train
+from privbench.engine import accuracy, eval_subset, evaluate, train
 from privbench.models import build_model
 from privbench.runner import build, train_result
 from privbench.testing import TINY_RUN
@@ -37,6 +37,12 @@ def test_intermediate_rounds_use_the_subset_and_the_last_the_whole_test_set():
     built = build(run, "sgp")
     res = train(built.trainer)
     assert [h["test_samples"] for h in res.history] == [100, 100, 360]
+    # the n node models stay on the fixed subset at the end; the average model reads all 360
+    assert [h["node_test_samples"] for h in res.history] == [100, 100, 100]
+    node_acc, avg_acc = evaluate(built.trainer, subset=0, node_subset=100)
+    assert res.node_accuracy == node_acc.tolist() and res.average_accuracy == avg_acc
+    full_nodes, full_avg = evaluate(built.trainer, subset=0)
+    assert full_avg == avg_acc and len(full_nodes) == len(node_acc)
     assert 0 < res.eval_seconds < res.seconds
     timing = train_result(built, res)["timing"]
     assert abs(timing["train_seconds"] + timing["eval_seconds"] - res.seconds) < 1e-9
