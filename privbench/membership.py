@@ -280,7 +280,7 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
     ctx = trainer.ctx
     system = SimpleNamespace(trainer=trainer, ctx=ctx, defense=obs.defense)  # observe's input
     defense = DEFENSES.get(obs.defense)
-    by_stat: dict[str, list[float]] = {k: [] for k in atk.statistics()}
+    by_stat: dict[str, list[float]] = {}
     for k in range(STATISTIC_COPIES):
         for i, v in enumerate(victims):
             th = observations[v].threat
@@ -297,8 +297,9 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
             if not all(np.isfinite(sc).all() for sc in scores.values()):
                 return {"statistic": None, "reference_auc": None}  # the reference run diverged
             for name, sc in scores.items():  # per (copy, victim): one model's power, unpooled
-                by_stat[name].append(roc_curve(sc, lab).auc)
-    if not all(by_stat.values()):
+                if name in atk.statistics():  # the combined statistics the target always has
+                    by_stat.setdefault(name, []).append(roc_curve(sc, lab).auc)
+    if not by_stat or not all(by_stat.values()):
         return {"statistic": None, "reference_auc": None}
     aucs = {name: float(np.mean(v)) for name, v in by_stat.items()}
     return {"statistic": max(aucs, key=lambda name: aucs[name]), "reference_auc": aucs}

@@ -36,7 +36,7 @@ import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -72,11 +72,32 @@ class AccountantOptions:
         rdp_orders: RDP orders; None = dp-accounting's default grid (fractional + integer).
         max_distinct: at most this many distinct noise multipliers per sampling rate are
             composed (conservative log-z bucketing); None = exact.
+        many_terms: a composition of more than this many distinct (q, z) terms may use a
+            coarser grid, up to `many_terms_discretization` (never a finer one than
+            `pld_discretization`).
+        many_terms_discretization: the coarsest PLD discretization of a many-term composition;
+            the grid used is min(this, max(pld_discretization, 0.6 / steps)) for `steps`
+            composed steps, because the pessimistic rounding accumulates with every step (at
+            4,000 steps 1e-2 would overstate ε by 30 %). Each distinct term costs one PLD
+            construction (~0.15 s at 1e-3, ~0.025 s at 1e-2 on the 2-core CPU), so a decaying
+            schedule (ADP-VRSGP, Dyn-D2P) of a short run took tens of seconds cold; now
+            seconds. Still an upper bound: at 60 steps (grid 1e-2, q = 16/180) ε moves by
+            +0.02 % at ε = 8 and +0.3 to +0.7 % at ε = 1, i.e. 0.1-0.3 % more noise once
+            calibrated; from 600 steps on the grid is 1e-3 as before.
     """
 
     pld_discretization: float = 1e-3
     rdp_orders: tuple[float, ...] | None = None
     max_distinct: int | None = 48
+    many_terms: int = 8
+    many_terms_discretization: float = 1e-2
+
+    def for_terms(self, count: int, steps: int) -> AccountantOptions:
+        """The options a composition of `count` distinct terms over `steps` steps uses."""
+        grid = min(self.many_terms_discretization, max(self.pld_discretization, 0.6 / steps))
+        if count <= self.many_terms or grid <= self.pld_discretization:
+            return self
+        return replace(self, pld_discretization=grid)
 
     def __post_init__(self) -> None:
         if not 0 < self.pld_discretization <= 0.1:
@@ -90,6 +111,9 @@ class AccountantOptions:
             object.__setattr__(self, "rdp_orders", orders)
         if self.max_distinct is not None and self.max_distinct < 1:
             raise ConfigError(f"max_distinct must be >= 1 or None, got {self.max_distinct!r}")
+        if self.many_terms < 1 or not 0 < self.many_terms_discretization <= 0.1:
+            raise ConfigError("many_terms must be >= 1 and many_terms_discretization in (0, 0.1], "
+                              f"got {self.many_terms!r}, {self.many_terms_discretization!r}")
 
 
 DEFAULT_OPTIONS = AccountantOptions()
@@ -241,6 +265,8 @@ def _epsilon_cached(
     if not terms:
         return 0.0
     accountant = effective_accountant((t[3] for t in terms), accountant)
+    # the settings this composition really uses (a coarser grid for many-term short runs)
+    options = options.for_terms(len(terms), sum(t[2] for t in terms))
     key = _disk_key(terms, delta, accountant, options)
     hit = _disk_get(key)
     if hit is not None:

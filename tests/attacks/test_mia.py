@@ -231,6 +231,12 @@ def test_lone_neighbour_attacks_every_observed_round() -> None:
     res = run_membership(built, 0, "mia_message")  # node 1, one of the victim's two in-neighbours
     assert res["applicable"] and res["rounds_attacked"] == built.ctx.run.rounds
     assert res["rounds_not_applicable"] == 0 and res["not_applicable_reasons"] == {}
+    # exact views and estimates: the combination and each statistic on the exact views alone,
+    # the strongest of the four graded with intervals at the Bonferroni level for four
+    stats = res["statistics"]
+    assert set(stats) == {"regression", "cosine", "regression@exact", "cosine@exact"}
+    assert res["auc"] == max(v["auc"] for v in stats.values()) and res["selected_of"] == 4
+    assert res["ci_level"] == pytest.approx(1 - 0.05 / 4)
     far = run_membership(built, 0, "mia_message", threat=ThreatModel("neighbour", (2,)))
     assert not far["applicable"] and "not observed" in far["reason"]
 
