@@ -323,8 +323,24 @@ class Context:
 class Trainer(abc.ABC):
     """A decentralized learning algorithm: one round = local step -> messages out -> combine.
 
-    Subclasses declare their card's message kinds and a frozen `Config` dataclass, and keep all
-    node state stacked (n, d).
+    The contract (what tests/test_contract.py, test_sampling_contract.py, test_dp_selfcheck.py,
+    test_plan_is_the_noise.py and tests/distributed/ check for every registered defense):
+
+    * declare `Config` (a frozen dataclass, every card [CHOICE] a field with the card's default),
+      `kinds` (every message kind it sends, with `covered` / `data_dependent`), `mixing`, and
+      `private`;
+    * keep all node state stacked (n, d) and implement `round(t)` and `models()`;
+    * draw batches only through `ctx.draw` / `ctx.draw_epoch` (or `sample_batch`): the one path
+      that records the ground truth attacks are graded against;
+    * send every payload through `ctx.bus` (`privbench.mixing.push_sum` / `gossip`), reading other
+      nodes' values only through what the bus delivers (then it runs distributed unchanged);
+    * a private trainer draws its noise from its privacy plan's `schedule`, with random numbers
+      for all n rows from `ctx.streams`, and `privacy()` returns the reports composed from that
+      same schedule, with the sampling model it draws;
+    * optionally `gradient_views(obs, victim, rounds)` (classmethod): what an observer can derive
+      of a victim's released gradient; without it the gradient attacks say "not applicable".
+
+    The README ("Adding a defense") has a complete minimal example, tested from its text.
     """
 
     Config: ClassVar[type]
