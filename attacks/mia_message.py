@@ -73,8 +73,9 @@ import torch
 from torch import Tensor
 
 from attacks._mia import MessageAttack
-from privbench.engine import clip_l2, per_sample_grads
+from privbench.engine import per_sample_grads
 from privbench.errors import ConfigError
+from privbench.ghost import FastClip, plan_for
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
 from privbench.threat import GradientView, NotApplicable
@@ -173,21 +174,13 @@ class MIAMessage(MessageAttack):
         chunk = max(1, self.cfg.max_floats // max(1, n * d))
         for gi, part in ((gi, grp[s:s + chunk]) for gi, grp in enumerate(groups)
                          for s in range(0, len(grp), chunk)):
-            r = len(part)
             params = torch.stack([v.params.to(x.device).float() for v in part])  # (r, d)
             target = self._targets(part, x.device)  # (r, d)
-            g = per_sample_grads(fm, params, x.expand(r, *x.shape), y.expand(r, n))  # (r, N, d)
-            masks = [v.mask for v in part]
-            if any(m is not None for m in masks):
-                keep = torch.stack([m.to(x.device) if m is not None else
-                                    torch.ones(d, dtype=torch.bool, device=x.device)
-                                    for m in masks])  # (r, d)
-                g = g * keep[:, None, :]
-                observed += float(keep.sum())
-            else:
-                observed += r * d
+            pairs, seen = self._pair_stats(fm, params, x, y, target, [v.mask for v in part],
+                                           need_gram="regression" in stats)
+            observed += seen
             for k in stats:
-                stat, r2 = self._statistic(k, g, target)
+                stat, r2 = self._statistic(k, pairs, target)
                 total[gi][k] += stat.double().sum(dim=0)
                 explained += float(r2.sum()) if r2 is not None else 0.0
         fit = {"explained": explained / len(views) if "regression" in stats else float("nan"),
@@ -202,12 +195,45 @@ class MIAMessage(MessageAttack):
         combined = {k: (_standardize(means[0][k]) + _standardize(means[1][k])) / 2 for k in stats}
         return {**combined, **{f"{k}{EXACT_ONLY}": means[0][k] for k in stats}}, fit
 
-    def _statistic(self, name: str, g: Tensor, target: Tensor) -> tuple[Tensor, Tensor | None]:
-        """(r, N) per-round statistic of candidate gradients g (r, N, d) against target (r, d),
-        and for "regression" the (r,) fraction of each target's energy the fit explains."""
+    def _pair_stats(self, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, target: Tensor,
+                    masks: list[Tensor | None], need_gram: bool) -> tuple[dict[str, Tensor], float]:
+        """What every statistic reads of the candidates' per-sample gradients g (r, N, d) at the
+        views' params (r, d): {"rhs": <g_n, target> (r, N), "sq": ||g_n||^2 (r, N), "gram":
+        <g_n, g_m> (r, N, N) when `need_gram`}, and the number of observed coordinates.
+
+        Models made only of Linear layers (the MLP) take the ghost path: per layer a sample's
+        weight gradient is the outer product e a^T of its output gradient e (q,) and input a (p,),
+        so <g_n, g_m> = (e_n . e_m)(a_n . a_m + 1) with the bias, and <g_n, T> = e_n^T T a_n:
+        N^2 (p + q) instead of N^2 p q per layer, and the (r, N, d) stack is never formed (the
+        message MIA dominated the audit's time). Partial views (masks) and other models form g.
+        """
+        r, n, d = len(params), len(y), fm.d
+        xs, ys = x.expand(r, *x.shape), y.expand(r, n)
+        plan = plan_for(fm.module, tuple(x.shape[1:]))
+        if all(m is None for m in masks) and plan is not None and all(
+                lay.rule == "linear" and len(lay.in_shape) == 1 for lay in plan.layers):
+            return _ghost_pairs(plan, fm, params, xs, ys, target, need_gram), float(r * d)
+        g = per_sample_grads(fm, params, xs, ys)  # (r, N, d)
+        seen = float(r * d)
+        if any(m is not None for m in masks):
+            keep = torch.stack([m.to(x.device) if m is not None else
+                                torch.ones(d, dtype=torch.bool, device=x.device)
+                                for m in masks])  # (r, d)
+            g = g * keep[:, None, :]
+            seen = float(keep.sum())
+        out = {"rhs": torch.einsum("rnd,rd->rn", g, target), "sq": g.pow(2).sum(dim=-1)}
+        if need_gram:
+            out["gram"] = torch.bmm(g, g.transpose(1, 2))  # (r, N, N)
+        return out, seen
+
+    def _statistic(self, name: str, pairs: dict[str, Tensor],
+                   target: Tensor) -> tuple[Tensor, Tensor | None]:
+        """(r, N) per-round statistic of the candidates against target (r, d) from their pair
+        statistics (`_pair_stats`), and for "regression" the (r,) fraction of each target's
+        energy the fit explains."""
+        rhs, sq = pairs["rhs"], pairs["sq"]  # (r, N) each
         if name == "regression":
-            gram = torch.einsum("rnd,rmd->rnm", g, g).double()  # (r, N, N)
-            rhs = torch.einsum("rnd,rd->rn", g, target).double()  # (r, N)
+            gram, rhs = pairs["gram"].double(), rhs.double()  # (r, N, N), (r, N)
             ridge = self.cfg.ridge * gram.diagonal(dim1=1, dim2=2).mean(dim=1) + 1e-30
             eye = torch.eye(gram.shape[1], dtype=gram.dtype, device=gram.device)
             coef = torch.linalg.solve(gram + ridge[:, None, None] * eye, rhs)  # (r, N)
@@ -216,12 +242,41 @@ class MIAMessage(MessageAttack):
                                                                     coef)
             return coef, (1 - resid / energy.clamp_min(1e-30)).clamp(0, 1)
         if name == "cosine":
-            num = torch.einsum("rnd,rd->rn", g, target)
-            den = g.norm(dim=-1) * target.norm(dim=-1)[:, None] + 1e-12
-            return num / den, None
-        if self.cfg.clip > 0:
-            g, _ = clip_l2(g, self.cfg.clip)
-        return torch.einsum("rnd,rd->rn", g, target), None
+            den = sq.clamp_min(0).sqrt() * target.norm(dim=-1)[:, None] + 1e-12
+            return rhs / den, None
+        if self.cfg.clip > 0:  # clip_C(g) . T = min(1, C / ||g||) <g, T>
+            return rhs * (self.cfg.clip / (sq.clamp_min(0).sqrt() + 1e-12)).clamp(max=1.0), None
+        return rhs, None
+
+
+def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
+                 target: Tensor, need_gram: bool) -> dict[str, Tensor]:
+    """`_pair_stats` of an all-Linear model from each layer's inputs a (r, N, p) and per-sample
+    output gradients e (r, N, q), one forward and backward per view (`FastClip.capture`)."""
+    r, n = y.shape
+
+    def split(flat: Tensor) -> dict[str, Tensor]:  # (r, d) -> {name: (r, *shape)}
+        return {s.name: flat[:, s.start:s.stop].reshape(r, *s.shape) for s in fm.specs}
+
+    acts, outs = plan.capture(fm.module, split(params), x, y)
+    tgt = split(target)
+    rhs = torch.zeros(r, n, dtype=target.dtype, device=target.device)
+    sq = torch.zeros_like(rhs)
+    gram = torch.zeros(r, n, n, dtype=target.dtype, device=target.device) if need_gram else None
+    for lay, a, e in zip(plan.layers, acts, outs, strict=True):
+        bias = lay.module.bias is not None
+        rhs += ((e @ tgt[lay.param("weight")]) * a).sum(dim=-1)  # e_n^T W_T a_n, (r, N)
+        a2, e2 = a.pow(2).sum(dim=-1), e.pow(2).sum(dim=-1)  # (r, N) each
+        sq += e2 * (a2 + 1.0) if bias else e2 * a2
+        if bias:
+            rhs += (e * tgt[lay.param("bias")][:, None, :]).sum(dim=-1)
+        if gram is not None:
+            aa = torch.bmm(a, a.transpose(1, 2))  # (r, N, N)
+            gram += torch.bmm(e, e.transpose(1, 2)) * (aa + 1.0 if bias else aa)
+    out = {"rhs": rhs, "sq": sq}
+    if gram is not None:
+        out["gram"] = gram
+    return out
 
 
 def _standardize(v: np.ndarray) -> np.ndarray:

@@ -435,3 +435,25 @@ def test_reference_membership_is_balanced(holdout: float, copies: int) -> None:
         if n == 2 * c:
             assert (times == copies // 2).all()
             assert (m[0::2] ^ m[1::2]).all()  # complementary pairs
+
+
+@pytest.mark.parametrize("cfg", [{}, {"statistic": "dot", "clip": 0.5}, {"statistic": "dot"}])
+def test_ghost_pair_statistics_equal_the_formed_per_sample_gradients(cfg, monkeypatch) -> None:
+    # the MLP's message-MIA statistics from per-layer inputs and output gradients (never forming
+    # the (r, N, d) per-sample stack) must equal those of the formed per-sample gradients
+    import attacks.mia_message as mm
+
+    built = _tiny("sgp")
+    obs = observe(built, ThreatModel("eavesdropper"))
+    views = DEFENSES.get("sgp").gradient_views(obs, 0, list(range(built.ctx.run.rounds)))
+    x, y, _ = candidates(built.ctx.data, 0)
+    atk = mm.MIAMessage(mm.MIAMessageConfig(**cfg))
+    assert mm.plan_for(obs.fm.module, tuple(x.shape[1:])) is not None  # the ghost path runs
+    fast, fit_fast = atk.score_all(obs.fm, views, x, y)
+    monkeypatch.setattr(mm, "plan_for", lambda *a: None)
+    formed, fit_formed = atk.score_all(obs.fm, views, x, y)
+    assert fast.keys() == formed.keys()
+    for k in fast:
+        scale = np.abs(formed[k]).max()
+        np.testing.assert_allclose(fast[k], formed[k], rtol=1e-4, atol=1e-5 * scale)
+    assert fit_fast["explained"] == pytest.approx(fit_formed["explained"], rel=1e-4, nan_ok=True)
