@@ -78,7 +78,6 @@ from privbench.accounting import (
     ApproximateAccountingWarning,
     EpsilonReport,
     PrivacyPlan,
-    dyn_d2p_growth,
     gdp_epsilon,
     make_plan,
 )
@@ -168,22 +167,6 @@ def clip_schedule(cfg: DynD2PConfig, steps: int) -> np.ndarray:
     return np.full(steps, float(cfg.clip_bar))
 
 
-def schedules(cfg: DynD2PConfig, steps: int, mu_0: float) -> dict[str, np.ndarray]:
-    """The precomputed schedules of card §1.2 P5 for one node.
-
-    Args:
-        cfg: the configuration (variant, C_0 / C_bar, rho_c, rho_mu).
-        steps: K.
-        mu_0: the initial (or constant) per-step budget from eq. (8) / (9) (inf: no noise).
-
-    Returns:
-        {"clip": C_k, "mu": mu_k, "sigma": sigma_k = C_k / mu_k}, each (K,).
-    """
-    clip = clip_schedule(cfg, steps)
-    mu = mu_0 * dyn_d2p_growth(steps, cfg.budget_rho)
-    return {"clip": clip, "mu": mu, "sigma": clip / mu}
-
-
 def node_plan(cfg: DynD2PConfig, epsilon: float, delta: float, steps: int,
               sample_rate: float) -> PrivacyPlan:
     """One node's privacy plan: mu_0 (or mu_bar) and its paper / calibrated epsilons.
@@ -258,9 +241,11 @@ class DynD2P(Trainer):
             # (K, n) z_k = 1 / mu_k: the plans' schedules, exactly what their reports compose
             z = np.stack([plan.schedule for plan in self.plans], axis=1)  # type: ignore[union-attr]
         self.mu_0 = np.asarray(mu0)  # (n,)
-        self.clip = torch.tensor(clip_schedule(cfg, steps), dtype=torch.float32,
-                                 device=ctx.device)  # (K,)
-        sigma = clip_schedule(cfg, steps)[:, None] * z  # (K, n) sigma_k = C_k / mu_k
+        with np.errstate(divide="ignore"):
+            self.mu = 1.0 / z  # (K, n) mu_k per node, from the plans (inf: no noise)
+        clip = clip_schedule(cfg, steps)  # (K,)
+        self.clip = torch.tensor(clip, dtype=torch.float32, device=ctx.device)  # (K,)
+        sigma = clip[:, None] * z  # (K, n) sigma_k = C_k / mu_k
         self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (K, n)
         self.released: dict[int, Tensor] = {}  # t -> (n, d), only with record_released
 
@@ -300,10 +285,10 @@ class DynD2P(Trainer):
     def schedule(self, node: int = 0) -> dict[str, list[float]]:
         """Node `node`'s per-round C_k, mu_k, sigma_k and the online CLT mu / epsilon spent."""
         run = self.ctx.run
-        s = schedules(self.cfg, run.rounds, float(self.mu_0[node]))
-        spent = [clt_spent(s["mu"], self.rates[node], t + 1, run.delta)
+        clip, mu = clip_schedule(self.cfg, run.rounds), self.mu[:, node]  # (K,) each
+        spent = [clt_spent(mu, self.rates[node], t + 1, run.delta)
                  for t in range(run.rounds)] if math.isfinite(self.mu_0[node]) else []
-        return {"clip": s["clip"].tolist(), "mu": s["mu"].tolist(), "sigma": s["sigma"].tolist(),
+        return {"clip": clip.tolist(), "mu": mu.tolist(), "sigma": (clip / mu).tolist(),
                 "mu_spent": [m for m, _ in spent], "epsilon_spent": [e for _, e in spent]}
 
     def epsilon_spent(self, t: int) -> list[float]:
@@ -314,8 +299,7 @@ class DynD2P(Trainer):
             if math.isinf(self.mu_0[i]):
                 out.append(math.inf)
                 continue
-            mus = schedules(self.cfg, run.rounds, float(self.mu_0[i]))["mu"]
-            out.append(clt_spent(mus, p, t, run.delta)[1])
+            out.append(clt_spent(self.mu[:, i], p, t, run.delta)[1])
         return out
 
     def privacy(self) -> list[dict[str, Any]]:
@@ -344,8 +328,8 @@ class DynD2P(Trainer):
         if accountant != "gdp_clt" or not math.isfinite(self.mu_0[node]):
             return {}
         run = self.ctx.run
-        mus = schedules(self.cfg, run.rounds, float(self.mu_0[node]))["mu"]
-        return {"mu": clt_spent(mus, float(self.rates[node]), run.rounds, run.delta)[0]}
+        return {"mu": clt_spent(self.mu[:, node], float(self.rates[node]), run.rounds,
+                                run.delta)[0]}
 
     # ------------------------------------------------------------------ attacker's view
 

@@ -16,9 +16,9 @@ import torch
 from defenses.dyn_d2p import (
     DynD2P,
     DynD2PConfig,
+    clip_schedule,
     clt_spent,
     node_plan,
-    schedules,
 )
 from privbench.accounting import (
     ApproximateAccountingWarning,
@@ -123,6 +123,14 @@ def test_calibrated_mode_meets_the_target_with_the_rigorous_accountant():
 # ---------------------------------------------------------------- schedules (card §3.7, §9.4)
 
 
+def plan_schedules(cfg: DynD2PConfig, plan) -> dict[str, np.ndarray]:
+    """The card's C_k, mu_k and sigma_k = C_k / mu_k of what the trainer draws: the clip
+    schedule times the plan's z_k = 1 / mu_k (card §1.2 P5)."""
+    z = np.asarray(plan.schedule)
+    clip = clip_schedule(cfg, len(z))
+    return {"clip": clip, "mu": 1.0 / z, "sigma": clip * z}
+
+
 @pytest.mark.parametrize("variant,first,last", [
     # card §3.7: J=2500, B=32, K=4000, eps=1, rho_c=rho_mu=2, C_0=7, C_bar=3.
     ("dyn", 27.661, 6.918), ("dyn_c", 18.704, 9.353), ("dyn_mu", 11.855, 5.928),
@@ -131,7 +139,7 @@ def test_calibrated_mode_meets_the_target_with_the_rigorous_accountant():
 def test_noise_schedules_match_card(variant, first, last):
     cfg = DynD2PConfig(variant=variant, clip_0=7.0, clip_bar=3.0, calibrate_with="paper")
     plan = node_plan(cfg, 1.0, 1e-4, 4000, 32 / 2500)
-    s = schedules(cfg, 4000, plan.noise["mu_0"])
+    s = plan_schedules(cfg, plan)
     assert s["sigma"][0] == pytest.approx(first, abs=1.5e-3)
     assert s["sigma"][-1] == pytest.approx(last, abs=1.5e-3)
     if variant == "dyn":
@@ -142,7 +150,7 @@ def test_noise_schedules_match_card(variant, first, last):
 def test_schedules_are_monotone():
     # card §9 item 4.
     cfg, k = DynD2PConfig(rho_c=3.0, rho_mu=5.0), 500
-    s = schedules(cfg, k, 0.2)
+    s = plan_schedules(cfg, node_plan(cfg, 1.0, 1e-4, k, 0.05))
     assert np.all(np.diff(s["clip"]) < 0) and np.all(np.diff(s["mu"]) > 0)
     assert np.all(np.diff(s["sigma"]) < 0)
     assert s["sigma"][-1] / s["sigma"][0] == pytest.approx((3.0 * 5.0) ** (-(k - 1) / k))
@@ -151,7 +159,10 @@ def test_schedules_are_monotone():
 def test_online_accountant():
     # card §3.7 (budget spent after K/2 steps) and §9 item 10.
     k, p = 4000, 32 / 2500
-    mus = schedules(DynD2PConfig(), k, dyn_d2p_mu0(gdp_mu(1.0, 1e-4), p, k, 2.0))["mu"]
+    cfg = DynD2PConfig(calibrate_with="paper")  # mu_0 by eq. (8), the card's online example
+    plan = node_plan(cfg, 1.0, 1e-4, k, p)
+    assert plan.noise["mu_0"] == pytest.approx(dyn_d2p_mu0(gdp_mu(1.0, 1e-4), p, k, 2.0))
+    mus = plan_schedules(cfg, plan)["mu"]
     mu_half, eps_half = clt_spent(mus, p, k // 2, 1e-4)
     assert mu_half == pytest.approx(0.17825, abs=1e-5) and eps_half == pytest.approx(0.5285,
                                                                                      abs=1e-4)
