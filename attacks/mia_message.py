@@ -73,7 +73,7 @@ import torch
 from torch import Tensor
 
 from attacks._mia import MessageAttack
-from privbench.engine import per_sample_grads
+from privbench.engine import per_sample_grads, rows_to_dict
 from privbench.errors import ConfigError
 from privbench.ghost import FastClip, plan_for
 from privbench.models import FlatModel
@@ -254,12 +254,8 @@ def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Te
     """`_pair_stats` of an all-Linear model from each layer's inputs a (r, N, p) and per-sample
     output gradients e (r, N, q), one forward and backward per view (`FastClip.capture`)."""
     r, n = y.shape
-
-    def split(flat: Tensor) -> dict[str, Tensor]:  # (r, d) -> {name: (r, *shape)}
-        return {s.name: flat[:, s.start:s.stop].reshape(r, *s.shape) for s in fm.specs}
-
-    acts, outs = plan.capture(fm.module, split(params), x, y)
-    tgt = split(target)
+    acts, outs = plan.capture(fm.module, rows_to_dict(fm, params), x, y)
+    tgt = rows_to_dict(fm, target)  # {name: (r, *shape)}
     rhs = torch.zeros(r, n, dtype=target.dtype, device=target.device)
     sq = torch.zeros_like(rhs)
     gram = torch.zeros(r, n, n, dtype=target.dtype, device=target.device) if need_gram else None

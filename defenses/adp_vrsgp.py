@@ -64,7 +64,6 @@ from defenses.dp_sgp import (
     node_plans,
     plan_reports,
     plan_schedule,
-    poisson_batch,
     sample_rates,
 )
 from privbench.accounting import adp_vrsgp_alpha, adp_vrsgp_noise_factors
@@ -222,7 +221,7 @@ class ADPVRSGP(Trainer):
         """Card §1.3 steps 1-10 for every node at once."""
         ctx, th = self.ctx, self.cfg.vartheta
         z = self.models()  # (n, d)
-        x, y, mask = poisson_batch(ctx, t, self.rates)  # (n, k, ...), (n, k), (n, k)
+        x, y, mask = ctx.draw(t, rates=self.rates)  # (n, k, ...), (n, k), (n, k)
         sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, float(self.sched.clip[t]))  # (n, d)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                         dtype=z.dtype)  # (n, d)

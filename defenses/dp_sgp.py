@@ -20,7 +20,8 @@ rigorous accountant (`privbench.accounting` plan "dp_sgp"); the paper-mode epsil
 Design choice (documented for issue 4): this is a clean standalone trainer, not an alias of
 `adp_vrsgp`; `tests/defenses/test_adp_vrsgp.py` checks that ADP-VRSGP with theta = 0,
 alpha == beta == 1, psi = 1 produces exactly the same models as this trainer for the same seed.
-Other DP push-sum defenses may reuse `poisson_batch` and `node_budgets`.
+Other DP push-sum defenses may reuse `node_plans`, `plan_schedule` and `node_budgets`; batches
+come from the context's one sampling path (`ctx.draw(t, rates=...)`).
 
 Choices: |B| (the normaliser and the expected batch) is the run's batch_size; the Poisson batch is
 compacted to its largest realised size (padding masked), so no sample slot is truncated; clip
@@ -132,18 +133,6 @@ def plan_reports(plans: list[PrivacyPlan]) -> list[dict[str, Any]]:
     return out
 
 
-def poisson_batch(ctx: Context, t: int, rates: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Round t's Poisson batches for every node, compacted and recorded as ground truth.
-
-    Args:
-        rates: (n, 1) per-node sampling rates.
-
-    Returns:
-        x (n, k, C, H, W), y (n, k), mask (n, k), k = the largest realised batch (>= 1).
-    """
-    return ctx.draw(t, rates=rates)
-
-
 def model_message_kinds(note: str) -> tuple[MessageKind, ...]:
     """The push-sum `model` and `weight` kinds, covered by post-processing."""
     return (
@@ -188,7 +177,7 @@ class DPSGP(Trainer):
         """Poisson batch -> clipped, noised gradient at z -> local step -> push-sum."""
         ctx = self.ctx
         z = self.models()  # (n, d)
-        x, y, mask = poisson_batch(ctx, t, self.rates)
+        x, y, mask = ctx.draw(t, rates=self.rates)  # Poisson batches, ground truth recorded
         sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)  # (n, d)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                         dtype=z.dtype)  # (n, d)

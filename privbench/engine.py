@@ -31,10 +31,12 @@ from privbench.seeding import Streams
 from privbench.topology import Topology
 
 
-def _rows_to_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
-    """(m, d) -> {name: (m, *shape)}: differentiate w.r.t. parameter tensors, not slices of one
-    flat vector (slicing a flat leaf makes every slice's backward materialise a full (d,) zero
-    gradient, which dominated the per-sample cost)."""
+def rows_to_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
+    """(m, d) -> {name: (m, *shape)}, one tensor per parameter for m rows at once.
+
+    Differentiate w.r.t. these parameter tensors, not slices of one flat vector (slicing a flat
+    leaf makes every slice's backward materialise a full (d,) zero gradient, which dominated
+    the per-sample cost)."""
     m = params.shape[0]
     return {s.name: params[:, s.start:s.stop].reshape(m, *s.shape) for s in fm.specs}
 
@@ -51,7 +53,7 @@ def _per_sample_dict(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> dic
         return F.cross_entropy(functional_call(fm.module, p, (xs[None],)), ys[None])
 
     g = vmap(vmap(grad(loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
-    return g(_rows_to_dict(fm, params), x, y)
+    return g(rows_to_dict(fm, params), x, y)
 
 
 def per_sample_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor) -> Tensor:
@@ -128,7 +130,7 @@ def clipped_grad_sum(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, mask: 
         rows = slice(s, s + step)
         bnd = bound_t[rows] if bound_t.dim() else bound_t
         if plan is not None:
-            parts, nrm = fast_clipped_sum(plan, fm.module, _rows_to_dict(fm, params[rows]),
+            parts, nrm = fast_clipped_sum(plan, fm.module, rows_to_dict(fm, params[rows]),
                                           x[rows], y[rows], mask[rows], bnd)
             sums.append(_dict_to_rows(fm, parts, lead=1))  # (m', d)
         else:
@@ -176,7 +178,7 @@ def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
         w = mb.to(per.dtype)
         return (per * w).sum() / w.sum().clamp(min=1.0)
 
-    return _dict_to_rows(fm, vmap(grad(loss))(_rows_to_dict(fm, params), x, y, mask), lead=1)
+    return _dict_to_rows(fm, vmap(grad(loss))(rows_to_dict(fm, params), x, y, mask), lead=1)
 
 
 def clip_l2(g: Tensor, bound: Tensor | float) -> tuple[Tensor, Tensor]:

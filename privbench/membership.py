@@ -322,24 +322,24 @@ def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Any]:
     return out
 
 
-def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
-          delta: float, selected_of: int = 1) -> dict[str, Any]:
-    """ROC summary + empirical epsilon lower bound (JSON-ready).
+def ci_level(selected_of: int = 1) -> float:
+    """The confidence of each interval when the graded scores are the best of `selected_of`
+    score vectors picked on the same labels: Bonferroni, 1 - 0.05 / m, so that what is graded
+    still holds at 95 %."""
+    return 1 - (1 - CI_LEVEL) / selected_of
 
-    Args:
-        selected_of: m when `scores` is the best of m score vectors picked on these labels: the
-            intervals and the epsilon bound's confidence are then Bonferroni-corrected
-            (each at 1 - 0.05 / m), so that what is graded still holds at 95 %.
-    """
-    level = 1 - (1 - CI_LEVEL) / selected_of
+
+def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
+          delta: float, level: float = CI_LEVEL) -> dict[str, Any]:
+    """ROC summary + empirical epsilon lower bound (JSON-ready), every interval and the bound's
+    confidence at `level` (`ci_level`)."""
     out = roc_summary(scores, labels, level=level)
     out["ci_level"] = level
     out["roc_steps"] = roc_steps(roc_curve(scores, labels))
     for f in ("0.1%", "1%", "10%"):
         out[f"tpr_at_{f}_fpr_resolved"] = out[f"tpr_at_{f}_fpr"] is not None
     d = claimed.get("calibrated", claimed.get("paper", {})).get("delta", delta)
-    out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d,
-                                                   alpha=(1 - CI_LEVEL) / selected_of)
+    out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d, alpha=1 - level)
     out["claimed_epsilon"] = claimed
     return out
 
@@ -523,12 +523,11 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
                 "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
                           "model or messages are not finite (training diverged)"}
     by_stat = info.pop("scores_by_statistic", None)
-    selected_of = info.get("selected_of", 1)
+    level = ci_level(info.get("selected_of", 1))
     if by_stat is not None and len(by_stat) > 1:
-        level = 1 - (1 - CI_LEVEL) / selected_of
         info["statistics"] = {k: _brief(v, labels, level) for k, v in by_stat.items()}
     return {**head, "applicable": True, **info,
-            **grade(scores, labels, claimed, ctx.run.delta, selected_of)}
+            **grade(scores, labels, claimed, ctx.run.delta, level)}
 
 
 BRIEF_KEYS = ("auc", "auc_ci", "tpr_at_0.1%_fpr", "tpr_at_0.1%_fpr_ci", "tpr_at_1%_fpr",
@@ -649,13 +648,14 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
                     "applicable": False, "reason": str(exc)}
     threat = threat or threat_for("neighbour", built.ctx.topology, victim)
     obs = observe(built, threat)
+    privacy = built.trainer.privacy()  # the canary run's reports, composed once
     if kind == "gradient":
         scores = gradient_canary_scores(obs, type(built.trainer), victim, bank,
                                         _clip_or(built.trainer.cfg, norm_factor),
-                                        _sample_rate(built.trainer.privacy(), victim, built.ctx))
+                                        _sample_rate(privacy, victim, built.ctx))
     else:
         scores = _input_canary_scores(atk, obs, type(built.trainer), victim, cx, cy, ctx)
-    claimed = claims(built.trainer.privacy(), victim)
+    claimed = claims(privacy, victim)
     delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
     # gradient canaries: "in" guesses only (k+ = m / 5, k- = 0): an included canary that the
     # defense's sampling never drew is indistinguishable from an excluded one, so "out" guesses

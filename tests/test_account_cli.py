@@ -96,6 +96,14 @@ def test_tiny_delta_is_refused_for_pld_and_answered_by_rdp(delta, capsys) -> Non
     assert 0.99 <= plan["reports"][1]["epsilon"] <= 1.0
 
 
+def test_the_cheap_delta_floor_is_the_pld_accountants() -> None:
+    # account_cli keeps its own copy (importing the accountant costs seconds): the two must agree
+    from privbench.account_cli import LIGHT_MIN_DELTA
+    from privbench.accounting.gaussian import PLD_MIN_DELTA
+
+    assert LIGHT_MIN_DELTA == PLD_MIN_DELTA
+
+
 @pytest.mark.parametrize("defense", ["dp_sgp", "dpdl"])
 def test_tiny_delta_is_refused_before_the_accountants_are_imported(defense: str) -> None:
     # the refusal must not wait for torch / dp-accounting imports (seconds): checked by what

@@ -237,8 +237,7 @@ def plan_adp_vrsgp(
              "schedule (under-reports by up to ~22% at eps = 8); depends on the schedule only "
              "through sum_t 1/z_t^2",
     )
-    noise = {"sigma_hat": sigma_hat, "z_first": sigma_hat * factors[0],
-             "z_last": sigma_hat * factors[-1]}
+    noise = {"sigma_hat": sigma_hat, "z_first": schedule[0], "z_last": schedule[-1]}
     reports = [paper, account(ledger, delta, accountant, mode="calibrated", options=options)]
     return _plan("adp_vrsgp", noise, reports, calibrate_with, req, (
         "step t noise multiplier = alpha(T - t) * sigma_hat, alpha(k) = (floor(k/tau) + 10)^s",
@@ -280,8 +279,8 @@ def plan_dyn_d2p(
                 note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper bound"),
         account(ledger, delta, accountant, mode="calibrated", options=options),
     ]
-    noise = {"mu_0": mu0, "mu_last": mu0 * growth[-1], "z_first": 1 / mu0,
-             "z_last": 1 / (mu0 * growth[-1])}
+    noise = {"mu_0": mu0, "mu_last": 1 / schedule[-1], "z_first": schedule[0],
+             "z_last": schedule[-1]}
     return _plan("dyn_d2p", noise, reports, calibrate_with, req, (
         "sigma_k = C_k / mu_k on the SUM of clipped per-sample gradients (card §1.6)",
     ), schedule, Z_UNIT, noise_factor)

@@ -77,7 +77,7 @@ class UnnoisedMessage(dp_sgp.DPSGP):
 
     def round(self, t: int) -> None:
         ctx = self.ctx
-        x, y, mask = dp_sgp.poisson_batch(ctx, t, self.rates)
+        x, y, mask = ctx.draw(t, rates=self.rates)
         sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
         ctx.bus.broadcast(t, "clean_gradient", sums / ctx.run.batch_size,
                           self.mixer.adjacency(t))
