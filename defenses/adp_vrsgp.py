@@ -74,6 +74,7 @@ from privbench.engine import (
     clipped_grad_sum,
 )
 from privbench.errors import ConfigError
+from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
@@ -232,9 +233,23 @@ class ADPVRSGP(Trainer):
         x_half = self.x - float(self.sched.lr[t]) * self.gtil  # (n, d)
         self.x, self.w = push_sum(ctx.bus, self.mixer, t, x_half, self.w)
 
+    def release_noise(self) -> np.ndarray:
+        """(T, n) the noise multiplier of every node's release in every round (network DP)."""
+        return self.z.double().cpu().numpy()
+
     def privacy(self) -> list[dict[str, Any]]:
         """Per node: the paper (Theorem 1) and calibrated epsilon of its noise schedule."""
         return plan_reports(self.plans)
+
+    @classmethod
+    def linear_gossip(cls, obs: Observation) -> LinearGossip:
+        """x^{k+1/2} = P x^{k-1/2} - eta_k gtil^k with the PGF filter gtil^k = (1 - theta) gbar^k +
+        theta gtil^{k-1} (gbar^k at a reset): push-sum, release computed at z_i^k."""
+        sched, th = schedule(obs.defense_cfg, obs.run), obs.defense_cfg.vartheta
+        return gossip_spec(obs, "column", lag=0, evaluated_at="premix",
+                           release="gbar_i^k = (sum_j clip(g_j, G_k) + N) / B",
+                           step=sched.lr, gain=np.where(sched.reset, 1.0, 1.0 - th),
+                           carry=np.where(sched.reset, 0.0, th))
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from privbench.engine import Context, Trainer, batch_grads
+from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, gossip
 from privbench.registry import DEFENSES
@@ -58,6 +59,12 @@ class DPSGD(Trainer):
         x, y, mask = self.sample_batch(t)
         g = batch_grads(self.ctx.fm, self.x, x, y, mask) + self.cfg.weight_decay * self.x
         self.x = gossip(self.ctx.bus, self.mixer, t, self.x) - self.ctx.run.lr * g
+
+    @classmethod
+    def linear_gossip(cls, obs: Observation) -> LinearGossip:
+        """x^{k+1} = W x^k - lr g^k: gossip of the models, release k computed at x_i^k."""
+        return gossip_spec(obs, "doubly", lag=1, evaluated_at="message",
+                           release="g_i^k = grad f_i(x_i^k)")
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -55,6 +56,7 @@ from privbench.engine import (
     clipped_grad_sum,
 )
 from privbench.errors import ConfigError
+from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.messages import MessageKind
 from privbench.registry import DEFENSES
 from privbench.threat import GradientView, NotApplicable, Observation
@@ -154,6 +156,10 @@ class DPDPSGD(Trainer):
         self.taps = {"sums": sums, "noise": noise, "denom": denom, "noisy": noisy}
         self.x = w @ ctx.bus.broadcast(t, "model", self.x, adj) - ctx.run.lr * self.buf
 
+    def release_noise(self) -> np.ndarray:
+        """(T, n) the noise multiplier of every node's release in every round (network DP)."""
+        return np.tile(self.sigma.double().cpu().numpy(), (self.ctx.run.rounds, 1))
+
     def privacy(self) -> list[dict[str, Any]]:
         """Per node: the RDP (paper) report and the configured accountant's (calibrated)."""
         if self._reports is None:
@@ -175,6 +181,15 @@ class DPDPSGD(Trainer):
                                 "sample_rate": q})
             self._reports = out
         return self._reports
+
+    @classmethod
+    def linear_gossip(cls, obs: Observation) -> LinearGossip:
+        """x^{t+1} = W x^t - lr buf^t, buf^t = noisy^t + beta buf^{t-1}: gossip of the models,
+        release t computed at x_i^t (W: the configured weights)."""
+        weights = obs.defense_cfg.weights
+        return gossip_spec(obs, "doubly", lag=1, evaluated_at="message",
+                           release="(sum_j clip(g_j) + N) / B", carry=obs.defense_cfg.momentum,
+                           matrices=lambda p: mixing_matrix(obs.topology, p, weights))
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:

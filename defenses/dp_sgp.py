@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -45,6 +46,7 @@ from privbench.engine import (
     clipped_grad_sum,
 )
 from privbench.errors import ConfigError
+from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
@@ -187,9 +189,19 @@ class DPSGP(Trainer):
         x_half = self.x - ctx.run.lr * gbar
         self.x, self.w = push_sum(ctx.bus, self.mixer, t, x_half, self.w)
 
+    def release_noise(self) -> np.ndarray:
+        """(T, n) the noise multiplier of every node's release in every round (network DP)."""
+        return self.z.double().cpu().numpy()
+
     def privacy(self) -> list[dict[str, Any]]:
         """Per node: the paper (RDP) and calibrated epsilon of its sigma_i."""
         return plan_reports(self.plans)
+
+    @classmethod
+    def linear_gossip(cls, obs: Observation) -> LinearGossip:
+        """x^{k+1/2} = P x^{k-1/2} - lr gbar^k: push-sum, release computed at z_i^k."""
+        return gossip_spec(obs, "column", lag=0, evaluated_at="premix",
+                           release="gbar_i^k = (sum_j clip(g_j) + N) / B")
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:

@@ -83,6 +83,7 @@ from privbench.accounting import (
 )
 from privbench.engine import Context, Trainer, clipped_grad_sum
 from privbench.errors import ConfigError
+from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
@@ -302,6 +303,11 @@ class DynD2P(Trainer):
             out.append(clt_spent(self.mu[:, i], p, t, run.delta)[1])
         return out
 
+    def release_noise(self) -> np.ndarray:
+        """(K, n) the noise multiplier z_k = 1 / mu_k of every node's release (network DP)."""
+        with np.errstate(divide="ignore"):
+            return 1.0 / np.asarray(self.mu, dtype=np.float64)
+
     def privacy(self) -> list[dict[str, Any]]:
         """Per node: the paper (GDP CLT) and calibrated (PLD / RDP) reports of the K-step plan."""
         run = self.ctx.run
@@ -332,6 +338,12 @@ class DynD2P(Trainer):
                                 run.delta)[0]}
 
     # ------------------------------------------------------------------ attacker's view
+
+    @classmethod
+    def linear_gossip(cls, obs: Observation) -> LinearGossip:
+        """x^{k+1/2} = P x^{k-1/2} - lr released^k: push-sum, release computed at z_i^k."""
+        return gossip_spec(obs, "column", lag=0, evaluated_at="premix",
+                           release="(sum_j clip(g_j, C_k) + N(0, sigma_k^2 I)) / B")
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:

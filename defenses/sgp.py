@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from privbench.engine import Context, Trainer, batch_grads
+from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.messages import MessageKind
 from privbench.mixing import Mixer, push_sum, push_sum_message_difference, push_sum_release
 from privbench.registry import DEFENSES
@@ -71,6 +72,13 @@ class SGP(Trainer):
         self.buf = self.cfg.momentum * self.buf + g
         x_half = self.x - self.ctx.run.lr * self.buf
         self.x, self.w = push_sum(self.ctx.bus, self.mixer, t, x_half, self.w)
+
+    @classmethod
+    def linear_gossip(cls, obs: Observation) -> LinearGossip:
+        """x^{k+1/2} = P x^{k-1/2} - lr m^k, m^k = g^k + beta m^{k-1}: push-sum of the numerators,
+        release k computed at z_i^k = x_i^k / w_i^k."""
+        return gossip_spec(obs, "column", lag=0, evaluated_at="premix",
+                           release="g_i^k = grad f_i(z_i^k)", carry=obs.defense_cfg.momentum)
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:

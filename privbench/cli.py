@@ -524,6 +524,53 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if all(c.passed for c in checks) else 1
 
 
+def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise PrivbenchError(f"{what} must be comma-separated integers (e.g. 1,2,3), got "
+                             f"{text!r}") from None
+
+
+def cmd_leakage(args: argparse.Namespace) -> int:
+    """`privbench leakage`: the leakage map (attacks by hop distance, network DP)."""
+    from privbench.leakage import config_from, run_leakage
+    from privbench.report.leakage import by_distance, markdown, render_leakage
+    from privbench.results import atomic_write_text, dumps
+
+    defenses = _names(args.defense)
+    cfg = config_from({
+        "dataset": args.dataset, "data_root": args.data_root, "model": args.model,
+        "defenses": tuple(defenses) if defenses else None,
+        "eps": tuple(e) if (e := _floats(args.eps_grid, "--eps")) else None,
+        "nodes": args.nodes, "topology": args.topology, "rounds": args.rounds, "lr": args.lr,
+        "members": args.members, "distances": _ints(args.distances, "--distances"),
+        "sizes": _ints(args.sizes, "--sizes"), "victims": args.victims,
+        "inversion_victims": args.inversion_victims,
+        "inversion": args.inversion, "seed": args.seed})
+    out = Path(args.out)
+    target = out / "leakage.json"
+    if target.exists() and not args.overwrite:
+        raise PrivbenchError(f"{target} exists (a result file is never overwritten silently); "
+                             "choose another --out or pass --overwrite")
+    _check_writable(out)
+    results = run_leakage(cfg, progress=None if args.quiet else
+                          (lambda line: print(line, file=sys.stderr)))
+    atomic_write_text(target, dumps(results))
+    atomic_write_text(out / "leakage.html", render_leakage(results))
+    atomic_write_text(out / "leakage.md", by_distance(results) + "\n" + markdown(results))
+    print(f"wrote {target}, {out / 'leakage.html'} and {out / 'leakage.md'}")
+    return 0
+
+
+def _names(items: list[str] | None) -> list[str] | None:
+    if not items:
+        return None
+    return [p.strip() for p in ",".join(items).split(",") if p.strip()]
+
+
 def build_parser(account: bool = True) -> argparse.ArgumentParser:
     """The full command-line parser.
 
@@ -560,8 +607,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     _add_run_arguments(p, sweep=True)
     p.add_argument("--attack", action="append", help="attack(s), repeatable or comma-separated; "
                    "'all' = every registered one (default: the preset's)")
-    p.add_argument("--threat", choices=["eavesdropper", "neighbour", "colluding"],
-                   help="who observes (default eavesdropper)")
+    p.add_argument("--threat", help="who observes: eavesdropper (default), neighbour, colluding, "
+                   "or a curious set anywhere in the graph: node:K, nodes:A,B,..., hops:H[xM], "
+                   "degree:M, random:M (attacked by gossip inversion beyond the victim's "
+                   "neighbours)")
     p.add_argument("--preset", choices=["quick", "paper"], default="quick",
                    help="quick (minutes on a CPU, default) or paper (papers' scale)")
     p.add_argument("--messages", help="attack a message log written by `privbench train --out`")
@@ -591,6 +640,36 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default reports/tune-<preset>-<defense>-eps<E>)")
     p.add_argument("--quiet", action="store_true", help="no per-candidate lines")
     commands["tune"] = cmd_tune
+
+    p = sub.add_parser("leakage", help="leakage map: inversion and membership attacks by a "
+                       "curious set 1, 2, 3 hops away, an eavesdropper and colluding sets "
+                       "(gossip inversion beyond the neighbours), with pairwise network DP")
+    g = p.add_argument_group("runs")
+    g.add_argument("--defense", action="append", help="defense(s), repeatable or comma-separated "
+                   "(default: the baselines and the papers' linear-gossip and other defenses)")
+    g.add_argument("--eps", dest="eps_grid", action="append", help="ε grid (default 1,8)")
+    g.add_argument("--dataset", help="dataset registry key (default digits)")
+    g.add_argument("--data-root", dest="data_root", help="folder of the dataset files")
+    g.add_argument("--model", help="model registry key (default mlp)")
+    g.add_argument("--nodes", type=int, help="nodes (default 8)")
+    g.add_argument("--topology", help="topology (default ring)")
+    g.add_argument("--rounds", type=int, help="rounds of each run (default 20)")
+    g.add_argument("--lr", type=float, help="step size (default 0.003)")
+    g.add_argument("--members", type=int, help="members per node of the membership run "
+                   "(default 16)")
+    g.add_argument("--distances", help="hop distances of one curious node (default 1,2,3)")
+    g.add_argument("--sizes", help="colluding-set sizes of random non-neighbours (default 2,3)")
+    g.add_argument("--victims", type=int, help="victims per placement: nodes 0..V-1 (default 8)")
+    g.add_argument("--inversion-victims", dest="inversion_victims", type=int,
+                   help="of those, attacked by inversion (default min(4, victims))")
+    g.add_argument("--inversion", help="inversion attack on batch-1 views (default auto: "
+                   "idlg on non-private defenses, geiping on private ones)")
+    g.add_argument("--seed", type=int, help="seed (default 0)")
+    p.add_argument("--out", default="reports/leakage", help="output folder (default "
+                   "reports/leakage): leakage.json, leakage.html, leakage.md")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing leakage.json")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    commands["leakage"] = cmd_leakage
 
     p = sub.add_parser("list", help="print every registry")
     commands["list"] = cmd_list

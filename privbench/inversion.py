@@ -71,7 +71,8 @@ def invert(obs: Observation, defense_cls: Any, victims: list[int], rounds: list[
 
     Args:
         obs: the attacker's observation.
-        defense_cls: the defense class (`privbench.registry.DEFENSES.get(obs.defense)`).
+        defense_cls: the defense class (`privbench.registry.DEFENSES.get(obs.defense)`), or any
+            view source with its `gradient_views` (e.g. `gossip_inversion.BestViews`).
         victims, rounds: the targets are their product.
         attack: attack registry key ("dlg", "idlg", "geiping").
         config: the attack's Config instance, a dict of overrides, or None (defaults).
@@ -81,31 +82,42 @@ def invert(obs: Observation, defense_cls: Any, victims: list[int], rounds: list[
         view_options: keyword arguments for the defense's `gradient_views` (e.g. DPDL's or
             DeFL-VP's `view="momentum"`).
     """
+    targets = [(obs, v, t) for v in victims for t in rounds]
+    return invert_many(targets, defense_cls, attack, config, gen, device, input_shape,
+                       view_options)
+
+
+def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, attack: str,
+                config: Any = None, gen: torch.Generator | None = None,
+                device: torch.device | str = "cpu", input_shape: tuple[int, ...] | None = None,
+                view_options: dict[str, Any] | None = None) -> InversionRun:
+    """`invert` over (observation, victim, round) targets of one run, each seen by its own
+    threat model, attacked together (one batched call per distinct batch size)."""
     load_plugins()
     cls = ATTACKS.get(attack)
     cfg = config if isinstance(config, cls.Config) else replace_checked(
         cls.Config(), dict(config or {}), where="attack")
     gen = gen if gen is not None else torch.Generator().manual_seed(0)
     device = torch.device(device)
+    obs = targets[0][0]
     run = InversionRun(attack, to_dict(cfg), obs.defense, view_options=dict(view_options or {}))
     views: list[GradientView | None] = []
-    for v in victims:
-        for t in rounds:
-            run.targets.append({"victim": v, "round": t})
-            try:
-                if not hasattr(defense_cls, "gradient_views"):
-                    raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
-                got = defense_cls.gradient_views(obs, v, [t], **(view_options or {}))
-                if not got:
-                    raise NotApplicable(f"no gradient view of node {v} in round {t}")
-                view = got[0]
-                run.targets[-1].update(kind=view.kind, source=view.source, exact=view.exact,
-                                       batch_size=view.batch_size)
-                run.status.append("pending")
-            except NotApplicable as exc:
-                view = None
-                run.status.append(f"not applicable: {exc}")
-            views.append(view)
+    for o, v, t in targets:
+        run.targets.append({"victim": v, "round": t})
+        try:
+            if not hasattr(defense_cls, "gradient_views"):
+                raise NotApplicable(f"defense {o.defense!r} provides no gradient views")
+            got = defense_cls.gradient_views(o, v, [t], **(view_options or {}))
+            if not got:
+                raise NotApplicable(f"no gradient view of node {v} in round {t}")
+            view = got[0]
+            run.targets[-1].update(kind=view.kind, source=view.source, exact=view.exact,
+                                   batch_size=view.batch_size)
+            run.status.append("pending")
+        except NotApplicable as exc:
+            view = None
+            run.status.append(f"not applicable: {exc}")
+        views.append(view)
     n = len(views)
     run.images, run.labels, run.loss = [None] * n, [None] * n, [None] * n
     present = [i for i, v in enumerate(views) if v is not None]

@@ -56,6 +56,7 @@ from privbench.config import RunConfig, replace_checked
 from privbench.data import NodeData, load_dataset
 from privbench.engine import Context
 from privbench.errors import ConfigError
+from privbench.gossip_inversion import view_source
 from privbench.messages import GroundTruth, MessageBus, RecordPolicy
 from privbench.metrics.audit import eps_lower_bound_roc
 from privbench.metrics.roc import CI_LEVEL, roc_curve, roc_steps, roc_summary
@@ -355,7 +356,10 @@ def _not_applicable_summary(reasons: list[str]) -> dict[str, int]:
 
 
 def _victim_views(defense: Any, obs: Observation, victim: int) -> tuple[list[Any], list[str]]:
-    """The victim's gradient views in every recorded round, and why the other rounds gave none."""
+    """The victim's gradient views in every recorded round, and why the other rounds gave none
+    (a source with `all_views`, e.g. gossip inversion, gives them all at once)."""
+    if hasattr(defense, "all_views"):
+        return defense.all_views(obs, victim), []
     views, reasons = [], []
     for t in obs.log.rounds():
         try:
@@ -366,13 +370,13 @@ def _victim_views(defense: Any, obs: Observation, victim: int) -> tuple[list[Any
 
 
 def _message_scores(atk: Any, observations: dict[int, Observation],
-                    cands: list[tuple[Tensor, Tensor, np.ndarray]],
-                    device: torch.device) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                    cands: list[tuple[Tensor, Tensor, np.ndarray]], device: torch.device,
+                    source: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Per statistic, the message-level scores of every victim's candidates (concatenated), and
     info: views used, rounds not applicable (with their reasons), the statistic graded and the
     regression fit its label-free rule read (`attacks.mia_message`)."""
     obs = observations[next(iter(observations))]
-    defense = DEFENSES.get(obs.defense)
+    defense = source or view_source(DEFENSES.get(obs.defense), obs)
     if not hasattr(defense, "gradient_views"):
         raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
     parts: list[dict[str, np.ndarray]] = []
@@ -399,12 +403,14 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
 
 def membership_scores(observations: dict[int, Observation], data: NodeData, attack: str,
                       attack_cfg: dict[str, Any] | None, gen: torch.Generator,
-                      device: torch.device, reference_models: int = DEFAULT_REFERENCE_MODELS
-                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                      device: torch.device, reference_models: int = DEFAULT_REFERENCE_MODELS,
+                      source: Any = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Scores of the victims' candidates under `attack` (each scored against its own node).
 
     Args:
         observations: victim -> what the attacker of that victim observes (its threat model).
+        source: where message-level attacks get gradient views (default: the defense, or
+            gossip inversion for a placed threat model: `gossip_inversion.view_source`).
 
     Returns:
         scores (N,), labels (N,) and info (attack level, rounds used, ...), candidates ordered
@@ -423,7 +429,7 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     fm = obs.fm
     scores: list[np.ndarray] = []
     if atk.level == "message":
-        scores_all, info = _message_scores(atk, observations, cands, device)
+        scores_all, info = _message_scores(atk, observations, cands, device, source)
         info["scores_by_statistic"] = scores_all
         if len(scores_all) > 1 and atk.cfg.select == "strongest":
             aucs = {k: roc_curve(v, labels).auc if np.isfinite(v).all() else -np.inf

@@ -33,6 +33,7 @@ from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data import recording_sampling
 from privbench.engine import train
 from privbench.errors import ConfigError, DataError, PrivbenchError
+from privbench.gossip_inversion import view_source
 from privbench.messages import GroundTruth, MessageLog, RecordPolicy
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.results import (
@@ -50,7 +51,7 @@ from privbench.results import (
 )
 from privbench.runner import Built, build, check_split, environment, train_result
 from privbench.schema import ATTACK_FILE, TRAIN_FILE
-from privbench.threat import THREATS, ThreatModel, observe, threat_for
+from privbench.threat import PLACEMENTS, THREATS, ThreatModel, is_threat, observe, threat_for
 
 # The default grid: the non-private baselines and the five papers' algorithms (their variants
 # and ablations are registered too and run with `--defense all` or by name).
@@ -131,9 +132,9 @@ class AuditConfig:
         if any(b < 1 for b in self.inversion_batch_sizes):
             raise ConfigError(f"inversion_batch_sizes must be >= 1, got "
                               f"{list(self.inversion_batch_sizes)}")
-        if self.threat not in THREATS:
+        if not is_threat(self.threat):
             raise ConfigError(f"unknown threat model {self.threat!r}; accepted: "
-                              f"{', '.join(THREATS)}")
+                              f"{', '.join(THREATS)} or a placement {', '.join(PLACEMENTS)}")
         for e in self.eps:
             if not (e > 0 and math.isfinite(e)):
                 raise ConfigError(f"every --eps must be a finite number > 0, got {e}")
@@ -240,8 +241,9 @@ def _invert_view(built: Built, attack: str, audit: AuditConfig,
     obs = observe(built, threat)
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
-    inv = invert(obs, type(built.trainer), [audit.victim], list(audit.inversion_rounds), attack,
-                 audit.attack_config.get(attack), gen, built.ctx.device,
+    inv = invert(obs, view_source(type(built.trainer), obs), [audit.victim],
+                 list(audit.inversion_rounds), attack, audit.attack_config.get(attack), gen,
+                 built.ctx.device,
                  input_shape=built.ctx.data.input_shape)
     graded = grade(inv, built.ctx.data, built.ctx.truth)
     statuses = [p["status"] for p in graded["per_target"]]
@@ -275,7 +277,10 @@ def _data_kinds(built: Built) -> set[str]:
 
 
 def _threat(t: ThreatModel) -> dict[str, Any]:
-    return {"kind": t.kind, "observers": list(t.observers)}
+    out: dict[str, Any] = {"kind": t.kind, "observers": list(t.observers)}
+    if t.placement:
+        out["placement"] = t.placement
+    return out
 
 
 def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
@@ -284,7 +289,8 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     from privbench.membership import run_membership
 
     threat = None if audit.threat == "neighbour" else _audit_threat(built, audit)
-    pooled = audit.pool_victims and audit.threat != "colluding"
+    # a colluding or placed set is chosen around the audited victim: it attacks that one only
+    pooled = audit.pool_victims and audit.threat in ("eavesdropper", "neighbour")
     victims = list(range(built.ctx.n)) if pooled else audit.victim
     res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
                          threat=threat, reference_models=audit.reference_models)
@@ -364,7 +370,7 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     obs = observe(built, _audit_threat(built, audit))
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
-    defense = type(built.trainer)
+    defense = view_source(type(built.trainer), obs)
     try:
         if issubclass(ATTACKS.get(attack), MessageAttack):
             for t in reading.rounds():
@@ -404,12 +410,19 @@ def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
                 "uses": [], "metrics": {}}
 
 
+def _placed_extra(run: RunConfig, audit: AuditConfig) -> int:
+    """Rounds beyond an inversion target that a threat placed anywhere in the graph needs: its
+    gossip inversion identifies a victim H hops away from about H + 1 rounds (H < nodes)."""
+    return run.nodes if ":" in audit.threat else 0
+
+
 def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
-    """Rounds to record: up to the last inversion target (push-sum views need round t-1) and
-    the whole run for message-level MIA and the last round for model-level MIA."""
+    """Rounds to record: up to the last inversion target (gossip views need round t+1, a placed
+    threat's gossip inversion more) and the whole run for message-level MIA and the last round
+    for model-level MIA."""
     if any(a == "mia_message" for a in audit.attacks):
         return RecordPolicy()
-    rounds = set(range(max(audit.inversion_rounds, default=0) + 2))  # gossip views need t+1
+    rounds = set(range(max(audit.inversion_rounds, default=0) + 2 + _placed_extra(run, audit)))
     rounds |= {run.rounds - 1, run.rounds - 2}
     return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
 
@@ -680,7 +693,8 @@ class Sweep:
         inversion needs, or the reason there is none. None: invert the cell's own run."""
         if not self.audit.inversion_batch_sizes or self.messages_dir is not None:
             return None
-        stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2)
+        stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2 +
+                   _placed_extra(run, self.audit))
         policy = RecordPolicy(rounds=frozenset(range(stop)))
         views: dict[int, Built | str] = {}
         for b in self.audit.inversion_batch_sizes:

@@ -4,6 +4,12 @@
 * `eavesdropper`: sees every message on every edge.
 * `colluding`: a set of curious nodes pooling what they receive.
 
+A curious set can sit anywhere in the graph (`placement`): "node:K" (node K alone), "nodes:A,B,C",
+"hops:H" (the node at hop distance H from the victim along the message flow; "hops:HxM": M such
+nodes), "degree:M" (the M best-connected nodes) or "random:M" (M random non-neighbours of the
+victim, seeded by the victim). Attacks beyond the victim's neighbourhood go through
+`privbench.gossip_inversion`.
+
 An attack never touches ground truth or trainer internals. It gets an `Observation` (the part of
 the message log the threat model sees, plus public context: architecture, run and defense
 hyper-parameters, topology, the shared public initialisation) and asks the defense for
@@ -18,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
 from torch import Tensor
 
 from privbench.config import RunConfig
@@ -40,10 +47,12 @@ class ThreatModel:
     Attributes:
         kind: "neighbour", "eavesdropper" or "colluding".
         observers: the curious node (neighbour) or nodes (colluding); empty for an eavesdropper.
+        placement: how a colluding set anywhere in the graph was chosen (e.g. "hops:2"), or "".
     """
 
     kind: str = "eavesdropper"
     observers: tuple[int, ...] = ()
+    placement: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in THREATS:
@@ -116,7 +125,8 @@ def threat_for(kind: str, topology: Topology, victim: int, t: int = 0) -> Threat
     Args:
         kind: "neighbour" (the victim's first out-neighbour in round t: it receives the victim's
             messages), "colluding" (the victim's in-neighbours in round t pooling what they
-            receive; the victim itself when it has none) or "eavesdropper".
+            receive; the victim itself when it has none), "eavesdropper", or a placement
+            anywhere in the graph (`PLACEMENTS`, e.g. "hops:2", "node:5").
         topology: the run's graph.
         victim: the audited node.
         t: the round whose neighbourhood is read.
@@ -124,6 +134,8 @@ def threat_for(kind: str, topology: Topology, victim: int, t: int = 0) -> Threat
     Raises:
         ConfigError: an unknown kind, or a neighbour threat on a victim with no out-neighbour.
     """
+    if ":" in kind:
+        return placed(kind, topology, victim)
     if kind == "neighbour":
         outs = topology.out_neighbours(t, victim)
         if not outs:
@@ -133,6 +145,95 @@ def threat_for(kind: str, topology: Topology, victim: int, t: int = 0) -> Threat
     if kind == "colluding":
         return ThreatModel("colluding", tuple(topology.in_neighbours(t, victim)) or (victim,))
     return ThreatModel(kind)
+
+
+PLACEMENTS = ("node:K", "nodes:A,B,...", "hops:H", "hops:HxM", "degree:M", "random:M")
+
+
+def is_threat(spec: str) -> bool:
+    """Whether `spec` names a threat kind or a placement (checked against a graph later)."""
+    return spec in THREATS or spec.split(":", 1)[0] in {"node", "nodes", "hops", "degree",
+                                                          "random"}
+
+
+def hop_distances(topology: Topology, source: int) -> list[int]:
+    """Hops from `source` to every node along the message flow (any graph period), -1 if none.
+
+    A message goes from i to j when adjacency[j, i]; the distance from a victim to an attacker
+    is the fewest relays its information needs to reach the attacker.
+    """
+    adj = topology.graphs.any(dim=0)  # (n, n) [j, i]: i sends to j in some period
+    dist = [-1] * topology.n
+    dist[source], frontier = 0, [source]
+    while frontier:
+        nxt = []
+        for i in frontier:
+            for j in torch.nonzero(adj[:, i]).flatten().tolist():
+                if dist[j] < 0:
+                    dist[j] = dist[i] + 1
+                    nxt.append(j)
+        frontier = nxt
+    return dist
+
+
+def _ints(text: str, spec: str) -> list[int]:
+    try:
+        return [int(p) for p in text.replace("x", ",").split(",") if p.strip()]
+    except ValueError:
+        raise ConfigError(f"bad threat placement {spec!r}; accepted: "
+                          f"{', '.join(PLACEMENTS)}") from None
+
+
+def placed(spec: str, topology: Topology, victim: int) -> ThreatModel:
+    """A colluding set placed anywhere in the graph relative to `victim` (see `PLACEMENTS`).
+
+    Raises:
+        ConfigError: an unknown placement, a node out of range, the victim among the attackers,
+            or no node at the asked distance.
+    """
+    head, _, rest = spec.partition(":")
+    n, nums = topology.n, _ints(rest, spec)
+    if head in ("node", "nodes"):
+        chosen = nums
+    elif head == "hops" and len(nums) in (1, 2):
+        dist = hop_distances(topology, victim)
+        at = [j for j in range(n) if dist[j] == nums[0]]
+        want = nums[1] if len(nums) == 2 else 1
+        if nums[0] < 1 or len(at) < want:
+            raise ConfigError(f"threat {spec!r}: {len(at)} node(s) at {nums[0]} hops from node "
+                              f"{victim} (distances on this graph: 1..{max(dist)})")
+        chosen = at[:want]
+    elif head in ("degree", "random") and len(nums) == 1:
+        chosen = _by_degree(topology, victim, nums[0]) if head == "degree" else \
+            _random_far(topology, victim, nums[0], spec)
+    else:
+        raise ConfigError(f"bad threat placement {spec!r}; accepted: {', '.join(PLACEMENTS)}")
+    bad = [j for j in chosen if not 0 <= j < n]
+    if bad or not chosen:
+        raise ConfigError(f"threat {spec!r}: nodes must be in [0, {n - 1}], got {chosen}")
+    if victim in chosen:
+        raise ConfigError(f"threat {spec!r} includes the victim node {victim}")
+    return ThreatModel("colluding", tuple(sorted(set(chosen))), spec)
+
+
+def _by_degree(topology: Topology, victim: int, m: int) -> list[int]:
+    """The m nodes (victim excluded) with the most in-neighbours over all periods."""
+    deg = topology.graphs.any(dim=0).sum(dim=1).tolist()  # (n,) in-degree
+    order = sorted((j for j in range(topology.n) if j != victim), key=lambda j: (-deg[j], j))
+    if m < 1 or m > len(order):
+        raise ConfigError(f"threat degree:{m}: between 1 and {len(order)} attackers")
+    return order[:m]
+
+
+def _random_far(topology: Topology, victim: int, m: int, spec: str) -> list[int]:
+    """m random nodes at 2 hops or more from the victim (seeded by the victim)."""
+    dist = hop_distances(topology, victim)
+    far = [j for j in range(topology.n) if dist[j] != 0 and dist[j] != 1]
+    if m < 1 or m > len(far):
+        raise ConfigError(f"threat {spec!r}: between 1 and {len(far)} non-neighbours of node "
+                          f"{victim} exist")
+    gen = torch.Generator().manual_seed(victim)
+    return [far[i] for i in torch.randperm(len(far), generator=gen)[:m].tolist()]
 
 
 ViewKind = Literal["gradient", "sign", "partial"]

@@ -79,6 +79,13 @@ def test_report_of_a_train_result_is_refused(tmp_path, capsys):
     (["bench", "nothing"], "invalid choice"),
     (["bench", "distributed", "--ranks", "0"], "--ranks must be >= 1"),
     (["train", "--backend", "mpi"], "invalid choice: 'mpi'"),
+    (["attack", "--threat", "near:2"], "unknown threat model 'near:2'"),
+    (["leakage", "--defense", "nope"], "unknown defense 'nope'"),
+    (["leakage", "--victims", "0"], "victims must be in [1, 8]"),
+    (["leakage", "--victims", "2", "--inversion-victims", "3"],
+     "inversion_victims must be in [1, 2]"),
+    (["leakage", "--inversion", "nope"], "unknown attack 'nope'"),
+    (["leakage", "--sizes", "2,x"], "--sizes must be comma-separated integers"),
     (["train", "--backend", "distributed", "--dist-timeout", "0"], "--dist-timeout must be > 0"),
 ])
 def test_more_bad_arguments(args, needle, tmp_path, capsys):

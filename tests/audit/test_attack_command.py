@@ -102,7 +102,7 @@ def test_report_command_reproduces_index_html(audit_dir, tmp_path):
     (["--attack", "nope"], "unknown attack 'nope'"),
     (["--eps", "0"], "every --eps must be a finite number > 0"),
     (["--eps", "x"], "--eps must be numbers"),
-    (["--threat", "god"], "invalid choice"),
+    (["--threat", "god"], "unknown threat model 'god'"),
     (["--messages", "/nonexistent"], "not found"),
 ])
 def test_bad_attack_arguments(args, needle, capsys, tmp_path):

@@ -87,9 +87,11 @@ def single(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
+@pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)],
+                ids=["2-ranks", "4-ranks"])
 def ranks(request, tmp_path_factory) -> tuple[int, Path]:
-    """Every defense trained by one torchrun launch of 2 or 4 gloo processes."""
+    """Every defense trained by one torchrun launch of 2 or 4 gloo processes (4: a slow test,
+    its launch alone takes 40 s of the default run's budget)."""
     out = tmp_path_factory.mktemp(f"ranks{request.param}")
     proc = _torchrun(request.param, out, [*NAMES, *(f"{k}={v}" for k, v in EXTRA.items())])
     assert proc.returncode == 0, proc.stderr[-3000:]
