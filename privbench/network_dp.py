@@ -31,8 +31,8 @@ amplification by subsampling: conservative); (iii) the releases are treated as a
 linear Gaussian mechanism: as in Muffliato's analysis, that later honest releases depend on
 noise the observers did not see is not charged; (iv) the worst-case bounds above. On D-PSGD-DP
 (ring of 8, 50 rounds, eps = 1) mu falls from 0.90 (eavesdropper) to 0.46, 0.34, 0.29 for one
-observer 2, 3, 4 hops away. (iii)
-is not proven for these algorithms, so this is reported as a third epsilon beside the paper's
+observer 2, 3, 4 hops away. Assumption
+(iii) is not proven for these algorithms, so this is reported as a third epsilon beside the paper's
 and the calibrated (local, subsampled) one, which remains the guarantee; `epsilon` is the
 minimum of the two.
 """
