@@ -565,6 +565,41 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """`privbench reproduce NAME`: a paper's table on real data. Trains the grid's missing runs
+    (appending each to runs.jsonl as it ends) and writes table.md; `--render` re-renders
+    table.md from runs.jsonl alone, without training."""
+    from privbench.reproduce import REPRODUCTIONS, load
+    from privbench.reproduce.runs import RUNS_FILE, index, read_runs, reproduce
+    from privbench.reproduce.table import render
+    from privbench.results import atomic_write_text
+
+    load()
+    if args.name is None:
+        for name in REPRODUCTIONS.names():
+            r = REPRODUCTIONS.get(name)
+            print(f"{name}: {r.title} (scales: {', '.join(s.name for s in r.scales)})")
+        return 0
+    repro = REPRODUCTIONS.get(args.name)
+    out = Path(args.out or f"reports/reproduce/{repro.name}")
+    if args.render:
+        records = read_runs(out / RUNS_FILE)
+        if not records:
+            raise PrivbenchError(f"{out / RUNS_FILE} holds no runs to render; run `privbench "
+                                 f"reproduce {repro.name}` first")
+        scale = repro.scale(args.scale or records[0]["scale"])
+        records = list(index(records, repro, scale).values())
+    else:
+        scale = repro.scale(args.scale)
+        seeds = tuple(_ints(args.seeds, "--seeds") or scale.seeds)
+        _check_writable(out)
+        records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
+                            (lambda line: print(line, file=sys.stderr)))
+    atomic_write_text(out / "table.md", render(repro, scale, records))
+    print(f"wrote {out / 'table.md'} from {len(records)} runs in {out / RUNS_FILE}")
+    return 0
+
+
 def _names(items: list[str] | None) -> list[str] | None:
     if not items:
         return None
@@ -670,6 +705,20 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing leakage.json")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     commands["leakage"] = cmd_leakage
+
+    p = sub.add_parser("reproduce", help="a paper's table on real data: train its grid "
+                       "(resuming), write runs.jsonl and table.md; --render re-renders the table "
+                       "from runs.jsonl without training")
+    p.add_argument("name", nargs="?", help="the paper (omit to list them)")
+    p.add_argument("--scale", help="the setting: each paper's 'reduced' (default: a 2-core CPU "
+                   "finishes it) or 'paper' (the card's)")
+    p.add_argument("--seeds", help="seeds, comma-separated (default: the scale's)")
+    p.add_argument("--out", help="output folder (default reports/reproduce/NAME): runs.jsonl, "
+                   "table.md")
+    p.add_argument("--render", action="store_true", help="only re-render table.md from the "
+                   "folder's runs.jsonl")
+    p.add_argument("--quiet", action="store_true", help="no per-run lines")
+    commands["reproduce"] = cmd_reproduce
 
     p = sub.add_parser("list", help="print every registry")
     commands["list"] = cmd_list

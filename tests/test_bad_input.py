@@ -87,6 +87,9 @@ def test_report_of_a_train_result_is_refused(tmp_path, capsys):
     (["leakage", "--inversion", "nope"], "unknown attack 'nope'"),
     (["leakage", "--sizes", "2,x"], "--sizes must be comma-separated integers"),
     (["train", "--backend", "distributed", "--dist-timeout", "0"], "--dist-timeout must be > 0"),
+    (["reproduce", "nope"], "unknown reproduction 'nope'"),
+    (["reproduce", "dyn_d2p", "--scale", "big"], "has no scale 'big'; accepted: reduced, paper"),
+    (["reproduce", "dyn_d2p", "--seeds", "1,x"], "--seeds must be comma-separated integers"),
 ])
 def test_more_bad_arguments(args, needle, tmp_path, capsys):
     full = [*args, "--out", str(tmp_path / "o"), "--quiet"] if args[0] == "train" else args

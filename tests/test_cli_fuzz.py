@@ -37,7 +37,7 @@ FAST = settings(max_examples=12, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 LONG = settings(max_examples=400, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
-COMMANDS = ("train", "attack", "check", "report", "bench", "list")
+COMMANDS = ("train", "attack", "check", "report", "bench", "list", "reproduce")
 
 
 def _good_results() -> dict[str, Any]:
@@ -120,6 +120,8 @@ def argv(draw) -> list[str]:
     if command == "bench":
         args.append(draw(st.sampled_from(["engine", "attacks", "audit", "scale", "distributed",
                                           "nope"])))
+    if command == "reproduce":
+        args += draw(st.sampled_from([[], ["dyn_d2p"], ["adp_vrsgp"], ["nope"], ["x" * 300]]))
     for _ in range(draw(st.integers(0, 5))):
         opt = draw(st.sampled_from(OPTIONS[command] or ["--bogus"]))
         value = draw(st.sampled_from(PATHS + VALUES))
@@ -134,13 +136,15 @@ def _sentinels(sandbox: Path):
     """Stand-ins for the real work; the current folder is the sandbox."""
     import privbench.bench
     import privbench.engine
+    import privbench.reproduce.runs
     import privbench.sweep
 
     def reached(*args, **kwargs):
         raise WorkReachedError
 
     saved = [(privbench.engine, "train"), (privbench.sweep, "train"),
-             (privbench.sweep, "run_attack"), (privbench.bench, "run_bench")]
+             (privbench.sweep, "run_attack"), (privbench.bench, "run_bench"),
+             (privbench.reproduce.runs, "run_job")]
     old = [getattr(m, n) for m, n in saved]
     cwd = os.getcwd()
     try:

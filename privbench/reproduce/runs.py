@@ -1,0 +1,198 @@
+"""Train a reproduction's grid and keep every run as one JSON line.
+
+`runs.jsonl` in the output folder holds one line per (method, epsilon, seed) run: the scale, the
+full run and defense configuration, the seed, the average-model accuracy, the victim-independent
+headline epsilons (paper and calibrated, the largest over nodes), whether it diverged, its
+seconds and a fingerprint of everything that determines it (configs, dataset identity, privbench
+and torch versions, thread count). A line is appended as soon as its run ends (flushed and
+fsynced), so an interrupted reproduction loses at most the run in progress and continues where
+it stopped; a line already there is reused only when its fingerprint equals this run's, and a
+mismatch is an error naming the first differing field (never a silent mix of settings).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privbench import __version__
+from privbench.config import RunConfig, replace_checked, to_dict
+from privbench.errors import PrivbenchError
+from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
+from privbench.reproduce import Method, Reproduction, Scale
+from privbench.results import headline_reports, strict, unstrict
+
+RUNS_FILE = "runs.jsonl"
+FORMAT = "privbench-reproduce-run/1"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the grid (eps None: a non-private method)."""
+
+    method: Method
+    eps: float | None
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, float | None, int]:
+        return (self.method.label, self.eps, self.seed)
+
+
+def jobs(repro: Reproduction, seeds: tuple[int, ...]) -> list[Job]:
+    """The grid in the order it is run: seed-major, so that every seed's table is complete
+    before the next seed starts (an interrupted reproduction still gives paired rows)."""
+    out = []
+    for seed in seeds:
+        for m in repro.methods:
+            out += [Job(m, None, seed)] if not m.private else \
+                [Job(m, e, seed) for e in repro.eps]
+    return out
+
+
+def run_config(scale: Scale, job: Job) -> RunConfig:
+    """The RunConfig of one job (a non-private method keeps the RunConfig's default epsilon,
+    which its trainer ignores)."""
+    over: dict[str, Any] = {**dict(scale.run), **dict(job.method.run), "seed": job.seed,
+                            "device": "auto"}
+    if job.eps is not None:
+        over["epsilon"] = job.eps
+    return replace_checked(RunConfig(), over, where="run")
+
+
+def job_fingerprint(repro: Reproduction, scale: Scale, job: Job, run: RunConfig
+                    ) -> dict[str, Any]:
+    """Hash of everything that determines a run's line."""
+    return fingerprint({"reproduction": repro.name, "scale": scale.name,
+                        "method": job.method.label, "defense": job.method.defense,
+                        "overrides": dict(job.method.overrides),
+                        "run": {k: v for k, v in to_dict(run).items() if k != "device"},
+                        "data": dataset_identity(run.dataset, run.data_root, run.download),
+                        "versions": {"privbench": __version__, "torch": torch.__version__},
+                        "threads": torch.get_num_threads()})
+
+
+def _headline(privacy: list[dict[str, Any]], mode: str) -> float | None:
+    """The largest headline epsilon over nodes in `mode` (None: none reported)."""
+    vals = []
+    for rep in headline_reports(privacy, mode).values():
+        eps = rep.get("epsilon")
+        vals.append(math.inf if eps == "inf" else float(eps))
+    return max(vals) if vals else None
+
+
+def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
+    """Train one job and return its JSON line (as a dict)."""
+    from privbench.engine import train
+    from privbench.runner import build
+
+    run = run_config(scale, job)
+    fp = job_fingerprint(repro, scale, job, run)
+    built = build(run, job.method.defense, dict(job.method.overrides))
+    res = train(built.trainer)
+    privacy = built.privacy()
+    return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
+            "method": job.method.label, "defense": job.method.defense, "eps": job.eps,
+            "seed": job.seed, "accuracy": res.average_accuracy,
+            "node_accuracy_mean": (sum(res.node_accuracy) / len(res.node_accuracy)
+                                   if res.node_accuracy else None),
+            "epsilon_paper": _headline(privacy, "paper") if job.method.private else None,
+            "epsilon_calibrated": (_headline(privacy, "calibrated") if job.method.private
+                                   else None),
+            "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
+            "device": str(built.ctx.device), "fingerprint": fp["sha256"],
+            "config": {"run": to_dict(run), "defense": dict(job.method.overrides)},
+            "fields": fp["fields"]}
+
+
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """Every line of a runs.jsonl (one-line error naming the bad line)."""
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = unstrict(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise PrivbenchError(f"{path} line {i} is not JSON ({exc.msg}); the file is "
+                                     "not a reproduction's runs") from None
+            if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+                raise PrivbenchError(f"{path} line {i} is not a privbench reproduction run "
+                                     f"(format {FORMAT!r} expected)")
+            out.append(rec)
+    return out
+
+
+def _append(path: Path, rec: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(strict(rec), sort_keys=True, allow_nan=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
+          ) -> dict[tuple[str, float | None, int], dict[str, Any]]:
+    """The lines by (method, eps, seed); one-line error when a line is of another reproduction
+    or scale (a runs file holds one of each)."""
+    out = {}
+    for rec in records:
+        if rec["reproduction"] != repro.name or rec["scale"] != scale.name:
+            raise PrivbenchError(f"the runs file holds a run of {rec['reproduction']!r} at scale "
+                                 f"{rec['scale']!r}, not {repro.name!r} at {scale.name!r}: use "
+                                 "another --out")
+        out[(rec["method"], rec["eps"], rec["seed"])] = rec
+    return out
+
+
+def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Path,
+              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Run every job of the grid not yet in `out/runs.jsonl`; return all the grid's lines.
+
+    Raises:
+        PrivbenchError: a line in the file was made with another configuration, scale or
+            reproduction (the message names the first field that differs).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RUNS_FILE
+    with folder_lock(out):
+        done = index(read_runs(path), repro, scale)
+        todo = jobs(repro, seeds)
+        for k, job in enumerate(todo, 1):
+            old = done.get(job.key)
+            if old is not None:
+                _check_same(old, repro, scale, job, path)
+                continue
+            rec = run_job(repro, scale, job)
+            _append(path, rec)
+            done[job.key] = rec
+            if progress is not None:
+                eps = "non-private" if job.eps is None else f"eps={job.eps:g}"
+                progress(f"[{k}/{len(todo)}] {job.method.label} {eps} seed {job.seed}: "
+                         f"accuracy {rec['accuracy']:.4f} ({rec['seconds']:.0f} s)")
+    return [done[j.key] for j in todo]
+
+
+def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job,
+                path: Path) -> None:
+    run = run_config(scale, job)
+    new = job_fingerprint(repro, scale, job, run)
+    if old["fingerprint"] != new["sha256"]:
+        diff = first_difference(old.get("fields", {}), new["fields"]) or "the fingerprint"
+        raise PrivbenchError(f"{path} holds {job.method.label} eps={job.eps} seed {job.seed} "
+                             f"made with another setting ({diff}); use another --out, or delete "
+                             "the line to recompute it")
+
+
+def records_for(records: list[dict[str, Any]], repro: Reproduction) -> Iterator[dict[str, Any]]:
+    """The lines of `repro` (a runs file holds one reproduction)."""
+    return (r for r in records if r["reproduction"] == repro.name)

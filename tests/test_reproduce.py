@@ -1,0 +1,121 @@
+"""`privbench reproduce`: the grid's raw lines, resuming, refusing mixed settings, the verdicts,
+and the committed tables re-rendered byte for byte from their committed runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from privbench.cli import main
+from privbench.errors import PrivbenchError
+from privbench.reproduce import REPRODUCTIONS, Scale, load
+from privbench.reproduce import runs as runs_mod
+from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
+from privbench.reproduce.table import claim_verdict, render, verdict_at
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
+
+
+def _tiny(lr: float = 0.2):
+    """Dyn-D2P's table on 4 digits nodes, 3 rounds, two epsilons (seconds on a CPU)."""
+    load()
+    r = REPRODUCTIONS.get("dyn_d2p")
+    scale = Scale("reduced", (("dataset", "digits"), ("model", "mlp"), ("nodes", 4),
+                              ("topology", "exponential"), ("rounds", 3), ("batch_size", 16),
+                              ("lr", lr), ("delta", 1e-4), ("holdout", 0.0), ("eval_every", 3)),
+                  (0, 1), "a test's tiny setting")
+    r = dataclasses.replace(r, scales=(scale,), eps=(1.0, 3.0),
+                            paper=tuple((label, row[2:]) for label, row in r.paper))
+    return r, scale
+
+
+def test_grid_lines_resume_and_render(tmp_path, monkeypatch):
+    repro, scale = _tiny()
+    recs = reproduce(repro, scale, (0, 1), tmp_path)
+    # 1 non-private + 4 private methods x 2 eps, per seed
+    assert len(recs) == 2 * (1 + 4 * 2)
+    lines = read_runs(tmp_path / RUNS_FILE)
+    assert [(r["method"], r["eps"], r["seed"]) for r in lines] == \
+        [(r["method"], r["eps"], r["seed"]) for r in recs]
+    dyn = [r for r in lines if r["method"] == "Dyn-D2P" and r["eps"] == 1.0]
+    assert all(r["epsilon_paper"] == pytest.approx(1.0, rel=1e-3) for r in dyn)
+    # the paper's CLT calibration under-reports: the rigorous epsilon of its noise is larger
+    assert all(r["epsilon_calibrated"] > r["epsilon_paper"] for r in dyn)
+    assert all(r["epsilon_paper"] is None for r in lines if r["method"] == "Non-private")
+
+    def boom(*_a, **_k):
+        raise AssertionError("a finished run was trained again")
+    monkeypatch.setattr(runs_mod, "run_job", boom)
+    again = reproduce(repro, scale, (0, 1), tmp_path)
+    assert [r["fingerprint"] for r in again] == [r["fingerprint"] for r in recs]
+    text = render(repro, scale, again)
+    assert text == render(repro, scale, read_runs(tmp_path / RUNS_FILE))
+    assert "| Dyn-D2P > Const-D2P |" in text and "seeds 0, 1 (18 runs)" in text
+
+
+def test_another_setting_in_the_same_folder_is_refused(tmp_path):
+    repro, scale = _tiny()
+    reproduce(repro, scale, (0,), tmp_path)
+    before = (tmp_path / RUNS_FILE).read_bytes()
+    repro2, scale2 = _tiny(lr=0.1)
+    with pytest.raises(PrivbenchError, match=r"run.lr = 0.2 there, 0.1 now"):
+        reproduce(repro2, scale2, (0,), tmp_path)
+    assert (tmp_path / RUNS_FILE).read_bytes() == before
+
+
+def test_an_interrupted_reproduction_keeps_its_finished_runs(tmp_path, monkeypatch):
+    repro, scale = _tiny()
+    real, calls = runs_mod.run_job, []
+
+    def stop_at_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(runs_mod, "run_job", stop_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(repro, scale, (0,), tmp_path)
+    assert len(read_runs(tmp_path / RUNS_FILE)) == 2
+
+
+def test_a_foreign_line_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / RUNS_FILE).write_text('{"format": "something else"}\n')
+    assert main(["reproduce", "dyn_d2p", "--render", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "line 1 is not a privbench reproduction run" in err and err.count("\n") == 1
+
+
+def test_verdicts():
+    assert verdict_at([2.0, 3.0, 2.5]) == "holds"
+    assert verdict_at([-2.0, -3.0, -2.5]) == "fails"
+    assert verdict_at([5.0, -4.0, 1.0]) == "unresolved"
+    assert verdict_at([9.0]) == "unresolved"
+    assert claim_verdict(["holds", "holds"]) == "reproduced"
+    assert claim_verdict(["holds", "fails"]) == "partly"
+    assert claim_verdict(["unresolved", "fails"]) == "refuted"
+    assert claim_verdict(["unresolved", "unresolved"]) == "not resolved"
+
+
+def test_committed_tables_re_render_byte_for_byte(tmp_path, capsys):
+    load()
+    folders = sorted(p.parent for p in REPORTS.glob(f"*/{RUNS_FILE}"))
+    assert folders, f"no committed reproduction under {REPORTS}"
+    for folder in folders:
+        out = tmp_path / folder.name
+        out.mkdir()
+        (out / RUNS_FILE).write_bytes((folder / RUNS_FILE).read_bytes())
+        assert main(["reproduce", folder.name, "--render", "--out", str(out)]) == 0
+        assert (out / "table.md").read_bytes() == (folder / "table.md").read_bytes(), folder
+    capsys.readouterr()
+
+
+def test_the_readme_quotes_the_committed_tables():
+    readme = (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    folders = sorted(p.parent for p in REPORTS.glob(f"*/{RUNS_FILE}"))
+    assert folders
+    for folder in folders:
+        rows = [ln for ln in (folder / "table.md").read_text().splitlines() if ln.startswith("|")]
+        missing = [ln for ln in rows if ln not in readme]
+        assert not missing, f"README lacks {folder.name}'s committed rows: {missing[:2]}"
