@@ -17,7 +17,7 @@ F-MNIST), and progressive gradient fusion (vartheta = 0.5) above vartheta = 0.
 
 from __future__ import annotations
 
-from privbench.reproduce import REPRODUCTIONS, Method, Reproduction, Scale
+from privbench.reproduce.spec import REPRODUCTIONS, Method, Reproduction, Scale
 
 _CARD = (("dataset", "fashion-mnist"), ("nodes", 8), ("topology", "ring"),
          ("partition", "dirichlet"), ("alpha", 2.0), ("batch_size", 64), ("rounds", 1000),

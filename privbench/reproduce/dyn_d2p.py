@@ -19,7 +19,7 @@ at small epsilon.
 
 from __future__ import annotations
 
-from privbench.reproduce import REPRODUCTIONS, Method, Reproduction, Scale
+from privbench.reproduce.spec import REPRODUCTIONS, Method, Reproduction, Scale
 
 _PAPER_NOISE = (("calibrate_with", "paper"),)
 _CARD = (("dataset", "fashion-mnist"), ("nodes", 20), ("topology", "exponential"),

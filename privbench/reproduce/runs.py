@@ -26,7 +26,7 @@ from privbench import __version__
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
-from privbench.reproduce import Method, Reproduction, Scale
+from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results import headline_reports, strict, unstrict
 
 RUNS_FILE = "runs.jsonl"

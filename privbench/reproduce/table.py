@@ -14,7 +14,7 @@ import math
 import statistics
 from typing import Any
 
-from privbench.reproduce import Reproduction, Scale
+from privbench.reproduce.spec import Reproduction, Scale
 
 
 def _eps_head(eps: tuple[float, ...]) -> str:
