@@ -13,9 +13,8 @@ mismatch is an error naming the first differing field (never a silent mix of set
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
 from privbench.reproduce.spec import Method, Reproduction, Scale
-from privbench.results import headline_reports, strict, unstrict
+from privbench.results import claimed_eps, strict, unstrict
 
 RUNS_FILE = "runs.jsonl"
 FORMAT = "privbench-reproduce-run/1"
@@ -79,15 +78,6 @@ def job_fingerprint(repro: Reproduction, scale: Scale, job: Job, run: RunConfig
                         "threads": torch.get_num_threads()})
 
 
-def _headline(privacy: list[dict[str, Any]], mode: str) -> float | None:
-    """The largest headline epsilon over nodes in `mode` (None: none reported)."""
-    vals = []
-    for rep in headline_reports(privacy, mode).values():
-        eps = rep.get("epsilon")
-        vals.append(math.inf if eps == "inf" else float(eps))
-    return max(vals) if vals else None
-
-
 def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
     """Train one job and return its JSON line (as a dict)."""
     from privbench.engine import train
@@ -97,15 +87,14 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
     fp = job_fingerprint(repro, scale, job, run)
     built = build(run, job.method.defense, dict(job.method.overrides))
     res = train(built.trainer)
-    privacy = built.privacy()
+    claims = {"privacy": built.privacy()} if job.method.private else {}
     return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
             "method": job.method.label, "defense": job.method.defense, "eps": job.eps,
             "seed": job.seed, "accuracy": res.average_accuracy,
             "node_accuracy_mean": (sum(res.node_accuracy) / len(res.node_accuracy)
                                    if res.node_accuracy else None),
-            "epsilon_paper": _headline(privacy, "paper") if job.method.private else None,
-            "epsilon_calibrated": (_headline(privacy, "calibrated") if job.method.private
-                                   else None),
+            "epsilon_paper": claimed_eps(claims, "paper"),
+            "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
             "device": str(built.ctx.device), "fingerprint": fp["sha256"],
             "config": {"run": to_dict(run), "defense": dict(job.method.overrides)},
@@ -191,8 +180,3 @@ def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job
         raise PrivbenchError(f"{path} holds {job.method.label} eps={job.eps} seed {job.seed} "
                              f"made with another setting ({diff}); use another --out, or delete "
                              "the line to recompute it")
-
-
-def records_for(records: list[dict[str, Any]], repro: Reproduction) -> Iterator[dict[str, Any]]:
-    """The lines of `repro` (a runs file holds one reproduction)."""
-    return (r for r in records if r["reproduction"] == repro.name)
