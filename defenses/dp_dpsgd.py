@@ -20,8 +20,8 @@ smallest with eps_i <= target.
 Choices (card §12): Poisson batches by default (`sampling="poisson"`, Poisson add/remove
 accounting); `sampling="fixed"` keeps the card's fixed-size batches, accounted as sampling without
 replacement with replace-one adjacency and sensitivity 2C (as in DPDL); optional heavy-ball
-`momentum` (0 = the card's plain step). DP-CGA (card §9, a quadratic program per agent) is not
-implemented.
+`momentum` (0 = the card's plain step). DP-CGA (card §9, a quadratic program per agent, with
+batch-level clipping) is `defenses/dp_cga.py`.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ Choices and deviations (card §12 numbers in brackets):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -544,7 +544,7 @@ class DPDL(Trainer):
             raise NotApplicable(f"unknown dpdl view {view!r}")
         cfg = obs.defense_cfg
         if view == "cross_gradient":
-            return [_cross_view(obs, victim, t) for t in rounds]
+            return [cross_gradient_view(obs, victim, t, _dpdl_cross_source) for t in rounds]
         return [_momentum_view(obs, cfg, victim, t, view == "momentum_isolated") for t in rounds]
 
 
@@ -557,7 +557,13 @@ def _need(obs: Observation, t: int, kind: str, sender: int) -> Tensor:
     return row
 
 
-def _cross_view(obs: Observation, victim: int, t: int) -> GradientView:
+def cross_gradient_view(obs: Observation, victim: int, t: int,
+                        source: Callable[[int, int], str]) -> GradientView:
+    """The victim's round-t cross-gradient message as a gradient view at the receiver's model.
+
+    Shared by DPDL and DP-CGA (both send g_ij = grad f_i(x_j) to each neighbour j); `source(i, j)`
+    names the message for the view's provenance line.
+    """
     rec = obs.log.get(t, "cross_grad")
     if rec is None:
         raise NotApplicable(f"round-{t} cross_grad messages are not observed/recorded")
@@ -572,9 +578,12 @@ def _cross_view(obs: Observation, victim: int, t: int) -> GradientView:
             x_j = obs.x0  # round 0: every model is the shared public initialisation
         if x_j is not None:
             return GradientView(victim, t, x_j, rec.payload[e], "gradient", None,
-                                obs.run.batch_size,
-                                f"cross_grad {victim}->{j} (eq. 10) at x_{j}^(t-1)")
+                                obs.run.batch_size, source(victim, j))
     raise NotApplicable(f"the receivers' round-{t} model messages are not observed")
+
+
+def _dpdl_cross_source(i: int, j: int) -> str:
+    return f"cross_grad {i}->{j} (eq. 10) at x_{j}^(t-1)"
 
 
 def _momentum_view(obs: Observation, cfg: DPDLConfig, victim: int, t: int,

@@ -11,7 +11,7 @@ privbench's accounting code:
   if Opacus is not importable, dp-accounting's PLD at a 10x finer grid, composed here from raw
   dp-accounting events. (dp-accounting RDP is not a useful referee for a PLD number: it is a
   looser upper bound, so PLD is below it by design.)
-- Gaussian defenses accounted with RDP by privbench (DPDL, DP-DPSGD): dp-accounting PLD.
+- Gaussian defenses accounted with RDP by privbench (DPDL, DP-DPSGD, DP-CGA): dp-accounting PLD.
 - Randomized response (DeFL-VP, D-PSGD+RR): d T coordinate releases of eps0 each, composed by
   arithmetic (basic composition, the bound privbench claims).
 - Laplace (DPPS, PartPSP): dp-accounting PLD of T Laplace releases (tighter than basic).
@@ -31,10 +31,12 @@ from typing import Any
 import dp_accounting
 import numpy as np
 import pytest
+import torch
 from dp_accounting.pld import pld_privacy_accountant
 
 from defenses.adp_vrsgp import ADPVRSGP
 from defenses.defl_vp import DeFLVP
+from defenses.dp_cga import DPCGA
 from defenses.dp_dpsgd import DPDPSGD
 from defenses.dp_sgp import DPSGP
 from defenses.dpdl import DPDL
@@ -50,7 +52,7 @@ load_plugins()
 EPSILONS = (1.0, 8.0)
 QUICK = {k: v for k, v in PRESETS["quick"]["run"].items() if k != "eval_every"}
 PRIVATE = tuple(n for n in DEFENSES.names() if DEFENSES.get(n).private)
-FAST = {("dp_sgp", 1.0), ("dp_dpsgd", 1.0), ("defl_vp", 8.0), ("dpps", 1.0)}
+FAST = {("dp_sgp", 1.0), ("dp_dpsgd", 1.0), ("dp_cga", 1.0), ("defl_vp", 8.0), ("dpps", 1.0)}
 
 Schedule = tuple[tuple[float, ...], float]  # (per-step noise multipliers z_t, sampling rate q)
 
@@ -133,9 +135,20 @@ def _dpdl(tr: DPDL) -> list[Schedule]:
     return _per_node(tr, lambda i: np.full(t, z[i]), list(tr.plan.sample_rates))
 
 
+def _dp_cga(tr: DPCGA) -> list[Schedule]:
+    # node i's n_i releases of one Poisson batch per round (its cross-gradients and its noisy
+    # self-gradient), each the clipped batch mean (sensitivity 2C, batch-level clipping) plus
+    # noise of std sigma_i C / B_i: one Gaussian of multiplier sigma_i / (2 B_i sqrt(n_i))
+    t, b = tr.ctx.run.rounds, tr.ctx.run.batch_size
+    n_i = torch.stack([(g[0] > 0).sum(1) for g in tr.graphs]).amax(0).tolist()  # self included
+    b_i = tr.counts.clamp(max=b).tolist()  # the divisor q_i |D_i| = min(B, |D_i|)
+    z = [float(tr.sigma[i]) / (2 * b_i[i] * math.sqrt(n_i[i])) for i in range(tr.ctx.n)]
+    return _per_node(tr, lambda i: np.full(t, z[i]), tr.rates.tolist())
+
+
 GAUSSIAN: tuple[tuple[type, Callable[[Any], list[Schedule]], str], ...] = (
     (DPSGP, _dp_sgp, "pld"), (ADPVRSGP, _adp, "pld"), (DynD2P, _dyn, "pld"),
-    (DPDPSGD, _dp_dpsgd, "rdp"), (DPDL, _dpdl, "rdp"),
+    (DPDPSGD, _dp_dpsgd, "rdp"), (DPDL, _dpdl, "rdp"), (DPCGA, _dp_cga, "rdp"),
 )
 
 

@@ -1,11 +1,11 @@
 """One source of truth: the privacy plan draws the noise, and the reported ε is the plan's.
 
 For every private defense, the plan is changed (its noise scaled by 2 after calibration: the
-plan functions' `noise_factor`, DPDL's `plan_privacy` and DP-DPSGD's calibration), and one round
-is trained with the same seed as an unchanged run and as a run without noise (`disable_noise`).
-The noise the trainer drew, read off the released messages, must follow the plan (x2 for the
-additive Gaussian and Laplace mechanisms; for randomized response the message scale
-1 / tanh(eps / 2) of the halved coordinate epsilon), and the reported calibrated ε must change
+plan functions' `noise_factor`, DPDL's `plan_privacy`, DP-DPSGD's and DP-CGA's calibration), and
+one round is trained with the same seed as an unchanged run and as a run without noise
+(`disable_noise`). The noise the trainer drew, read off the released messages, must follow the
+plan (x2 for the additive Gaussian and Laplace mechanisms; for randomized response the message
+scale 1 / tanh(eps / 2) of the halved coordinate epsilon), and the reported calibrated ε must change
 with it (more noise, a smaller ε). A trainer that kept a copy of the schedule, or reported an ε
 of its own, fails here.
 """
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import defenses.dp_cga as dp_cga_module
 import defenses.dp_dpsgd as dp_dpsgd_module
 import defenses.dp_sgp as dp_sgp_module
 import defenses.dpdl as dpdl_module
@@ -53,8 +54,8 @@ def plans_scaled(factor: float) -> Iterator[None]:
 
         mp.setattr(dpdl_module, "plan_privacy", dpdl_plan)
         real_max = dp_dpsgd_module.calibrate_max_node
-        mp.setattr(dp_dpsgd_module, "calibrate_max_node",
-                   lambda *a, **k: real_max(*a, **k) * factor)
+        for module in (dp_dpsgd_module, dp_cga_module):
+            mp.setattr(module, "calibrate_max_node", lambda *a, **k: real_max(*a, **k) * factor)
         dp_sgp_module.cached_plan.cache_clear()
         try:
             yield

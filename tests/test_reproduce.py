@@ -119,3 +119,57 @@ def test_the_readme_quotes_the_committed_tables():
         rows = [ln for ln in (folder / "table.md").read_text().splitlines() if ln.startswith("|")]
         missing = [ln for ln in rows if ln not in readme]
         assert not missing, f"README lacks {folder.name}'s committed rows: {missing[:2]}"
+
+
+def _digits(name: str, eps: tuple[float, ...], **run) -> tuple:
+    """A reproduction's table on 4 digits nodes, 2 rounds, a sub-grid (seconds on a CPU)."""
+    load()
+    r = REPRODUCTIONS.get(name)
+    keep = [r.eps.index(e) for e in eps]
+    base = {"dataset": "digits", "nodes": 4, "rounds": 2, "holdout": 0.0, "eval_every": 2,
+            **run}
+    scale = Scale("reduced", tuple(base.items()), (0, 1), "a test's tiny setting")
+    r = dataclasses.replace(r, scales=(scale,), eps=eps,
+                            paper=tuple((label, tuple(row[i] for i in keep))
+                                        for label, row in r.paper))
+    return r, scale
+
+
+def test_a_row_reported_at_one_budget_runs_only_there(tmp_path):
+    repro, scale = _digits("defl_vp", (1.0, 4.0), model="mlp", topology="random_out",
+                           partition="dirichlet", alpha=0.3, batch_size=64)
+    recs = reproduce(repro, scale, (0, 1), tmp_path)
+    # per seed: 4 non-private rows, 2 rows at eps 4 only, DeFL-VP at both
+    assert len(recs) == 2 * (4 + 2 + 2)
+    assert {r["eps"] for r in recs if r["method"] == "D-PSGD+RR"} == {4.0}
+    text = render(repro, scale, recs)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| D-PSGD+RR |"))
+    assert row.split(" | ")[1] == "not run" and "not run" not in row.split(" | ")[2]
+    claim = next(ln for ln in text.splitlines() if ln.startswith("| DeFL-VP > D-PSGD+RR |"))
+    assert claim.count("not run") == 1  # the verdict is over eps 4 alone
+    # the paper's per-coordinate epsilon labels the cell; the run composes to d T eps
+    rr = [r for r in recs if r["method"] == "DeFL-VP" and r["eps"] == 1.0]
+    assert all(r["epsilon_paper"] == pytest.approx(1.0) for r in rr)
+    assert all(r["epsilon_calibrated"] > 1e4 for r in rr)
+
+
+def test_a_grid_of_a_defense_knob_sets_that_field_not_epsilon(tmp_path):
+    repro, scale = _digits("dpps", (1.0, 3.0), model="psp_mlp", topology="exponential",
+                           partition="iid", batch_size=16, lr=0.1)
+    recs = reproduce(repro, scale, (0,), tmp_path)
+    assert len(recs) == 3 + 3 * 2
+    b3 = [r for r in recs if r["eps"] == 3.0]
+    assert b3 and all(r["config"]["defense"]["b"] == 3.0 for r in b3)
+    assert all(r["config"]["run"]["epsilon"] == recs[0]["config"]["run"]["epsilon"]
+               for r in recs)  # the run's epsilon is untouched by the b grid
+    text = render(repro, scale, recs)
+    assert "| method | b=1 | b=3 |" in text
+
+
+def test_an_ordering_with_no_shared_grid_value_is_refused():
+    load()
+    r = REPRODUCTIONS.get("defl_vp")
+    with pytest.raises(Exception, match="no grid value where both rows are run"):
+        dataclasses.replace(r, methods=tuple(dataclasses.replace(m, grid=(8.0,))
+                                             if m.label == "DeFL-VP" else m
+                                             for m in r.methods))

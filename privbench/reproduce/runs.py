@@ -34,11 +34,22 @@ FORMAT = "privbench-reproduce-run/1"
 
 @dataclass(frozen=True)
 class Job:
-    """One run of the grid (eps None: a non-private method)."""
+    """One run of the grid (eps None: a non-private method; `eps` is the grid value, set as
+    `grid_field`: the run's epsilon or a defense field such as DPPS's b)."""
 
     method: Method
     eps: float | None
     seed: int
+    grid_field: str = "epsilon"
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The defense config values of this run (the method's, plus the grid value when the
+        grid sets a defense field)."""
+        over = dict(self.method.overrides)
+        if self.eps is not None and self.grid_field != "epsilon":
+            over[self.grid_field] = self.eps
+        return over
 
     @property
     def key(self) -> tuple[str, float | None, int]:
@@ -52,7 +63,8 @@ def jobs(repro: Reproduction, seeds: tuple[int, ...]) -> list[Job]:
     for seed in seeds:
         for m in repro.methods:
             out += [Job(m, None, seed)] if not m.private else \
-                [Job(m, e, seed) for e in repro.eps]
+                [Job(m, e, seed, repro.grid_field) for e in repro.eps
+                 if repro.runs_at(m.label, e)]
     return out
 
 
@@ -61,7 +73,7 @@ def run_config(scale: Scale, job: Job) -> RunConfig:
     which its trainer ignores)."""
     over: dict[str, Any] = {**dict(scale.run), **dict(job.method.run), "seed": job.seed,
                             "device": "auto"}
-    if job.eps is not None:
+    if job.eps is not None and job.grid_field == "epsilon":
         over["epsilon"] = job.eps
     return replace_checked(RunConfig(), over, where="run")
 
@@ -71,7 +83,7 @@ def job_fingerprint(repro: Reproduction, scale: Scale, job: Job, run: RunConfig
     """Hash of everything that determines a run's line."""
     return fingerprint({"reproduction": repro.name, "scale": scale.name,
                         "method": job.method.label, "defense": job.method.defense,
-                        "overrides": dict(job.method.overrides),
+                        "overrides": job.overrides,
                         "run": {k: v for k, v in to_dict(run).items() if k != "device"},
                         "data": dataset_identity(run.dataset, run.data_root, run.download),
                         "versions": {"privbench": __version__, "torch": torch.__version__},
@@ -85,7 +97,7 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
 
     run = run_config(scale, job)
     fp = job_fingerprint(repro, scale, job, run)
-    built = build(run, job.method.defense, dict(job.method.overrides))
+    built = build(run, job.method.defense, job.overrides)
     res = train(built.trainer)
     claims = {"privacy": built.privacy()} if job.method.private else {}
     return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
@@ -97,7 +109,7 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
             "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
             "device": str(built.ctx.device), "fingerprint": fp["sha256"],
-            "config": {"run": to_dict(run), "defense": dict(job.method.overrides)},
+            "config": {"run": to_dict(run), "defense": job.overrides},
             "fields": fp["fields"]}
 
 
@@ -165,7 +177,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
             _append(path, rec)
             done[job.key] = rec
             if progress is not None:
-                eps = "non-private" if job.eps is None else f"eps={job.eps:g}"
+                eps = "non-private" if job.eps is None else f"{job.grid_field}={job.eps:g}"
                 progress(f"[{k}/{len(todo)}] {job.method.label} {eps} seed {job.seed}: "
                          f"accuracy {rec['accuracy']:.4f} ({rec['seconds']:.0f} s)")
     return [done[j.key] for j in todo]

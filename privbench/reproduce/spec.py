@@ -20,6 +20,8 @@ class Method:
         overrides: defense config values (the card's settings for this row).
         private: False for a non-private baseline (trained once per seed, shown at every epsilon).
         run: RunConfig values of this row over the scale's (its own tuned step size).
+        grid: the grid values this private row is run at (None: all of the table's; a paper
+            that reports a row at one budget only, e.g. an ablation, gets that one).
     """
 
     label: str
@@ -27,6 +29,7 @@ class Method:
     overrides: tuple[tuple[str, Any], ...] = ()
     private: bool = True
     run: tuple[tuple[str, Any], ...] = ()
+    grid: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,25 +58,38 @@ class Reproduction:
         title: the paper table reproduced ("Dyn-D2P Table 2: shallow CNN on FashionMNIST").
         methods: the table's rows.
         eps: the epsilon grid (the table's columns).
-        paper: per method label, the paper's accuracy (%) at each epsilon of the grid.
+        paper: per method label, the paper's accuracy (%) at each epsilon of the grid (None
+            where the paper reports none).
         orderings: (better, worse) method-label pairs the paper claims at every epsilon.
         scales: the settings it can be run at, the first the default.
+        grid_field: what a column sets: "epsilon" (the run's target epsilon, default) or the
+            name of a defense field (DPPS's privacy knob "b", which is not an epsilon).
+        grid_symbol: the column heading's symbol ("ε", "b").
     """
 
     name: str
     title: str
     methods: tuple[Method, ...]
     eps: tuple[float, ...]
-    paper: tuple[tuple[str, tuple[float, ...]], ...]
+    paper: tuple[tuple[str, tuple[float | None, ...]], ...]
     orderings: tuple[tuple[str, str], ...]
     scales: tuple[Scale, ...] = field(default=())
+    grid_field: str = "epsilon"
+    grid_symbol: str = "ε"
 
     def __post_init__(self) -> None:
         labels = {m.label for m in self.methods}
+        for m in self.methods:
+            if m.grid is not None and not set(m.grid) <= set(self.eps):
+                raise ConfigError(f"reproduction {self.name!r}: method {m.label!r} runs at "
+                                  f"{m.grid}, not all in the table's grid {self.eps}")
         for a, b in self.orderings:
             if a not in labels or b not in labels:
                 raise ConfigError(f"reproduction {self.name!r}: ordering ({a}, {b}) names a "
                                   f"method not in its table ({sorted(labels)})")
+            if not any(self.runs_at(a, e) and self.runs_at(b, e) for e in self.eps):
+                raise ConfigError(f"reproduction {self.name!r}: ordering ({a}, {b}) has no "
+                                  "grid value where both rows are run")
         for label, row in self.paper:
             if len(row) != len(self.eps):
                 raise ConfigError(f"reproduction {self.name!r}: paper row {label!r} has "
@@ -92,6 +108,11 @@ class Reproduction:
     def method(self, label: str) -> Method:
         """The method with this row label."""
         return next(m for m in self.methods if m.label == label)
+
+    def runs_at(self, label: str, eps: float) -> bool:
+        """Whether the row is run at this grid value (a non-private row: at every one)."""
+        m = self.method(label)
+        return not m.private or m.grid is None or eps in m.grid
 
 
 REPRODUCTIONS: Registry[Reproduction] = Registry("reproduction")

@@ -17,8 +17,8 @@ from typing import Any
 from privbench.reproduce.spec import Reproduction, Scale
 
 
-def _eps_head(eps: tuple[float, ...]) -> str:
-    return " | ".join(f"ε={e:g}" for e in eps)
+def _eps_head(repro: Reproduction) -> str:
+    return " | ".join(f"{repro.grid_symbol}={e:g}" for e in repro.eps)
 
 
 def _sep(cols: int) -> str:
@@ -38,27 +38,33 @@ def _mean_sd(xs: list[float], digits: int = 1) -> str:
 
 
 def _cells(repro: Reproduction, records: list[dict[str, Any]], label: str
-           ) -> list[list[dict[str, Any]]]:
-    """Per epsilon of the grid, the method's lines (a non-private method: all its lines)."""
+           ) -> list[list[dict[str, Any]] | None]:
+    """Per grid value, the method's lines (a non-private method: all its lines; None where
+    the row is not run)."""
     mine = [r for r in records if r["method"] == label]
     if not repro.method(label).private:
         return [mine for _ in repro.eps]
-    return [[r for r in mine if r["eps"] == e] for e in repro.eps]
+    return [[r for r in mine if r["eps"] == e] if repro.runs_at(label, e) else None
+            for e in repro.eps]
 
 
 def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
     paper = dict(repro.paper)
-    lines = [f"| method | {_eps_head(repro.eps)} |", _sep(len(repro.eps) + 1)]
+    lines = [f"| method | {_eps_head(repro)} |", _sep(len(repro.eps) + 1)]
     for m in repro.methods:
         cells = []
         for recs in _cells(repro, records, m.label):
+            if recs is None:
+                cells.append("not run")
+                continue
             text = _mean_sd(_acc(recs))
             diverged = sum(r["diverged_round"] is not None for r in recs)
             cells.append(text + (f" ({diverged} diverged)" if diverged else ""))
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
         if m.label in paper:
             lines.append(f"| *paper: {m.label}* | " +
-                         " | ".join(f"*{v:.2f}*" for v in paper[m.label]) + " |")
+                         " | ".join("–" if v is None else f"*{v:.2f}*"
+                                    for v in paper[m.label]) + " |")
     return lines
 
 
@@ -71,12 +77,15 @@ def _fmt_eps(x: float | None) -> str:
 
 
 def _epsilon_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
-    lines = [f"| method | {_eps_head(repro.eps)} |", _sep(len(repro.eps) + 1)]
+    lines = [f"| method | {_eps_head(repro)} |", _sep(len(repro.eps) + 1)]
     for m in repro.methods:
         if not m.private:
             continue
         cells = []
         for recs in _cells(repro, records, m.label):
+            if recs is None:
+                cells.append("not run")
+                continue
             parts = []
             for key in ("epsilon_paper", "epsilon_calibrated"):
                 vals = [r[key] for r in recs if r[key] is not None]
@@ -122,10 +131,13 @@ def claim_verdict(per_eps: list[str]) -> str:
 
 
 def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
-    lines = [f"| paper's claim | {_eps_head(repro.eps)} | verdict |", _sep(len(repro.eps) + 2)]
+    lines = [f"| paper's claim | {_eps_head(repro)} | verdict |", _sep(len(repro.eps) + 2)]
     for better, worse in repro.orderings:
         cells, verdicts = [], []
         for e in repro.eps:
+            if not (repro.runs_at(better, e) and repro.runs_at(worse, e)):
+                cells.append("not run")  # the paper claims it only where both rows are
+                continue
             d = paired_differences(repro, records, better, worse, e)
             v = verdict_at(d)
             verdicts.append(v)
