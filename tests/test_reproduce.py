@@ -173,3 +173,21 @@ def test_an_ordering_with_no_shared_grid_value_is_refused():
         dataclasses.replace(r, methods=tuple(dataclasses.replace(m, grid=(8.0,))
                                              if m.label == "DeFL-VP" else m
                                              for m in r.methods))
+
+
+def test_a_reproduction_run_records_no_messages(tmp_path, monkeypatch):
+    """A table needs accuracy and epsilon only; a 1,000-round DPDL run that logged its
+    cross-gradients held over 20 GB and was killed for memory."""
+    repro, scale = _tiny()
+    import privbench.runner as runner
+
+    seen = []
+    real = runner.build
+
+    def spy(*a, **k):
+        built = real(*a, **k)
+        seen.append(built.ctx.bus)
+        return built
+    monkeypatch.setattr(runner, "build", spy)
+    reproduce(repro, scale, (0,), tmp_path)
+    assert seen and all(len(bus.log.records) == 0 for bus in seen)

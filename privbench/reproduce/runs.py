@@ -25,6 +25,7 @@ from privbench import __version__
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
+from privbench.messages import RecordPolicy
 from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results import claimed_eps, strict, unstrict
 
@@ -97,7 +98,9 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
 
     run = run_config(scale, job)
     fp = job_fingerprint(repro, scale, job, run)
-    built = build(run, job.method.defense, job.overrides)
+    # A table needs accuracy and epsilon only: recording every message of a 1,000-round run
+    # (DPDL's cross-gradients: ~12 MB per round) would hold tens of GB.
+    built = build(run, job.method.defense, job.overrides, policy=RecordPolicy.none())
     res = train(built.trainer)
     claims = {"privacy": built.privacy()} if job.method.private else {}
     return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
