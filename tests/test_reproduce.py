@@ -164,6 +164,19 @@ def test_a_grid_of_a_defense_knob_sets_that_field_not_epsilon(tmp_path):
                for r in recs)  # the run's epsilon is untouched by the b grid
     text = render(repro, scale, recs)
     assert "| method | b=1 | b=3 |" in text
+    # PartPSP's nodes keep private layers: the table shows the mean node's accuracy (card
+    # §1.6), not the average model's
+    assert "Mean over nodes of each node's own model's test accuracy (%)" in text
+    nodp = next(r for r in recs if r["method"] == "PartPSP-1 NoDP")
+    assert nodp["node_accuracy_mean"] != nodp["accuracy"]
+    row = next(ln for ln in text.splitlines() if ln.startswith("| PartPSP-1 NoDP |"))
+    assert row.split(" | ")[1].startswith(f"{100 * nodp['node_accuracy_mean']:.1f} (1 run)")
+
+
+def test_an_unknown_metric_is_refused():
+    load()
+    with pytest.raises(Exception, match="metric 'f1'; accepted: accuracy, node_accuracy_mean"):
+        dataclasses.replace(REPRODUCTIONS.get("dpps"), metric="f1")
 
 
 def test_an_ordering_with_no_shared_grid_value_is_refused():

@@ -66,4 +66,5 @@ DPPS = REPRODUCTIONS.register("dpps")(Reproduction(
     ),
     grid_field="b",
     grid_symbol="b",
+    metric="node_accuracy_mean",  # card §1.6: each node's (s_bar, l_i), mean over nodes
 ))

@@ -49,6 +49,13 @@ class Scale:
     note: str
 
 
+# A run line's accuracy keys and how a table names them.
+METRICS: dict[str, str] = {
+    "accuracy": "Average-model test accuracy",
+    "node_accuracy_mean": "Mean over nodes of each node's own model's test accuracy",
+}
+
+
 @dataclass(frozen=True)
 class Reproduction:
     """One paper table: what to run and what the paper reports.
@@ -65,6 +72,9 @@ class Reproduction:
         grid_field: what a column sets: "epsilon" (the run's target epsilon, default) or the
             name of a defense field (DPPS's privacy knob "b", which is not an epsilon).
         grid_symbol: the column heading's symbol ("ε", "b").
+        metric: the run line's accuracy the table shows, a key of METRICS: "accuracy" (the
+            average model's) or "node_accuracy_mean" (the mean of the nodes' own models', for
+            personalised methods such as PartPSP, whose nodes keep private layers).
     """
 
     name: str
@@ -76,8 +86,12 @@ class Reproduction:
     scales: tuple[Scale, ...] = field(default=())
     grid_field: str = "epsilon"
     grid_symbol: str = "ε"
+    metric: str = "accuracy"
 
     def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ConfigError(f"reproduction {self.name!r}: metric {self.metric!r}; accepted: "
+                              f"{', '.join(METRICS)}")
         labels = {m.label for m in self.methods}
         for m in self.methods:
             if m.grid is not None and not set(m.grid) <= set(self.eps):

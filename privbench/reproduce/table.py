@@ -14,7 +14,7 @@ import math
 import statistics
 from typing import Any
 
-from privbench.reproduce.spec import Reproduction, Scale
+from privbench.reproduce.spec import METRICS, Reproduction, Scale
 
 
 def _eps_head(repro: Reproduction) -> str:
@@ -25,8 +25,8 @@ def _sep(cols: int) -> str:
     return "|---" * cols + "|"
 
 
-def _acc(records: list[dict[str, Any]]) -> list[float]:
-    return [100.0 * float(r["accuracy"]) for r in records]
+def _acc(repro: Reproduction, records: list[dict[str, Any]]) -> list[float]:
+    return [100.0 * float(r[repro.metric]) for r in records]
 
 
 def _mean_sd(xs: list[float], digits: int = 1) -> str:
@@ -57,7 +57,7 @@ def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
             if recs is None:
                 cells.append("not run")
                 continue
-            text = _mean_sd(_acc(recs))
+            text = _mean_sd(_acc(repro, recs))
             diverged = sum(r["diverged_round"] is not None for r in recs)
             cells.append(text + (f" ({diverged} diverged)" if diverged else ""))
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
@@ -100,7 +100,7 @@ def paired_differences(repro: Reproduction, records: list[dict[str, Any]], bette
     """Accuracy points of `better` minus `worse` at `eps`, one per seed both have run."""
     def by_seed(label: str) -> dict[int, float]:
         m = repro.method(label)
-        return {int(r["seed"]): 100.0 * float(r["accuracy"]) for r in records
+        return {int(r["seed"]): 100.0 * float(r[repro.metric]) for r in records
                 if r["method"] == label and (not m.private or r["eps"] == eps)}
 
     a, b = by_seed(better), by_seed(worse)
@@ -165,7 +165,7 @@ def render(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> 
     """The markdown of a reproduction from its runs (deterministic in the lines' content)."""
     out = [f"**{repro.title}**, privbench at the {scale.name!r} scale: {scale.note}.", "",
            f"Setting: {_setting(scale, records)}.", "",
-           "Average-model test accuracy (%), mean ± sample sd over seeds; the paper's numbers "
+           f"{METRICS[repro.metric]} (%), mean ± sample sd over seeds; the paper's numbers "
            "in italics:", "", *_accuracy_table(repro, records), "",
            "ε the noise buys per node (paper accountant / calibrated, largest over nodes, mean "
            "over seeds):", "", *_epsilon_table(repro, records), "",
