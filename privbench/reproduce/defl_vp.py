@@ -58,6 +58,7 @@ DEFL_VP = REPRODUCTIONS.register("defl_vp")(Reproduction(
     orderings=(("DeFL-VP", "D-PSGD+RR"), ("DeFL-VP", "DFL+VR"), ("DFL+VR", "D-PSGD"),
                ("D-PSGD", "DFL+Compression"), ("DFL+Compression", "D-PSGD+RR"),
                ("DeFL-VP", "DeFL-VP w/o VR")),
+    metric="node_accuracy_mean",  # card A14: the mean over clients of x_i^T's test accuracy
     scales=(
         Scale("reduced", (*_CARD, ("model", "mlp")), seeds=(0, 1, 2),
               note="MLP (784-128-64-10) instead of the card's FedAvg CNN (one local epoch of "
