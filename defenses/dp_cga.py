@@ -74,7 +74,7 @@ needs 2 B_i (Poisson) or B_i (fixed: both readings then count replace-one sensit
 paper's sigma, since eps_i depends on sigma_i r_i and q_i only: batch-level clipping gets no 1/B
 sensitivity reduction (DPDL's point against DP-CGA in §9). `sigma=None` calibrates the smallest
 sigma with max_i eps_i <= the run's epsilon under `calibrate_with` (default "strict", privbench's
-rule), as DP-DPSGD does (`defenses.dpdl.calibrate_max_node`, RDP integer orders 2..256 by
+rule), as DP-DPSGD does (`defenses.dpdl.calibrate_sigmas`, RDP integer orders 2..256 by
 default); both readings are reported for every node (`privacy()`: keys node, reading).
 
 Gradient view (card §10): `cross_gradient`, the `cross_grad` message i -> j itself (already a
@@ -111,7 +111,7 @@ from torch import Tensor
 from defenses.dpdl import (
     RDP_OPTIONS,
     SAMPLING_MODELS,
-    calibrate_max_node,
+    calibrate_sigmas,
     cross_gradient_view,
     graph_periods,
     sample_round,
@@ -380,15 +380,8 @@ def plan_privacy(cfg: DPCGAConfig, ws: Sequence[Tensor], counts: Sequence[int], 
     else:
         acc = "rdp" if read == "paper" else cfg.accountant
         opts = RDP_OPTIONS if acc == "rdp" else AccountantOptions()
-        ratios = [u[read] for u in unit]
-        if cfg.sigma_rule == "max":
-            sigma = np.full(len(counts), calibrate_max_node(epsilon, delta, rounds, rates, ratios,
-                                                            acc, opts, cfg.sampling))
-        else:
-            cache = {key: calibrate_max_node(epsilon, delta, rounds, [key[0]], [key[1]], acc,
-                                             opts, cfg.sampling)
-                     for key in set(zip(rates, ratios, strict=True))}
-            sigma = np.array([cache[key] for key in zip(rates, ratios, strict=True)])
+        sigma = calibrate_sigmas(cfg.sigma_rule, epsilon, delta, rounds, rates,
+                                 [u[read] for u in unit], acc, opts, cfg.sampling)
     mult = tuple({r: float(s) * u[r] for r in READINGS} for s, u in zip(sigma, unit, strict=True))
     return DPCGAPrivacy(tuple(float(s) for s in sigma), rates, divisors, releases, mult)
 

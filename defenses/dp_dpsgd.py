@@ -37,7 +37,7 @@ from torch import Tensor
 from defenses.dpdl import (
     RDP_OPTIONS,
     SAMPLING_MODELS,
-    calibrate_max_node,
+    calibrate_sigmas,
     graph_periods,
     mixing_matrix,
     sample_round,
@@ -118,13 +118,10 @@ class DPDPSGD(Trainer):
         opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
         if cfg.sigma is not None:
             sigma = [float(cfg.sigma)] * ctx.n
-        elif cfg.sigma_rule == "max":
-            sigma = [calibrate_max_node(run.epsilon, run.delta, run.rounds, rates, [1.0] * ctx.n,
-                                        cfg.accountant, opts, cfg.sampling)] * ctx.n
         else:
-            z = {q: calibrate_max_node(run.epsilon, run.delta, run.rounds, [q], [1.0],
-                                       cfg.accountant, opts, cfg.sampling) for q in set(rates)}
-            sigma = [z[q] for q in rates]
+            sigma = calibrate_sigmas(cfg.sigma_rule, run.epsilon, run.delta, run.rounds, rates,
+                                     [1.0] * ctx.n, cfg.accountant, opts,
+                                     cfg.sampling).tolist()
         self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (n,)
         self.x = self.init_params()  # (n, d)
         self.buf = torch.zeros_like(self.x)  # (n, d)

@@ -318,6 +318,22 @@ def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequenc
                for r, q in worst.items())
 
 
+def calibrate_sigmas(sigma_rule: str, epsilon: float, delta: float, rounds: int,
+                     rates: Sequence[float], ratios: Sequence[float], accountant: str,
+                     options: AccountantOptions, sampling: str = "poisson") -> np.ndarray:
+    """(n,) sigma_i for nodes whose release multiplier is z_i = sigma_i * ratios[i] and whose
+    own noise alone covers them (DP-DPSGD, DP-CGA): "max" one sigma for all
+    (`calibrate_max_node`), "per_node" each node's own smallest sigma (each distinct
+    (rate, ratio) calibrated once)."""
+    if sigma_rule == "max":
+        return np.full(len(rates), calibrate_max_node(epsilon, delta, rounds, rates, ratios,
+                                                      accountant, options, sampling))
+    pairs = list(zip(rates, ratios, strict=True))
+    cache = {key: calibrate_max_node(epsilon, delta, rounds, [key[0]], [key[1]], accountant,
+                                     options, sampling) for key in set(pairs)}
+    return np.array([cache[key] for key in pairs])
+
+
 def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
                  epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
     """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`.

@@ -53,9 +53,9 @@ def plans_scaled(factor: float) -> Iterator[None]:
                 multipliers=tuple({r: z * factor for r, z in m.items()} for m in p.multipliers))
 
         mp.setattr(dpdl_module, "plan_privacy", dpdl_plan)
-        real_max = dp_dpsgd_module.calibrate_max_node
+        real_sigmas = dp_dpsgd_module.calibrate_sigmas
         for module in (dp_dpsgd_module, dp_cga_module):
-            mp.setattr(module, "calibrate_max_node", lambda *a, **k: real_max(*a, **k) * factor)
+            mp.setattr(module, "calibrate_sigmas", lambda *a, **k: real_sigmas(*a, **k) * factor)
         dp_sgp_module.cached_plan.cache_clear()
         try:
             yield

@@ -25,8 +25,9 @@ def _sep(cols: int) -> str:
     return "|---" * cols + "|"
 
 
-def _acc(repro: Reproduction, records: list[dict[str, Any]]) -> list[float]:
-    return [100.0 * float(r[repro.metric]) for r in records]
+def _points(repro: Reproduction, rec: dict[str, Any]) -> float:
+    """The line's accuracy (%) under the table's metric."""
+    return 100.0 * float(rec[repro.metric])
 
 
 def _mean_sd(xs: list[float], digits: int = 1) -> str:
@@ -57,7 +58,7 @@ def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
             if recs is None:
                 cells.append("not run")
                 continue
-            text = _mean_sd(_acc(repro, recs))
+            text = _mean_sd([_points(repro, r) for r in recs])
             diverged = sum(r["diverged_round"] is not None for r in recs)
             cells.append(text + (f" ({diverged} diverged)" if diverged else ""))
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
@@ -100,7 +101,7 @@ def paired_differences(repro: Reproduction, records: list[dict[str, Any]], bette
     """Accuracy points of `better` minus `worse` at `eps`, one per seed both have run."""
     def by_seed(label: str) -> dict[int, float]:
         m = repro.method(label)
-        return {int(r["seed"]): 100.0 * float(r[repro.metric]) for r in records
+        return {int(r["seed"]): _points(repro, r) for r in records
                 if r["method"] == label and (not m.private or r["eps"] == eps)}
 
     a, b = by_seed(better), by_seed(worse)
