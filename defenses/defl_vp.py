@@ -467,7 +467,8 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
     """One round's view (see DeFLVP.gradient_views)."""
     params = _sent(obs, t, "model", victim)  # (d,) x_i^t
     b = obs.run.batch_size
-    epoch = " (G2: pseudo-gradient of one local epoch)" if cfg.gradient == "G2" else ""
+    g2 = cfg.gradient == "G2"
+    epoch = " (G2: pseudo-gradient of one local epoch)" if g2 else ""
     if view == "control_variate":
         if not cfg.vr:
             raise NotApplicable("no control variates are exchanged (vr=false)")
@@ -478,7 +479,8 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
         kind = "sign" if cfg.protect_control_variate else "gradient"
         what = "a_i^t = RR(sign(g))/(2p-1)" if cfg.protect_control_variate else "raw g_i^t"
         return GradientView(victim, t, params, g, kind, None, b,
-                            f"(h_i^(t+1) - (1-alpha_cv) h_i^t) / alpha_cv = {what}{epoch}")
+                            f"(h_i^(t+1) - (1-alpha_cv) h_i^t) / alpha_cv = {what}{epoch}",
+                            local_epoch=g2)
     eta = cfg.eta_sign if cfg.signed else cfg.local_lr
     if view == "sign":
         q = _sent(obs, t, "update", victim)
@@ -486,7 +488,7 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
         kind = "sign" if cfg.signed else ("partial" if mask is not None else "gradient")
         return GradientView(victim, t, params, q, kind, mask, b,
                             f"update message q_i^t (dp={cfg.dp}, vr={cfg.vr}, "
-                            f"compressor={cfg.compressor}){epoch}")
+                            f"compressor={cfg.compressor}){epoch}", local_epoch=g2)
     w = obs.topology.mixing(t, "doubly")
     mix = w[victim, victim] * params
     for j in obs.topology.in_neighbours(t, victim):
@@ -494,4 +496,4 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
     g = (mix - _sent(obs, t + 1, "model", victim)) / eta
     return GradientView(victim, t, params, g, "sign" if cfg.signed else "gradient", None, b,
                         "(sum_j w_ij x_j^t - x_i^(t+1)) / eta = sum_j w_ij q_j^t "
-                        f"(neighbourhood-mixed update){epoch}", exact=False)
+                        f"(neighbourhood-mixed update){epoch}", exact=False, local_epoch=g2)

@@ -111,6 +111,11 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
             if not got:
                 raise NotApplicable(f"no gradient view of node {v} in round {t}")
             view = got[0]
+            if view.local_epoch:
+                raise NotApplicable(
+                    "the view is a local epoch's pseudo-gradient (every member, several "
+                    f"optimiser steps: {view.source}), not one batch's gradient; a batch-"
+                    f"{view.batch_size} inversion does not fit it")
             run.targets[-1].update(kind=view.kind, source=view.source, exact=view.exact,
                                    batch_size=view.batch_size)
             run.status.append("pending")

@@ -256,6 +256,10 @@ class GradientView:
         batch_size: the victim's (public or expected) batch size in that round.
         source: how it was derived (e.g. "(x_i^t - x_i^{t+1/2}) / lr").
         exact: whether it equals the released quantity exactly (False for estimates).
+        local_epoch: the released quantity sums a whole local epoch (every member of the node,
+            several optimiser steps, e.g. DeFL-VP's G2 pseudo-gradient), not one batch's
+            gradient at `params`: a batch-B inversion does not apply to it (its B images would
+            be graded against the best matches among all members).
     """
 
     victim: int
@@ -267,3 +271,4 @@ class GradientView:
     batch_size: int
     source: str
     exact: bool = True
+    local_epoch: bool = False

@@ -240,3 +240,25 @@ def test_defl_vp_unprotected_control_variates_leak_at_small_epsilon() -> None:
     assert g["n_graded"] == 2, g["per_target"]
     assert g["label_accuracy"] == 1.0
     assert g["psnr"] > 30.0
+
+
+def test_a_local_epoch_pseudo_gradient_is_not_inverted_as_one_batch() -> None:
+    """DeFL-VP's default G2 message sums a local epoch over every member (here 20 per node, 10
+    momentum steps of batch 2): a batch-2 inversion graded against all 20 members would report
+    the best of 20 matches. Its targets are "not applicable" with the reason; G1 (one batch's
+    gradient per round) is inverted (test above)."""
+    load_plugins()
+    from privbench.inversion import grade, invert
+    from privbench.runner import build
+    from privbench.threat import observe
+
+    run = RunConfig(dataset="digits", model="mlp", batch_size=2, nodes=4, rounds=4,
+                    max_per_node=20, device="cpu", seed=0, eval_every=4, epsilon=1.0)
+    built = build(run, "defl_vp", {"gradient": "G2"})
+    for t in range(2):
+        built.trainer.round(t)
+    res = invert(observe(built), DEFENSES.get("defl_vp"), [0, 1], [0], "idlg",
+                 {"adam_steps": 5}, torch.Generator().manual_seed(0), "cpu")
+    assert all(s.startswith("not applicable") and "local epoch" in s for s in res.status)
+    assert all(img is None for img in res.images)
+    assert grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)["n_graded"] == 0

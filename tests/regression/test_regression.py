@@ -11,8 +11,11 @@ the gate fail.
 
 DPPS / PartPSP are not in the suite: calibrated to ε = 1 their sensitivity estimate overflows
 within a few rounds (reported as diverged; see README, Reproductions), leaving nothing to attack.
-DeFL-VP runs with its control variates protected (card §1.7) and with ε read per run (the
-whole run's randomized responses compose to ε = 1); unprotected, its control variates are an
+DeFL-VP runs with its control variates protected (card §1.7), with ε read per run (the
+whole run's randomized responses compose to ε = 1) and with one mini-batch gradient per round
+(`gradient="G1"`): the card's default G2 sends a local epoch's pseudo-gradient, which a batch-2
+inversion does not fit (its cells are "not applicable", and the gate refuses an unmeasured bound);
+unprotected, its control variates are an
 uncovered data-dependent message and the gate's coverage bound fails (tested below). Under the
 paper's per-coordinate reading (ε = 1 per coordinate and round) the message-level attack reaches
 AUC ≈ 0.98 even with protected control variates: that reading is not a meaningful budget.
@@ -40,7 +43,7 @@ ATTACKS = ("geiping", "mia_message", "canary")
 # quick preset's batch 16 keeps it near a blank image, 10.9 dB, so the shipped policy has none).
 TINY_FLOOR = {"defense": "sgp", "eps": "none", "min_psnr": 30}
 ATTACK_CONFIG = {"geiping": {"steps": 150}}
-DEFL_VP_CALIBRATED = {"protect_control_variate": True, "eps_mode": "per_run"}
+DEFL_VP_CALIBRATED = {"protect_control_variate": True, "eps_mode": "per_run", "gradient": "G1"}
 
 load_plugins()
 
