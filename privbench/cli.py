@@ -581,7 +581,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(f"{name}: {r.title} (scales: {', '.join(s.name for s in r.scales)})")
         return 0
     repro = REPRODUCTIONS.get(args.name)
-    out = Path(args.out or f"reports/reproduce/{repro.name}")
+    # the default scale's folder is the paper's; any other scale has its own subfolder
+    own = "" if args.scale in (None, repro.scales[0].name) else f"/{repro.scale(args.scale).name}"
+    out = Path(args.out or f"reports/reproduce/{repro.name}{own}")
     if args.render:
         records = read_runs(out / RUNS_FILE)
         if not records:
@@ -711,9 +713,11 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                        "from runs.jsonl without training")
     p.add_argument("name", nargs="?", help="the paper (omit to list them)")
     p.add_argument("--scale", help="the setting: each paper's 'reduced' (default: a 2-core CPU "
-                   "finishes it) or 'paper' (the card's)")
+                   "finishes it), 'paper' (the card's) or, where declared, 'headline' (the "
+                   "card's setting, the headline rows only)")
     p.add_argument("--seeds", help="seeds, comma-separated (default: the scale's)")
-    p.add_argument("--out", help="output folder (default reports/reproduce/NAME): runs.jsonl, "
+    p.add_argument("--out", help="output folder (default reports/reproduce/NAME, and "
+                   "reports/reproduce/NAME/SCALE for a scale other than the first): runs.jsonl, "
                    "table.md")
     p.add_argument("--render", action="store_true", help="only re-render table.md from the "
                    "folder's runs.jsonl")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from privbench.cli import main
-from privbench.errors import PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.reproduce import REPRODUCTIONS, Scale, load
 from privbench.reproduce import runs as runs_mod
 from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
@@ -87,6 +87,24 @@ def test_a_foreign_line_is_a_one_line_error(tmp_path, capsys):
     assert "line 1 is not a privbench reproduction run" in err and err.count("\n") == 1
 
 
+def test_a_headline_scale_runs_and_renders_only_its_rows_and_columns(tmp_path):
+    repro, scale = _tiny()
+    head = dataclasses.replace(scale, name="headline", rows=("Dyn-D2P", "Const-D2P"),
+                               grid=(3.0,))
+    repro = dataclasses.replace(repro, scales=(scale, head))
+    recs = reproduce(repro, head, (0, 1), tmp_path)
+    assert {(r["method"], r["eps"]) for r in recs} == {("Dyn-D2P", 3.0), ("Const-D2P", 3.0)}
+    text = render(repro, head, recs)
+    assert "| method | ε=3 |" in text and "ε=1" not in text
+    assert "Non-private" not in text and "Dyn[C]-D2P" not in text
+    assert "| Dyn-D2P > Const-D2P |" in text and "Dyn[C]-D2P > Dyn[mu]-D2P" not in text
+    assert repro.at(scale) is repro  # a scale that narrows nothing is the whole table
+    with pytest.raises(ConfigError, match=r"scale 'headline' names rows or grid values not in "
+                                          r"the table: DP-SGD, 5\.0"):
+        dataclasses.replace(repro, scales=(dataclasses.replace(head, rows=("DP-SGD",),
+                                                               grid=(5.0,)),))
+
+
 def test_verdicts():
     assert verdict_at([2.0, 3.0, 2.5]) == "holds"
     assert verdict_at([-2.0, -3.0, -2.5]) == "fails"
@@ -100,20 +118,21 @@ def test_verdicts():
 
 def test_committed_tables_re_render_byte_for_byte(tmp_path, capsys):
     load()
-    folders = sorted(p.parent for p in REPORTS.glob(f"*/{RUNS_FILE}"))
+    folders = sorted(p.parent for p in REPORTS.rglob(RUNS_FILE))
     assert folders, f"no committed reproduction under {REPORTS}"
-    for folder in folders:
-        out = tmp_path / folder.name
+    for k, folder in enumerate(folders):
+        out = tmp_path / str(k)
         out.mkdir()
         (out / RUNS_FILE).write_bytes((folder / RUNS_FILE).read_bytes())
-        assert main(["reproduce", folder.name, "--render", "--out", str(out)]) == 0
+        name = read_runs(folder / RUNS_FILE)[0]["reproduction"]
+        assert main(["reproduce", name, "--render", "--out", str(out)]) == 0
         assert (out / "table.md").read_bytes() == (folder / "table.md").read_bytes(), folder
     capsys.readouterr()
 
 
 def test_the_readme_quotes_the_committed_tables():
     readme = (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
-    folders = sorted(p.parent for p in REPORTS.glob(f"*/{RUNS_FILE}"))
+    folders = sorted(p.parent for p in REPORTS.rglob(RUNS_FILE))
     assert folders
     for folder in folders:
         rows = [ln for ln in (folder / "table.md").read_text().splitlines() if ln.startswith("|")]
@@ -139,8 +158,11 @@ def test_a_row_reported_at_one_budget_runs_only_there(tmp_path):
     repro, scale = _digits("defl_vp", (1.0, 4.0), model="mlp", topology="random_out",
                            partition="dirichlet", alpha=0.3, batch_size=64)
     recs = reproduce(repro, scale, (0, 1), tmp_path)
-    # per seed: 4 non-private rows, 2 rows at eps 4 only, DeFL-VP at both
-    assert len(recs) == 2 * (4 + 2 + 2)
+    # per seed: 4 non-private rows; at the card's and at the tuned sign step, DeFL-VP at both
+    # eps and the ablations at eps 4 only (2 + 2 card, 2 + 3 tuned, w/o Comp tuned only)
+    assert len(recs) == 2 * (4 + 2 + 2 + 2 + 3)
+    tuned = [r for r in recs if r["method"].endswith("η_sign 0.003")]
+    assert tuned and all(r["config"]["defense"]["eta_sign"] == 0.003 for r in tuned)
     assert {r["eps"] for r in recs if r["method"] == "D-PSGD+RR"} == {4.0}
     text = render(repro, scale, recs)
     row = next(ln for ln in text.splitlines() if ln.startswith("| D-PSGD+RR |"))

@@ -17,7 +17,13 @@ calibrated epsilon of every line (card §3.2), and the exchanged control variate
 neither (card §3.3).
 
 The paper's qualitative claims (card §7): accuracy DeFL-VP > DFL+VR > D-PSGD > DFL+Comp >
-D-PSGD+RR; removing VR costs the most accuracy; accuracy rises with epsilon.
+D-PSGD+RR; removing VR costs the most accuracy (Table 4: w/o VR 84.3, w/o Comp 89.0); accuracy
+rises with epsilon.
+
+The signed rows (DeFL-VP, D-PSGD+RR and the ablations) are run twice: at the card's sign step
+eta_sign = 0.01 and at 0.003, the value tuned on a validation split (the card's step is 8 points
+below the tuned one at epsilon = 4); the claims are judged at the tuned step, and the two
+headline claims also at the card's.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ from __future__ import annotations
 from privbench.reproduce.spec import REPRODUCTIONS, Method, Reproduction, Scale
 
 _PAPER_EPS = (("eps_mode", "per_coordinate"),)
+# The sign step tuned on a validation split (`privbench tune --defense defl_vp --eps 4 --grid
+# eta_sign=0.001,0.003,0.01`, seed 100: 0.875 / 0.876 / 0.794), used by every signed row so that
+# each row still differs from the next by one module (the paper uses one step for all of them).
+_TUNED = (*_PAPER_EPS, ("eta_sign", 0.003))
+_T = ", η_sign 0.003"
 _RAW = (("vr", False), ("dp", "none"), ("compressor", "none"))
 _CARD = (("dataset", "fashion-mnist"), ("nodes", 10), ("topology", "random_out"),
          ("out_degree", 2), ("partition", "dirichlet"), ("alpha", 0.3), ("batch_size", 64),
@@ -44,6 +55,11 @@ DEFL_VP = REPRODUCTIONS.register("defl_vp")(Reproduction(
         Method("DFL+Compression", "dfl_compression", private=False),
         Method("DeFL-VP w/o VR", "defl_vp", (("vr", False), *_PAPER_EPS), grid=_AT4),
         Method("DeFL-VP w/o DP", "defl_vp", (("dp", "none"),), private=False),
+        Method("DeFL-VP" + _T, "defl_vp", _TUNED),
+        Method("D-PSGD+RR" + _T, "d_psgd_rr", _TUNED, grid=_AT4),
+        Method("DeFL-VP w/o VR" + _T, "defl_vp", (("vr", False), *_TUNED), grid=_AT4),
+        Method("DeFL-VP w/o Comp" + _T, "defl_vp", (("compressor", "none"), *_TUNED),
+               grid=_AT4),
     ),
     eps=(0.5, 1.0, 2.0, 4.0, 8.0),
     paper=(
@@ -54,19 +70,25 @@ DEFL_VP = REPRODUCTIONS.register("defl_vp")(Reproduction(
         ("DFL+Compression", (83.7,) * 5),
         ("DeFL-VP w/o VR", (_NA, _NA, _NA, 84.3, _NA)),
         ("DeFL-VP w/o DP", (90.1,) * 5),
+        ("DeFL-VP" + _T, (78.4, 82.1, 85.6, 88.1, 90.0)),
+        ("D-PSGD+RR" + _T, (_NA, _NA, _NA, 82.6, _NA)),
+        ("DeFL-VP w/o VR" + _T, (_NA, _NA, _NA, 84.3, _NA)),
+        ("DeFL-VP w/o Comp" + _T, (_NA, _NA, _NA, 89.0, _NA)),  # Table 4
     ),
-    orderings=(("DeFL-VP", "D-PSGD+RR"), ("DeFL-VP", "DFL+VR"), ("DFL+VR", "D-PSGD"),
-               ("D-PSGD", "DFL+Compression"), ("DFL+Compression", "D-PSGD+RR"),
-               ("DeFL-VP", "DeFL-VP w/o VR")),
+    orderings=(("DeFL-VP" + _T, "D-PSGD+RR" + _T), ("DeFL-VP" + _T, "DFL+VR"),
+               ("DFL+VR", "D-PSGD"), ("D-PSGD", "DFL+Compression"),
+               ("DFL+Compression", "D-PSGD+RR" + _T), ("DeFL-VP" + _T, "DeFL-VP w/o VR" + _T),
+               ("DeFL-VP w/o Comp" + _T, "DeFL-VP w/o VR" + _T),
+               # the same two headline claims at the card's step 0.01
+               ("DeFL-VP", "D-PSGD+RR"), ("DeFL-VP", "DFL+VR")),
     metric="node_accuracy_mean",  # card A14: the mean over clients of x_i^T's test accuracy
     scales=(
         Scale("reduced", (*_CARD, ("model", "mlp")), seeds=(0, 1, 2),
               note="MLP (784-128-64-10) instead of the card's FedAvg CNN (one local epoch of "
                    "the CNN on 6,000 images per client per round is over 10 s per round on one "
                    "CPU thread), 3 seeds (the paper states none), the ablation "
-                   "w/o VR and D-PSGD+RR at epsilon = 4 only (the card's reading of the "
-                   "paper's unstated budget); the ablation w/o Comp. (Table 4: 89.0 %) is "
-                   "not run (CPU time)"),
+                   "w/o VR, w/o Comp and D-PSGD+RR at epsilon = 4 only (the card's reading "
+                   "of the paper's unstated budget), w/o Comp at the tuned step only"),
         Scale("paper", (*_CARD, ("model", "cnn")), seeds=(0, 1, 2),
               note="the card's setting with privbench's CNN"),
     ),

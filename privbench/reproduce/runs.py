@@ -170,7 +170,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
     path = out / RUNS_FILE
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
-        todo = jobs(repro, seeds)
+        todo = jobs(repro.at(scale), seeds)
         for k, job in enumerate(todo, 1):
             old = done.get(job.key)
             if old is not None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from privbench.errors import ConfigError
@@ -37,16 +37,20 @@ class Scale:
     """A setting the table can be run at.
 
     Attributes:
-        name: "paper" or "reduced".
+        name: "reduced", "paper" or "headline" (the paper's setting, headline rows only).
         run: RunConfig values (dataset, model, nodes, topology, rounds, batch, lr, delta, ...).
         seeds: the seeds run by default (the paper's repetitions at "paper" scale).
         note: what differs from the paper, in one sentence (printed with the table).
+        rows: the method labels run at this scale (empty: every row of the table).
+        grid: the grid values run at this scale (empty: the table's whole grid).
     """
 
     name: str
     run: tuple[tuple[str, Any], ...]
     seeds: tuple[int, ...]
     note: str
+    rows: tuple[str, ...] = ()
+    grid: tuple[float, ...] = ()
 
 
 # A run line's accuracy keys and how a table names them.
@@ -108,6 +112,38 @@ class Reproduction:
             if len(row) != len(self.eps):
                 raise ConfigError(f"reproduction {self.name!r}: paper row {label!r} has "
                                   f"{len(row)} values for {len(self.eps)} epsilons")
+        for sc in self.scales:
+            unknown = [r for r in sc.rows if r not in labels] + \
+                [str(e) for e in sc.grid if e not in self.eps]
+            if unknown:
+                raise ConfigError(f"reproduction {self.name!r}: scale {sc.name!r} names rows or "
+                                  f"grid values not in the table: {', '.join(unknown)}")
+
+    def at(self, scale: Scale) -> Reproduction:
+        """The table as run at `scale`: its rows, its grid columns (the paper's numbers at
+        those), and the orderings between rows that share a column (the full table when the
+        scale narrows nothing)."""
+        if not scale.rows and not scale.grid:
+            return self
+        cols = [k for k, e in enumerate(self.eps) if not scale.grid or e in scale.grid]
+        eps = tuple(self.eps[k] for k in cols)
+        methods = []
+        for m in self.methods:
+            if scale.rows and m.label not in scale.rows:
+                continue
+            if m.private and m.grid is not None:
+                m = replace(m, grid=tuple(e for e in m.grid if e in eps))
+                if not m.grid:
+                    continue
+            methods.append(m)
+        kept = {m.label for m in methods}
+        paper = tuple((label, tuple(row[k] for k in cols)) for label, row in self.paper
+                      if label in kept)
+        narrowed = replace(self, methods=tuple(methods), eps=eps, paper=paper, orderings=(),
+                           scales=())
+        orderings = tuple((a, b) for a, b in self.orderings if a in kept and b in kept and any(
+            narrowed.runs_at(a, e) and narrowed.runs_at(b, e) for e in eps))
+        return replace(narrowed, orderings=orderings, scales=(scale,))
 
     def scale(self, name: str | None) -> Scale:
         """The named scale (None: the default, the first); one-line error when unknown."""

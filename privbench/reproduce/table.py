@@ -164,6 +164,7 @@ def _setting(scale: Scale, records: list[dict[str, Any]]) -> str:
 
 def render(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> str:
     """The markdown of a reproduction from its runs (deterministic in the lines' content)."""
+    repro = repro.at(scale)
     out = [f"**{repro.title}**, privbench at the {scale.name!r} scale: {scale.note}.", "",
            f"Setting: {_setting(scale, records)}.", "",
            f"{METRICS[repro.metric]} (%), mean ± sample sd over seeds; the paper's numbers "
