@@ -136,10 +136,12 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
         rec = atk.reconstruct([views[i] for i in idx], obs.fm,  # type: ignore[misc]
                               shape, _num_classes(obs), device, gen)
         for j, i in enumerate(idx):
+            run.status[i] = rec.status[j]
+            if rec.status[j].startswith("not applicable"):
+                continue  # the attack cannot read this view: nothing to grade
             run.images[i] = rec.images[j].cpu()
             run.labels[i] = rec.labels[j].cpu()
             run.loss[i] = float(rec.loss[j])
-            run.status[i] = rec.status[j]
     run.seconds = time.perf_counter() - start
     return run
 

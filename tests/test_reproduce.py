@@ -90,10 +90,12 @@ def test_a_foreign_line_is_a_one_line_error(tmp_path, capsys):
 def test_a_headline_scale_runs_and_renders_only_its_rows_and_columns(tmp_path):
     repro, scale = _tiny()
     head = dataclasses.replace(scale, name="headline", rows=("Dyn-D2P", "Const-D2P"),
-                               grid=(3.0,))
+                               grid=(3.0,), method_run=(("Dyn-D2P", (("lr", 0.1),)),))
     repro = dataclasses.replace(repro, scales=(scale, head))
     recs = reproduce(repro, head, (0, 1), tmp_path)
     assert {(r["method"], r["eps"]) for r in recs} == {("Dyn-D2P", 3.0), ("Const-D2P", 3.0)}
+    lr = {r["method"]: r["config"]["run"]["lr"] for r in recs}
+    assert lr == {"Dyn-D2P": 0.1, "Const-D2P": 0.2}  # the scale's step replaces the row's
     text = render(repro, head, recs)
     assert "| method | ε=3 |" in text and "ε=1" not in text
     assert "Non-private" not in text and "Dyn[C]-D2P" not in text

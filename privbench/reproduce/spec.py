@@ -43,6 +43,8 @@ class Scale:
         note: what differs from the paper, in one sentence (printed with the table).
         rows: the method labels run at this scale (empty: every row of the table).
         grid: the grid values run at this scale (empty: the table's whole grid).
+        method_run: per row label, RunConfig values that replace the row's own at this scale
+            (a step size tuned for this scale's model).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Scale:
     note: str
     rows: tuple[str, ...] = ()
     grid: tuple[float, ...] = ()
+    method_run: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
 
 # A run line's accuracy keys and how a table names them.
@@ -113,7 +116,7 @@ class Reproduction:
                 raise ConfigError(f"reproduction {self.name!r}: paper row {label!r} has "
                                   f"{len(row)} values for {len(self.eps)} epsilons")
         for sc in self.scales:
-            unknown = [r for r in sc.rows if r not in labels] + \
+            unknown = [r for r in (*sc.rows, *dict(sc.method_run)) if r not in labels] + \
                 [str(e) for e in sc.grid if e not in self.eps]
             if unknown:
                 raise ConfigError(f"reproduction {self.name!r}: scale {sc.name!r} names rows or "
@@ -123,7 +126,7 @@ class Reproduction:
         """The table as run at `scale`: its rows, its grid columns (the paper's numbers at
         those), and the orderings between rows that share a column (the full table when the
         scale narrows nothing)."""
-        if not scale.rows and not scale.grid:
+        if not scale.rows and not scale.grid and not scale.method_run:
             return self
         cols = [k for k, e in enumerate(self.eps) if not scale.grid or e in scale.grid]
         eps = tuple(self.eps[k] for k in cols)
@@ -131,6 +134,8 @@ class Reproduction:
         for m in self.methods:
             if scale.rows and m.label not in scale.rows:
                 continue
+            if m.label in dict(scale.method_run):
+                m = replace(m, run=(*m.run, *dict(scale.method_run)[m.label]))
             if m.private and m.grid is not None:
                 m = replace(m, grid=tuple(e for e in m.grid if e in eps))
                 if not m.grid:

@@ -262,3 +262,22 @@ def test_a_local_epoch_pseudo_gradient_is_not_inverted_as_one_batch() -> None:
     assert all(s.startswith("not applicable") and "local epoch" in s for s in res.status)
     assert all(img is None for img in res.images)
     assert grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)["n_graded"] == 0
+
+
+def test_a_view_the_attack_cannot_read_is_not_graded() -> None:
+    """The analytic attack cannot read a sign-only message (D-PSGD+RR's update): its targets
+    say why and are not graded (a placeholder image would otherwise score a PSNR)."""
+    load_plugins()
+    from privbench.inversion import grade, invert
+    from privbench.runner import build
+    from privbench.threat import observe
+
+    run = RunConfig(dataset="digits", model="mlp", batch_size=1, nodes=4, rounds=4,
+                    device="cpu", seed=0, eval_every=4, epsilon=1.0)
+    built = build(run, "d_psgd_rr", {"gradient": "G1"})
+    for t in range(2):
+        built.trainer.round(t)
+    res = invert(observe(built), DEFENSES.get("d_psgd_rr"), [0, 1], [0], "analytic")
+    assert all(s.startswith("not applicable: a sign-only view") for s in res.status)
+    assert all(img is None for img in res.images)
+    assert grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)["n_graded"] == 0

@@ -36,9 +36,12 @@ NAMES = DEFENSES.names()
 # PartPSP calibrated to a real epsilon diverges (README, DPPS / PartPSP), so no attack would run
 # on it: it is also trained with the paper's noise knob b = 1 and the oracle sensitivity (the
 # README reproduction setting), which stays finite and exercises the oracle path.
-EXTRA = {"partpsp-b1": "partpsp@defense.b=1@defense.sensitivity_mode=oracle"}
+# DeFL-VP's default G2 message is a local epoch's pseudo-gradient, which iDLG does not invert
+# ("not applicable"): it is also trained with G1 (one mini-batch gradient per round).
+EXTRA = {"partpsp-b1": "partpsp@defense.b=1@defense.sensitivity_mode=oracle",
+         "defl_vp-g1": "defl_vp@defense.gradient=G1"}
 # The five papers' defenses and the non-private baselines: their merged logs are attacked.
-ATTACKED = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp", "dyn_d2p", "partpsp-b1", "dpdl")
+ATTACKED = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp-g1", "dyn_d2p", "partpsp-b1", "dpdl")
 
 
 def _env() -> dict[str, str]:
