@@ -17,8 +17,9 @@ view is not sign-only (a ratio of signs carries no image). Labels come from the 
 on the last layer where it is observed (`attacks/_inversion.py::infer_labels`), else 0 with
 "labels: not observed" in the status; the attack reconstructs images, not labels.
 
-The loss returned per target is the relative residual of the rank-one fit, min over the kept
-candidates of ||dL/dW_k - dL/db_k x||^2 / ||dL/dW_k||^2 (0 for an exact batch-1 view).
+The loss returned per target is the relative residual of the best rank-one fit among the kept
+candidates, ||dL/dW - dL/db x^T||^2 / ||dL/dW||^2 over the whole first layer (0 when one sample
+produced it: an exact batch-1 view; larger for a batch or a noisy view).
 """
 
 from __future__ import annotations
@@ -67,23 +68,29 @@ def first_layer(fm: FlatModel, input_shape: Shape) -> tuple[slice, slice, int] |
     return slice(w.start, w.stop), slice(b.start, b.stop), w.shape[0]
 
 
-def candidates(gw: Tensor, gb: Tensor, min_ratio: float) -> tuple[Tensor, Tensor, Tensor]:
+def candidates(gw: Tensor, gb: Tensor, min_ratio: float) -> Tensor:
     """Per-unit input estimates of one view.
 
     Args:
         gw: (h, D) first-layer weight gradient; gb: (h,) its bias gradient.
 
     Returns:
-        x (h', D) the estimates of the usable units, ordered by |gb| (largest first), their
-        relative rank-one residuals (h',), and the units' indices (h',).
+        x (h', D): the estimates dL/dW_k / dL/db_k of the usable units, ordered by |dL/db_k|
+        (largest first).
     """
     mag = gb.abs()
     usable = mag > min_ratio * mag.max().clamp_min(torch.finfo(gb.dtype).tiny)
     idx = torch.nonzero(usable).flatten()
     idx = idx[mag[idx].argsort(descending=True)]
-    x = gw[idx] / gb[idx, None]  # (h', D)
-    resid = (gw[idx] - gb[idx, None] * x).pow(2).sum(1) / gw[idx].pow(2).sum(1).clamp_min(1e-30)
-    return x, resid, idx
+    return gw[idx] / gb[idx, None]  # (h', D)
+
+
+def rank_one_residual(gw: Tensor, gb: Tensor, x: Tensor) -> Tensor:
+    """||dL/dW - dL/db x_j^T||^2 / ||dL/dW||^2 for each candidate x_j (P, D): (P,).
+
+    0 when one sample produced the whole first-layer gradient (an exact batch-1 view)."""
+    fit = gb[None, :, None] * x[:, None, :]  # (P, h, D)
+    return (gw[None] - fit).pow(2).sum((1, 2)) / gw.pow(2).sum().clamp_min(1e-30)
 
 
 def farthest(x: Tensor, b: int) -> Tensor:
@@ -116,6 +123,8 @@ class Analytic(InversionAttack):
         images = torch.full((k, b, *input_shape), 0.5, dtype=torch.float64, device=device)
         loss = torch.full((k,), math.inf, dtype=torch.float64, device=device)
         labels, label_ok = _labels(fm, probs, num_classes)
+        rules = [("idlg" if b == 1 else "llg-simple") if ok else "not observed"
+                 for ok in label_ok.tolist()]
         status = []
         layer = first_layer(fm, input_shape)
         for i in range(k):
@@ -124,22 +133,19 @@ class Analytic(InversionAttack):
                 status.append(f"not applicable: {reason}")
                 continue
             ws, bs, h = layer  # type: ignore[misc]
-            x, resid, _ = candidates(probs.target[i, ws].view(h, -1), probs.target[i, bs],
-                                     self.cfg.min_ratio)
+            gw, gb = probs.target[i, ws].view(h, -1), probs.target[i, bs]  # (h, D), (h,)
+            x = candidates(gw, gb, self.cfg.min_ratio)
             if x.shape[0] == 0:
                 status.append("not applicable: the first layer's bias gradient is zero")
                 continue
             pick = farthest(x, b)
             images[i] = x[pick].view(b, *input_shape)
-            loss[i] = resid[pick].min()
-            status.append("ok (labels: " + ("idlg" if b == 1 else "llg-simple")
-                          if label_ok[i] else "ok (labels: not observed")
-            status[-1] += f"; {x.shape[0]} of {h} units usable)"
+            loss[i] = rank_one_residual(gw, gb, x[pick]).min()
+            status.append(f"ok (labels: {rules[i]}; {x.shape[0]} of {h} units usable)")
         return Reconstruction(images.clamp(0, 1).float(), labels, loss.float(), status,
                               loss.float()[:, None], time.perf_counter() - start,
                               {"attack": self.name, "config": _cfg_dict(self.cfg),
-                               "labels": ["idlg" if o else "not observed"
-                                          for o in label_ok.tolist()]})
+                               "labels": rules})
 
 
 def _labels(fm: FlatModel, probs: Problems, num_classes: int) -> tuple[Tensor, Tensor]:

@@ -28,6 +28,7 @@ def test_a_batch_1_first_layer_gradient_gives_the_image_exactly() -> None:
     views, fm, x, y = synthetic_views(3, 1, seed=0, model="mlp")
     rec = ATTACKS.get("analytic")().reconstruct(views, fm, (1, 8, 8), 10, CPU, torch.Generator())
     assert all(p >= 60 for p in _psnr(rec, x)), _psnr(rec, x)
+    assert float(rec.loss.max()) < 1e-8  # one sample explains the whole first layer
     assert torch.equal(rec.labels, y)
     assert all(s.startswith("ok (labels: idlg") for s in rec.status)
     # the first layer alone (a PartPSP-1 view) is enough; labels are then not observed
@@ -49,6 +50,7 @@ def test_noise_on_the_gradient_defeats_it() -> None:
              for v in views]
     rec = ATTACKS.get("analytic")().reconstruct(noisy, fm, (1, 8, 8), 10, CPU, torch.Generator())
     assert max(_psnr(rec, x)) < 20
+    assert float(rec.loss.min()) > 0.1  # no single image explains a noisy first layer
 
 
 def test_views_it_cannot_read_are_not_applicable() -> None:
