@@ -14,7 +14,7 @@ largest |dL/db_k|.
 Applicability (status "not applicable: ..." otherwise, images left at 0.5): the model's first
 two parameters are a (h, D) weight and an (h,) bias, both wholly observed by the view, and the
 view is not sign-only (a ratio of signs carries no image). Labels come from the iDLG / LLG rule
-on the last layer where it is observed (`attacks/_inversion.py::infer_labels`), else 0 with
+on the last layer where it is observed (`attacks/_inversion.py::labels_for`), else 0 with
 "labels: not observed" in the status; the attack reconstructs images, not labels.
 
 The loss returned per target is the relative residual of the best rank-one fit among the kept
@@ -37,7 +37,7 @@ from attacks._inversion import (
     Reconstruction,
     Shape,
     _cfg_dict,
-    infer_labels,
+    labels_for,
     stack_views,
 )
 from privbench.models import FlatModel
@@ -122,9 +122,7 @@ class Analytic(InversionAttack):
         k, b = probs.k, probs.batch_size
         images = torch.full((k, b, *input_shape), 0.5, dtype=torch.float64, device=device)
         loss = torch.full((k,), math.inf, dtype=torch.float64, device=device)
-        labels, label_ok = _labels(fm, probs, num_classes)
-        rules = [("idlg" if b == 1 else "llg-simple") if ok else "not observed"
-                 for ok in label_ok.tolist()]
+        labels, rules = _labels(fm, probs, num_classes)
         status = []
         layer = first_layer(fm, input_shape)
         for i in range(k):
@@ -148,14 +146,18 @@ class Analytic(InversionAttack):
                                "labels": rules})
 
 
-def _labels(fm: FlatModel, probs: Problems, num_classes: int) -> tuple[Tensor, Tensor]:
-    """Labels (K, B) from the last layer where observed, else 0; and the observed flags (K,)."""
+def _labels(fm: FlatModel, probs: Problems, num_classes: int) -> tuple[Tensor, list[str]]:
+    """Labels (K, B) by the iDLG / LLG rule where the last layer is observed, else 0; and each
+    target's rule ("idlg", "llg-simple" or "not observed")."""
     try:
-        labels, ok = infer_labels(fm, probs, num_classes)
+        labels, unobserved, src = labels_for(fm, probs, num_classes, "infer")
     except ValueError:  # no final linear layer with num_classes rows
-        zeros = torch.zeros(probs.k, probs.batch_size, dtype=torch.long, device=probs.mask.device)
-        return zeros, torch.zeros(probs.k, dtype=torch.bool, device=probs.mask.device)
-    return torch.where(ok[:, None], labels, torch.zeros_like(labels)), ok
+        unobserved = torch.ones(probs.k, dtype=torch.bool, device=probs.mask.device)
+        labels, src = torch.zeros(probs.k, probs.batch_size, dtype=torch.long,
+                                  device=probs.mask.device), [""] * probs.k
+    labels = torch.where(unobserved[:, None], torch.zeros_like(labels), labels)
+    return labels, ["not observed" if u else s for u, s in zip(unobserved.tolist(), src,
+                                                                 strict=True)]
 
 
 def _not_applicable(layer: tuple[slice, slice, int] | None, probs: Problems, i: int) -> str:

@@ -130,12 +130,12 @@ class Reproduction:
             return self
         cols = [k for k, e in enumerate(self.eps) if not scale.grid or e in scale.grid]
         eps = tuple(self.eps[k] for k in cols)
-        methods = []
+        steps, methods = dict(scale.method_run), []
         for m in self.methods:
             if scale.rows and m.label not in scale.rows:
                 continue
-            if m.label in dict(scale.method_run):
-                m = replace(m, run=(*m.run, *dict(scale.method_run)[m.label]))
+            if m.label in steps:
+                m = replace(m, run=(*m.run, *steps[m.label]))
             if m.private and m.grid is not None:
                 m = replace(m, grid=tuple(e for e in m.grid if e in eps))
                 if not m.grid:
