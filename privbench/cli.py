@@ -117,8 +117,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     block of nodes, and rank 0 writes the merged output.
     """
     run, overrides = run_config_from_args(args)
+    run, overrides, tuned = _train_tuned(args, run, overrides)
     if args.backend == "local":
-        return _train(args, run, overrides, None, None)
+        return _train(args, run, overrides, None, None, tuned)
     import os
 
     from privbench.comm import DistComm, partition, process_group
@@ -127,11 +128,29 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise PrivbenchError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
     partition(run.nodes, int(os.environ.get("WORLD_SIZE", "1")))  # fail before joining
     with process_group(run.device, args.dist_timeout) as device:
-        return _train(args, run, overrides, DistComm(run.nodes, device), device)
+        return _train(args, run, overrides, DistComm(run.nodes, device), device, tuned)
+
+
+def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
+                 ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """Apply the committed tuned values (any preset's entry tuned for exactly these settings:
+    dataset, model, nodes, rounds, batch size, partition, topology) to a `train` run; the
+    user's flags, --set and --config win, --untuned ignores them. Says which were used."""
+    from privbench.tuning import apply_tuned, load_tuned
+
+    entries = _tuned_entries(args, overrides, presets=tuple(load_tuned()))
+    run, tuned, used = apply_tuned(entries.get(args.defense, []), run, run.epsilon,
+                                   args.defense)
+    if used is not None:
+        values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
+        print(f"tuned values for {args.defense} from {used['source']}: {values} (chosen on a "
+              f"validation split of the members by `{used['command']}`; --untuned ignores "
+              f"them; {used['note']})")
+    return run, {**tuned, **overrides}, used
 
 
 def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
-           device: Any) -> int:
+           device: Any, tuned: dict[str, Any] | None = None) -> int:
     """Build, train, save (`comm` None: every node in this process)."""
     from tqdm import tqdm
 
@@ -151,7 +170,7 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
               disable=args.quiet or not rank0 or not sys.stderr.isatty(),
               file=sys.stderr) as bar:
         res = train(built.trainer, progress=bar.update)
-    result = save_run(built, res, out)
+    result = save_run(built, res, out, extra={"tuned": tuned})
     if rank0:
         _print_train(res, result, out, comm)
     return 0 if res.diverged_round is None else EXIT_DIVERGED
@@ -289,9 +308,10 @@ def _finish_sweep(runner: Any, out: Path) -> int:
 
 
 def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
-                   ) -> dict[str, list[dict[str, Any]]]:
-    """The preset's tuned values (privbench/presets/tuned.toml), minus the keys the user set
-    explicitly (flags, --set, --config win); empty with --untuned."""
+                   presets: tuple[str, ...] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The tuned values of `presets` (default: `--preset`) in privbench/presets/tuned.toml,
+    minus the keys the user set explicitly (flags, --set, --config win); empty with
+    --untuned."""
     from privbench.config import load_toml, parse_sets
     from privbench.tuning import load_tuned
 
@@ -302,11 +322,13 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
     if args.config:
         explicit |= set(load_toml(args.config)[0])
     out: dict[str, list[dict[str, Any]]] = {}
-    for defense, entries in load_tuned().get(args.preset, {}).items():
-        out[defense] = [{**e, "run": {k: v for k, v in e.get("run", {}).items()
-                                      if k not in explicit},
-                         "defense": {k: v for k, v in e.get("defense", {}).items()
-                                     if k not in overrides}} for e in entries]
+    tuned = load_tuned()
+    for preset in (args.preset,) if presets is None else presets:
+        for defense, entries in tuned.get(preset, {}).items():
+            out.setdefault(defense, []).extend(
+                {**e, "run": {k: v for k, v in e.get("run", {}).items() if k not in explicit},
+                 "defense": {k: v for k, v in e.get("defense", {}).items()
+                             if k not in overrides}} for e in entries)
     return out
 
 
@@ -631,6 +653,9 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                         "start:stop ranges / single rounds, negatives count from the end "
                         "(default 0:10,-5:)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--untuned", action="store_true",
+                   help="ignore the tuned values committed for these exact settings "
+                        "(privbench/presets/tuned.toml)")
     p.add_argument("--backend", choices=["local", "distributed"], default="local",
                    help="local: every node in this process (default); distributed: this process "
                         "is one rank of `torchrun --nproc-per-node P -m privbench train "

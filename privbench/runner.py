@@ -161,7 +161,8 @@ def _node_reports(comm: Comm, reports: list[dict[str, Any]]) -> list[dict[str, A
             for k, rep in enumerate(lists[0])]
 
 
-def save_run(built: Built, res: TrainResult, out: str | Path) -> dict[str, Any]:
+def save_run(built: Built, res: TrainResult, out: str | Path,
+             extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write results.json, the final models, the message log and the ground truth into `out`.
 
     With several ranks the ranks' logs and ground truths are merged on rank 0, which alone
@@ -171,7 +172,7 @@ def save_run(built: Built, res: TrainResult, out: str | Path) -> dict[str, Any]:
     no partial output.
     """
     ctx = built.ctx
-    result = train_result(built, res)
+    result = {**train_result(built, res), **(extra or {})}
     models = node_models(built.trainer).detach().cpu().contiguous()  # (n, d)
     log, truth = ctx.bus.log, ctx.truth
     if not ctx.comm.distributed:

@@ -713,16 +713,9 @@ class Sweep:
                ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
         """The cell's run and defense overrides with the preset's tuned values applied, and
         what was used (None: nothing tuned applies)."""
-        from privbench.tuning import PRIVACY_NOTE, entry_for
+        from privbench.tuning import apply_tuned
 
-        entry, _ = entry_for(self.tuned.get(defense, []), run, eps, defense)
-        if entry is None:
-            return run, {}, None
-        used = {"run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
-                "tuned_at_epsilon": entry["epsilon"], "command": entry.get("command"),
-                "validation_accuracy": entry.get("validation_accuracy"),
-                "source": "privbench/presets/tuned.toml", "note": PRIVACY_NOTE}
-        return replace_checked(run, used["run"], where="run"), used["defense"], used
+        return apply_tuned(self.tuned.get(defense, []), run, eps, defense)
 
     def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
                timing: dict[str, float], laps: Laps) -> tuple[Built, dict[str, Any]]:

@@ -162,6 +162,21 @@ def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
     return best, ""
 
 
+def apply_tuned(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
+                defense: str) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+    """`run` with the applicable tuned entry's run values, its defense overrides, and what was
+    used (the values, where they came from, the command; None and no change when none applies).
+    """
+    entry, _ = entry_for(entries, run, eps, defense)
+    if entry is None:
+        return run, {}, None
+    used = {"run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
+            "tuned_at_epsilon": entry["epsilon"], "command": entry.get("command"),
+            "validation_accuracy": entry.get("validation_accuracy"),
+            "source": "privbench/presets/tuned.toml", "note": PRIVACY_NOTE}
+    return replace_checked(run, used["run"], where="run"), used["defense"], used
+
+
 def tuned_settings(run: RunConfig, defense: str) -> dict[str, Any]:
     """The run fields a tuned entry records (and must match to apply), with topology "auto"
     resolved to the graph `defense` trains on (so "auto" and its resolution match alike)."""

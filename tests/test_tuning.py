@@ -144,3 +144,31 @@ def test_user_settings_win_over_tuned_values_and_untuned_ignores_them(monkeypatc
     plain = cli._tuned_entries(parse(["attack"]), {})["dp_sgp"][0]
     assert plain["run"] == {"lr": 0.3} and plain["defense"] == {"clip": 0.5}
     assert cli._tuned_entries(parse(["attack", "--untuned"]), {}) == {}
+
+
+def test_train_applies_the_entry_tuned_for_its_exact_settings(tmp_path, monkeypatch, capsys):
+    # `privbench train` uses an entry of any preset whose settings are exactly the run's, says
+    # so and records it; the user's flags win, --untuned and other settings leave the defaults
+    monkeypatch.setattr(tuning, "load_tuned", lambda: {"paper": {"dp_sgp": [_entry(0.5)]}})
+    flags = ["train", "--defense", "dp_sgp", "--nodes", "4", "--rounds", "10", "--batch-size",
+             "2", "--device", "cpu", "--quiet", "--record", "none", "--set", "max_per_node=40",
+             "--set", "eval_every=10"]
+
+    def run(*extra: str) -> dict:
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        assert main([*flags, *extra, "--out", str(out)]) == 0
+        return json.loads((out / "results.json").read_text())
+
+    tuned = run()
+    assert "tuned values for dp_sgp from privbench/presets/tuned.toml: lr=0.3 clip=0.5" in (
+        capsys.readouterr().out)
+    assert tuned["run"]["lr"] == 0.3 and tuned["defense_config"]["clip"] == 0.5
+    assert tuned["tuned"]["command"] == "cmd" and "Papernot" in tuned["tuned"]["note"]
+    mine = run("--lr", "0.05")
+    assert mine["run"]["lr"] == 0.05 and mine["defense_config"]["clip"] == 0.5
+    assert mine["tuned"]["run"] == {}
+    capsys.readouterr()
+    for extra in (["--untuned"], ["--nodes", "5"]):
+        plain = run(*extra)
+        assert plain["tuned"] is None and "tuned values" not in capsys.readouterr().out
+        assert plain["run"]["lr"] == RunConfig().lr

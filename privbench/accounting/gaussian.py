@@ -42,10 +42,10 @@ from pathlib import Path
 
 import dp_accounting
 import numpy as np
-from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from privbench.accounting.events import GaussianEvent
+from privbench.accounting.fast_pld import subsampled_gaussian_epsilon
 from privbench.accounting.gdp import clt_mu_total, gdp_epsilon
 from privbench.accounting.validation import (
     GAUSSIAN_ACCOUNTANTS,
@@ -224,10 +224,16 @@ def cache_dir() -> Path | None:
     return Path(base) / "privbench" / "accounting"
 
 
+COMPOSER = "fast-pld-1"
+"""Names the code path that composes a PLD (`privbench.accounting.fast_pld`) in the disk-cache
+key, so values composed by an earlier path are never mixed with this one's."""
+
+
 def _disk_key(terms: tuple[Term, ...], delta: float, accountant: str,
               options: AccountantOptions) -> str:
-    return json.dumps([_DP_ACCOUNTING_VERSION, accountant, repr(delta), options.pld_discretization,
-                       options.rdp_orders, [[repr(q), repr(z), c, s] for q, z, c, s in terms]])
+    return json.dumps([_DP_ACCOUNTING_VERSION, COMPOSER, accountant, repr(delta),
+                       options.pld_discretization, options.rdp_orders,
+                       [[repr(q), repr(z), c, s] for q, z, c, s in terms]])
 
 
 def _disk_get(key: str) -> float | None:
@@ -278,19 +284,17 @@ def _epsilon_cached(
 
 def _compose(terms: tuple[Term, ...], delta: float, accountant: str,
              options: AccountantOptions) -> float:
-    """Epsilon of (q, z, count, sampling) terms at delta by dp-accounting's PLD or RDP
-    accountant (`accountant` already the effective one for the terms' sampling model)."""
-    acc: dp_accounting.PrivacyAccountant
-    if accountant == "pld":
-        acc = pld_privacy_accountant.PLDAccountant(
-            value_discretization_interval=options.pld_discretization
-        )
-    else:
-        wor = terms[0][3] == WOR
-        relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if wor
-                    else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-        orders = options.rdp_orders or (WOR_RDP_ORDERS if wor else None)
-        acc = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=relation)
+    """Epsilon of (q, z, count, sampling) terms at delta by dp-accounting's PLD (its
+    subsampled-Gaussian PLDs built and composed by `fast_pld`, equal to its `PLDAccountant`) or
+    RDP accountant (`accountant` already the effective one for the terms' sampling model)."""
+    if accountant == "pld":  # Poisson terms only: effective_accountant sends WOR to RDP
+        return subsampled_gaussian_epsilon([(q, z, c) for q, z, c, _ in terms], delta,
+                                           options.pld_discretization)
+    wor = terms[0][3] == WOR
+    relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if wor
+                else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    orders = options.rdp_orders or (WOR_RDP_ORDERS if wor else None)
+    acc = rdp_privacy_accountant.RdpAccountant(orders=orders, neighboring_relation=relation)
     for q, z, count, sampling in terms:
         acc.compose(_dp_event(q, z, count, sampling))
     return max(float(acc.get_epsilon(delta)), 0.0)
