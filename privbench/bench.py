@@ -453,50 +453,101 @@ def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps
     return rows
 
 
+def _accountant_epsilon(terms: list[tuple[float, float, int]], delta: float,
+                        grid: float) -> float:
+    """dp-accounting's own `PLDAccountant` on (q, z, count) Poisson-subsampled Gaussian terms:
+    the reference `fast_pld` is measured against."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=grid)
+    for q, z, count in terms:
+        event = dp_accounting.GaussianDpEvent(z)
+        if q < 1:
+            event = dp_accounting.PoissonSampledDpEvent(q, event)
+        acc.compose(dp_accounting.SelfComposedDpEvent(event, count))
+    return max(float(acc.get_epsilon(delta)), 0.0)
+
+
+PLAN_COMPOSERS = ("privbench", "dp_accounting")
+"""`bench plans` composers: privbench's `fast_pld`, and dp-accounting's `PLDAccountant`."""
+
+
 def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: float = 1e-5,
                 sample_rate: float = 16 / 180, plans: list[str] | None = None,
+                repeats: int = 1, composers: tuple[str, ...] = ("privbench",),
                 ) -> list[dict[str, Any]]:
     """Seconds to compose each registered privacy plan (`accounting.PRIVACY_PLANS`) for
-    `rounds` rounds at every ε: cold (empty on-disk accountant cache, in-memory memo cleared)
-    and warm (memo cleared, disk cache kept: what a later process pays). Default q = 16/180:
-    the quick preset's batch of 16 over about 180 members per node."""
+    `rounds` rounds at every ε, per composer of the Gaussian PLDs: cold (empty on-disk
+    accountant cache, in-memory memo cleared; `repeats` passes, composers interleaved in
+    alternating order: median, min, max) and, for privbench's, warm (memo cleared, disk cache
+    kept: what a later process pays). Default q = 16/180: the quick preset's batch of 16 over
+    about 180 members per node."""
     from privbench.accounting import gaussian
     from privbench.accounting.plans import PRIVACY_PLANS
 
-    rows = []
+    fns = {"privbench": gaussian.subsampled_gaussian_epsilon,
+           "dp_accounting": _accountant_epsilon}
+    cold: dict[tuple[str, float, str], list[float]] = {}
+    noise: dict[tuple[str, float, str], dict[str, float]] = {}
+    warm: dict[tuple[str, float], float] = {}
     before = os.environ.get("PRIVBENCH_CACHE_DIR")
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["PRIVBENCH_CACHE_DIR"] = tmp
-        try:
-            for name in plans or PRIVACY_PLANS.names():
-                for e in eps:
-                    row: dict[str, Any] = {"plan": name, "epsilon": e, "rounds": rounds,
-                                           "sample_rate": sample_rate, "delta": delta}
-                    for phase in ("cold_s", "warm_s"):
-                        gaussian._epsilon_cached.cache_clear()
-                        start = time.perf_counter()
-                        plan = PRIVACY_PLANS.get(name)(e, delta, rounds, sample_rate)
-                        row[phase] = time.perf_counter() - start
-                    row["noise"] = dict(plan.noise)
-                    rows.append(row)
-        finally:
-            if before is None:
-                os.environ.pop("PRIVBENCH_CACHE_DIR", None)
-            else:
-                os.environ["PRIVBENCH_CACHE_DIR"] = before
-    return rows
+
+    def compose(name: str, e: float) -> tuple[float, Any]:
+        gaussian._epsilon_cached.cache_clear()
+        start = time.perf_counter()
+        plan = PRIVACY_PLANS.get(name)(e, delta, rounds, sample_rate)
+        return time.perf_counter() - start, plan
+
+    try:
+        for rep in range(repeats):
+            order = composers if rep % 2 == 0 else composers[::-1]
+            for composer in order:
+                gaussian.subsampled_gaussian_epsilon = fns[composer]
+                for name in plans or PRIVACY_PLANS.names():
+                    for e in eps:
+                        with tempfile.TemporaryDirectory() as tmp:
+                            os.environ["PRIVBENCH_CACHE_DIR"] = tmp
+                            seconds, plan = compose(name, e)
+                            cold.setdefault((name, e, composer), []).append(seconds)
+                            noise[name, e, composer] = dict(plan.noise)
+                            if composer == "privbench" and (name, e) not in warm:
+                                warm[name, e] = compose(name, e)[0]
+    finally:
+        gaussian.subsampled_gaussian_epsilon = fns["privbench"]
+        if before is None:
+            os.environ.pop("PRIVBENCH_CACHE_DIR", None)
+        else:
+            os.environ["PRIVBENCH_CACHE_DIR"] = before
+    return [{"plan": name, "epsilon": e, "composer": c, "rounds": rounds,
+             "sample_rate": sample_rate, "delta": delta, "repeats": repeats,
+             "cold_s": statistics.median(times), "cold_min_s": min(times),
+             "cold_max_s": max(times), "warm_s": warm.get((name, e)) if c == "privbench"
+             else None, "noise": noise[name, e, c]}
+            for (name, e, c), times in cold.items()]
 
 
 def run_plans(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """Section `plans`: composition time of every privacy plan, cold and warm cache."""
-    rows = bench_plans(args.rounds)
+    """Section `plans`: composition time of every privacy plan, cold and warm cache; with
+    `--method privbench,dp_accounting` against dp-accounting's PLDAccountant, interleaved."""
+    named = [k.strip() for m in args.method or [] for k in m.split(",") if k.strip()]
+    composers = tuple(dict.fromkeys(named)) or ("privbench",)
+    for k in composers:
+        if k not in PLAN_COMPOSERS:
+            raise ConfigError(f"unknown --method {k!r} for plans; accepted: "
+                              f"{', '.join(PLAN_COMPOSERS)}")
+    rows = bench_plans(args.rounds, repeats=args.repeats, composers=composers)
     print(_header(f"plans: seconds to compose each {args.rounds}-round privacy plan, cold "
-                  "(empty accountant cache) and warm (on-disk cache)", device))
-    print(f"{'plan':<12} {'eps':>5} {'cold':>9} {'warm':>9}  noise")
+                  f"(empty accountant cache; median [min-max] of {args.repeats}, composers "
+                  "interleaved) and warm (on-disk cache)", device))
+    print(f"{'plan':<12} {'eps':>5} {'composer':<14} {'cold':>9} {'min-max':>15} {'warm':>9}"
+          "  noise")
     for r in rows:
         noise = ", ".join(f"{k}={v:.4g}" for k, v in r["noise"].items())
-        print(f"{r['plan']:<12} {r['epsilon']:>5g} {r['cold_s']:>8.2f}s {r['warm_s']:>8.3f}s  "
-              f"{noise}")
+        spread = f"{r['cold_min_s']:.2f}-{r['cold_max_s']:.2f}s"
+        warm = "-" if r["warm_s"] is None else f"{r['warm_s']:.3f}s"
+        print(f"{r['plan']:<12} {r['epsilon']:>5g} {r['composer']:<14} {r['cold_s']:>8.2f}s "
+              f"{spread:>15} {warm:>9}  {noise}")
     return {"rows": rows}
 
 

@@ -441,7 +441,8 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", action="append",
                    help="engine: round method(s), repeatable or comma-separated: privbench, "
                         "opacus_hooks, opacus_ghost, func_per_node, floor, naive_loop (default: "
-                        "all but the naive per-sample loop, a reference only)")
+                        "all but the naive per-sample loop, a reference only); plans: "
+                        "privbench (default), dp_accounting (its PLDAccountant, interleaved)")
     p.add_argument("--k", type=int, action="append",
                    help="attacks: number of attacks K, repeatable (default 1, 8, 32, 128)")
     p.add_argument("--steps", type=int, default=25, help="attacks: optimisation steps")

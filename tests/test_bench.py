@@ -235,3 +235,17 @@ def test_distributed_section_times_local_and_torchrun_ranks(tmp_path, capsys):
     assert [(r["ranks"], r["nodes"]) for r in res["rows"]] == [(0, 4), (2, 4)]
     assert all(r["round_s"] > 0 for r in res["rows"]) and res["rows"][0]["speedup"] == 1.0
     assert "2 ranks" in capsys.readouterr().out
+
+
+def test_bench_plans_times_both_composers_on_the_same_noise():
+    from privbench.bench import bench_plans
+
+    rows = bench_plans(rounds=20, eps=(4.0,), plans=["dyn_d2p"], repeats=2,
+                       composers=("privbench", "dp_accounting"))
+    by = {r["composer"]: r for r in rows}
+    assert set(by) == {"privbench", "dp_accounting"}
+    assert by["privbench"]["noise"] == pytest.approx(by["dp_accounting"]["noise"], rel=1e-9)
+    assert by["privbench"]["warm_s"] is not None and by["dp_accounting"]["warm_s"] is None
+    for r in rows:
+        assert r["repeats"] == 2 and r["cold_min_s"] <= r["cold_s"] <= r["cold_max_s"]
+    assert main(["bench", "plans", "--method", "nope", "--rounds", "5"]) == 2
