@@ -116,6 +116,21 @@ class MIAMessageConfig:
                               f"got {self.statistic!r}")
 
 
+def _spd_solve(system: Tensor, rhs: Tensor) -> Tensor:
+    """x with system @ x = rhs, batched: system (r, N, N) symmetric positive definite, rhs (r, N).
+
+    Cholesky, not `torch.linalg.solve`: on CPU the batched LU of matrices larger than 14 x 14
+    runs LAPACK's getrf concurrently over the batch, and once `torch.set_num_threads(k > 1)` has
+    been called (as `privbench bench --threads 2` does) MKL then fails or silently returns
+    garbage (measured with torch 2.14: residual 1e18 for a (60, 200, 200) batch;
+    pytorch/pytorch#142815, fix proposed in #181570). Cholesky is also half the work.
+    """
+    chol, info = torch.linalg.cholesky_ex(system)
+    if bool((info != 0).any()):  # not numerically positive definite: the general solve
+        return torch.linalg.solve(system, rhs)
+    return torch.cholesky_solve(rhs[..., None], chol)[..., 0]
+
+
 @ATTACKS.register("mia_message")
 class MIAMessage(MessageAttack):
     """Gradient-alignment membership scores from a victim's gradient views."""
@@ -236,7 +251,7 @@ class MIAMessage(MessageAttack):
             gram, rhs = pairs["gram"].double(), rhs.double()  # (r, N, N), (r, N)
             ridge = self.cfg.ridge * gram.diagonal(dim1=1, dim2=2).mean(dim=1) + 1e-30
             eye = torch.eye(gram.shape[1], dtype=gram.dtype, device=gram.device)
-            coef = torch.linalg.solve(gram + ridge[:, None, None] * eye, rhs)  # (r, N)
+            coef = _spd_solve(gram + ridge[:, None, None] * eye, rhs)  # (r, N)
             energy = target.double().pow(2).sum(dim=1)  # (r,)
             resid = energy - 2 * (coef * rhs).sum(1) + torch.einsum("rn,rnm,rm->r", coef, gram,
                                                                     coef)

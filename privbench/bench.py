@@ -396,6 +396,7 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
 
     from privbench import sweep
     from privbench.config import RunConfig, replace_checked
+    from privbench.tuning import load_tuned
 
     if preset not in sweep.PRESETS:
         raise ConfigError(f"unknown --audit-preset {preset!r}; accepted: "
@@ -403,15 +404,17 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
     run = replace_checked(RunConfig(), {**sweep.PRESETS[preset]["run"], **(run_over or {}),
                                         "device": str(device)}, where="run")
     audit = sweep.audit_config(preset, defenses, None, attacks, None, {})
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # the preset's tuned values, as the CLI uses them
         runner = sweep.Sweep(run, {}, audit, Path(tmp), progress=False,
-                             command=f"privbench attack --preset {preset}")
+                             command=f"privbench attack --preset {preset}",
+                             tuned=load_tuned().get(preset, {}))
         start = time.perf_counter()
-        runner.run()
+        results = runner.run()
         seconds = time.perf_counter() - start
         timings = json.loads((Path(tmp) / "timings.json").read_text())
+    tuned = sorted(results["config"].get("tuned", {}).get("cells", {}))
     return {"preset": preset, "defenses": list(audit.defenses), "seconds": seconds,
-            "timings": timings}
+            "timings": timings, "tuned_cells": tuned}
 
 
 def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps: int = 25,
@@ -633,6 +636,7 @@ def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     t = res["timings"]
     print(f"wall {res['seconds']:.1f} s measured here; timings.json: wall {t['wall_s']:.1f} s, "
           f"sum of parts {t['sum_s']:.1f} s")
+    print(f"tuned values (privbench/presets/tuned.toml) in: {', '.join(res['tuned_cells']) or '-'}")
     print(f"  {'report':<20} {t['report_s']:.2f}s")
     for cell, parts in t["cells"].items():
         print(f"  {cell:<20} " + " ".join(f"{k}={v:.2f}s" for k, v in parts.items()))

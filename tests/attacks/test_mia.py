@@ -457,3 +457,23 @@ def test_ghost_pair_statistics_equal_the_formed_per_sample_gradients(cfg, monkey
         scale = np.abs(formed[k]).max()
         np.testing.assert_allclose(fast[k], formed[k], rtol=1e-4, atol=1e-5 * scale)
     assert fit_fast["explained"] == pytest.approx(fit_formed["explained"], rel=1e-4, nan_ok=True)
+
+
+def test_message_mia_regression_solve_is_right_with_explicit_threads() -> None:
+    # torch.linalg.solve's batched LU fails or returns garbage on CPU once
+    # torch.set_num_threads(k > 1) was called (pytorch/pytorch#142815): the regression
+    # statistic must not depend on it (privbench bench --threads 2 sets it)
+    from attacks.mia_message import _spd_solve
+
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(12, 200, 260, dtype=torch.float64, generator=gen)
+    system = g @ g.transpose(1, 2) + 1e-3 * torch.eye(200, dtype=torch.float64)
+    rhs = torch.randn(12, 200, dtype=torch.float64, generator=gen)
+    expect = np.linalg.solve(system.numpy(), rhs.numpy()[..., None])[..., 0]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        got = _spd_solve(system, rhs).numpy()
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_allclose(got, expect, rtol=1e-8, atol=1e-10)
