@@ -136,12 +136,14 @@ def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
     """Apply the committed tuned values (any preset's entry tuned for exactly these settings:
     dataset, model, nodes, rounds, batch size, partition, topology) to a `train` run; the
     user's flags, --set and --config win, --untuned ignores them. Says which were used."""
+    import os
+
     from privbench.tuning import apply_tuned, load_tuned
 
     entries = _tuned_entries(args, overrides, presets=tuple(load_tuned()))
     run, tuned, used = apply_tuned(entries.get(args.defense, []), run, run.epsilon,
                                    args.defense)
-    if used is not None:
+    if used is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
         values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
         print(f"tuned values for {args.defense} from {used['source']}: {values} (chosen on a "
               f"validation split of the members by `{used['command']}`; --untuned ignores "
