@@ -456,22 +456,6 @@ def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps
     return rows
 
 
-def _accountant_epsilon(terms: list[tuple[float, float, int]], delta: float,
-                        grid: float) -> float:
-    """dp-accounting's own `PLDAccountant` on (q, z, count) Poisson-subsampled Gaussian terms:
-    the reference `fast_pld` is measured against."""
-    import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
-
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=grid)
-    for q, z, count in terms:
-        event = dp_accounting.GaussianDpEvent(z)
-        if q < 1:
-            event = dp_accounting.PoissonSampledDpEvent(q, event)
-        acc.compose(dp_accounting.SelfComposedDpEvent(event, count))
-    return max(float(acc.get_epsilon(delta)), 0.0)
-
-
 PLAN_COMPOSERS = ("privbench", "dp_accounting")
 """`bench plans` composers: privbench's `fast_pld`, and dp-accounting's `PLDAccountant`."""
 
@@ -490,7 +474,7 @@ def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: fl
     from privbench.accounting.plans import PRIVACY_PLANS
 
     fns = {"privbench": gaussian.subsampled_gaussian_epsilon,
-           "dp_accounting": _accountant_epsilon}
+           "dp_accounting": gaussian.pld_accountant_epsilon}
     cold: dict[tuple[str, float, str], list[float]] = {}
     noise: dict[tuple[str, float, str], dict[str, float]] = {}
     warm: dict[tuple[str, float], float] = {}

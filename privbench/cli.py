@@ -138,9 +138,9 @@ def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
     user's flags, --set and --config win, --untuned ignores them. Says which were used."""
     import os
 
-    from privbench.tuning import apply_tuned, load_tuned
+    from privbench.tuning import apply_tuned
 
-    entries = _tuned_entries(args, overrides, presets=tuple(load_tuned()))
+    entries = _tuned_entries(args, overrides, every_preset=True)
     run, tuned, used = apply_tuned(entries.get(args.defense, []), run, run.epsilon,
                                    args.defense)
     if used is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
@@ -310,8 +310,8 @@ def _finish_sweep(runner: Any, out: Path) -> int:
 
 
 def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
-                   presets: tuple[str, ...] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The tuned values of `presets` (default: `--preset`) in privbench/presets/tuned.toml,
+                   every_preset: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """The tuned values of `--preset` (or of every preset) in privbench/presets/tuned.toml,
     minus the keys the user set explicitly (flags, --set, --config win); empty with
     --untuned."""
     from privbench.config import load_toml, parse_sets
@@ -325,7 +325,7 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
         explicit |= set(load_toml(args.config)[0])
     out: dict[str, list[dict[str, Any]]] = {}
     tuned = load_tuned()
-    for preset in (args.preset,) if presets is None else presets:
+    for preset in tuned if every_preset else (args.preset,):
         for defense, entries in tuned.get(preset, {}).items():
             out.setdefault(defense, []).extend(
                 {**e, "run": {k: v for k, v in e.get("run", {}).items() if k not in explicit},
