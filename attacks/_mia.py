@@ -66,6 +66,14 @@ class MessageAttack(abc.ABC):
     def score(self, fm: FlatModel, views: list[GradientView], x: Tensor, y: Tensor) -> np.ndarray:
         """(N,) membership scores of candidates x (N, C, H, W), y (N,), higher = member."""
 
+    def attacked_rounds(self, total: int) -> frozenset[int] | None:
+        """The rounds of a `total`-round run whose views are scored (None: every observed one)."""
+        return None
+
+    def candidate_cap(self) -> int:
+        """At most this many members and this many held-out samples per victim (0: all)."""
+        return 0
+
 
 def gaussian_logpdf(v: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """Elementwise log N(v; mu, sd^2)."""

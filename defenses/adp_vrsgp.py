@@ -188,6 +188,7 @@ class ADPVRSGP(Trainer):
     kinds: tuple[MessageKind, ...] = model_message_kinds("noisy PGF")
     mixing = "column"
     private = True
+    view_lookback = 2  # a PGF view of round t unmixes round t - 1's release (from round t - 2)
 
     def __init__(self, cfg: ADPVRSGPConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from privbench.errors import PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
@@ -255,14 +255,34 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(["privbench", *keep])
 
 
+def _add_audit_sets(audit_sets: dict[str, Any], sets: list[str]) -> None:
+    """Merge `--set audit.KEY=VALUE` into `audit_sets` (the config file's [audit] table);
+    `audit.attack_config.ATTACK.KEY=VALUE` sets one key of one attack's config."""
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not key.startswith("audit.") or not sep:
+            continue
+        path = key.removeprefix("audit.").split(".")
+        if path[0] != "attack_config" or len(path) == 1:
+            audit_sets[".".join(path)] = value
+        elif len(path) == 3 and all(path):
+            table = audit_sets.setdefault("attack_config", {})
+            if not isinstance(table, dict):
+                raise ConfigError("[audit.attack_config] must be a table of attack tables")
+            table.setdefault(path[1], {})[path[2]] = value
+        else:
+            raise ConfigError(f"--set {key} names no attack config key; accepted: "
+                              "audit.attack_config.ATTACK.KEY=VALUE (e.g. "
+                              "audit.attack_config.mia_message.rounds=100)")
+
+
 def cmd_attack(args: argparse.Namespace) -> int:
     """`privbench attack`: the audit sweep; writes results.json and index.html, prints a table."""
     from privbench import sweep
     from privbench.config import load_toml
 
     audit_sets: dict[str, Any] = load_toml(args.config)[2] if args.config else {}
-    audit_sets.update(s.removeprefix("audit.").split("=", 1) for s in args.sets
-                      if s.startswith("audit.") and "=" in s)
+    _add_audit_sets(audit_sets, args.sets)
     preset = sweep.PRESETS[args.preset]
     if args.messages:
         return _attack_saved(args, audit_sets)

@@ -350,6 +350,9 @@ class Trainer(abc.ABC):
     mixing: ClassVar[str] = "column"  # "column" (push-sum) or "doubly" (gossip)
     default_topology: ClassVar[str] = "random_out"  # the graph of a run with topology "auto"
     private: ClassVar[bool] = False
+    # rounds before t whose messages `gradient_views` reads for round t (x_i^t comes from round
+    # t - 1's messages; ADP-VRSGP's gradient fusion also unmixes round t - 1's release: 2)
+    view_lookback: ClassVar[int] = 1
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg

@@ -133,6 +133,21 @@ def candidates(data: NodeData, victim: int) -> tuple[Tensor, Tensor, np.ndarray]
     return x, y, np.r_[np.ones(c, dtype=bool), np.zeros(co, dtype=bool)]
 
 
+def subsample(cands: tuple[Tensor, Tensor, np.ndarray], cap: int,
+              gen: torch.Generator) -> tuple[Tensor, Tensor, np.ndarray]:
+    """At most `cap` members and `cap` held-out samples of `candidates`, drawn uniformly without
+    replacement by `gen` (members still first; `cap` 0: all of them, `gen` untouched)."""
+    x, y, labels = cands
+    if cap <= 0 or (labels.sum() <= cap and (~labels).sum() <= cap):
+        return cands
+    keep = []
+    for side in (np.flatnonzero(labels), np.flatnonzero(~labels)):
+        pick = torch.randperm(len(side), generator=gen)[:cap].sort().values.numpy()
+        keep.append(side[pick])
+    idx = torch.from_numpy(np.concatenate(keep))
+    return x[idx], y[idx], labels[idx.numpy()]
+
+
 # ------------------------------------------------------------------------------ reference runs
 def block_topology(topo: Topology, copies: int) -> Topology:
     """`copies` disjoint copies of `topo` (node k * n + i is node i of copy k)."""
@@ -287,7 +302,8 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
             th = observations[v].threat
             ref_th = ThreatModel(th.kind, tuple(k * n + o for o in th.observers))
             ref_obs = observe(system, ref_th)
-            views, _ = _victim_views(defense, ref_obs, k * n + v)
+            views, _ = _victim_views(defense, ref_obs, k * n + v,
+                                     atk.attacked_rounds(obs.run.rounds))
             if not views:
                 continue
             lab = masks[i][k]
@@ -355,13 +371,18 @@ def _not_applicable_summary(reasons: list[str]) -> dict[str, int]:
     return out
 
 
-def _victim_views(defense: Any, obs: Observation, victim: int) -> tuple[list[Any], list[str]]:
-    """The victim's gradient views in every recorded round, and why the other rounds gave none
-    (a source with `all_views`, e.g. gossip inversion, gives them all at once)."""
+def _victim_views(defense: Any, obs: Observation, victim: int,
+                  rounds: frozenset[int] | None = None) -> tuple[list[Any], list[str]]:
+    """The victim's gradient views in every recorded round (of `rounds` only, when given), and
+    why the other rounds gave none (a source with `all_views`, e.g. gossip inversion, gives them
+    all at once)."""
     if hasattr(defense, "all_views"):
-        return defense.all_views(obs, victim), []
+        return [v for v in defense.all_views(obs, victim)
+                if rounds is None or v.round in rounds], []
     views, reasons = [], []
     for t in obs.log.rounds():
+        if rounds is not None and t not in rounds:
+            continue
         try:
             views += defense.gradient_views(obs, victim, [t])
         except NotApplicable as exc:
@@ -381,8 +402,9 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
         raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
     parts: list[dict[str, np.ndarray]] = []
     used, reasons, explained, chance = 0, [], [], []
+    rounds = atk.attacked_rounds(obs.run.rounds)
     for v, (x, y, _) in zip(observations, cands, strict=True):
-        views, mine = _victim_views(defense, observations[v], v)
+        views, mine = _victim_views(defense, observations[v], v, rounds)
         if not views:
             raise NotApplicable(mine[0] if mine else f"no round of node {v} observed")
         scores, fit = atk.score_all(obs.fm, views, x.to(device), y.to(device))
@@ -396,8 +418,8 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
             "not_applicable_reasons": _not_applicable_summary(reasons), "statistic": chosen,
             "statistic_rule": ("label-free: regression when the candidates' gradients explain "
                                "R^2 >= (1 + N/d) / 2 of the views (raw batch gradients), else "
-                               "cosine (noise-dominated views)") if atk.cfg.statistic == "auto"
-            else "configured", "regression_fit": fit}
+                               "cosine (noise-dominated views)")
+            if atk.cfg.statistic in ("auto", "all") else "configured", "regression_fit": fit}
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, info
 
 
@@ -424,13 +446,15 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     obs = observations[victims[0]]  # public context (run, defense, topology, model) is shared
     cls = ATTACKS.get(attack)
     atk = cls(replace_checked(cls.Config(), attack_cfg or {}, where="attack"))
-    cands = [candidates(data, v) for v in victims]
+    cap = atk.candidate_cap() if atk.level == "message" else 0
+    cands = [subsample(candidates(data, v), cap, gen) for v in victims]
     labels = np.concatenate([c[2] for c in cands])
     fm = obs.fm
     scores: list[np.ndarray] = []
     if atk.level == "message":
         scores_all, info = _message_scores(atk, observations, cands, device, source)
         info["scores_by_statistic"] = scores_all
+        info["candidate_cap"] = cap
         if len(scores_all) > 1 and atk.cfg.select == "strongest":
             aucs = {k: roc_curve(v, labels).auc if np.isfinite(v).all() else -np.inf
                     for k, v in scores_all.items()}

@@ -416,14 +416,25 @@ def _placed_extra(run: RunConfig, audit: AuditConfig) -> int:
     return run.nodes if ":" in audit.threat else 0
 
 
-def _needed_rounds(run: RunConfig, audit: AuditConfig) -> RecordPolicy:
+def _needed_rounds(run: RunConfig, audit: AuditConfig, defense: str) -> RecordPolicy:
     """Rounds to record: up to the last inversion target (gossip views need round t+1, a placed
-    threat's gossip inversion more) and the whole run for message-level MIA and the last round
-    for model-level MIA."""
-    if any(a == "mia_message" for a in audit.attacks):
-        return RecordPolicy()
+    threat's gossip inversion more), the last rounds for model-level MIA, and for message-level
+    MIA the whole run, or its attacked rounds with the rounds a view of each reads when it
+    attacks a subset (`mia_message.rounds`: from t - `view_lookback` of the defense, for the
+    victim's pre-step model, to t + 1, gossip's next message; a placed threat's gossip
+    inversion still needs every round)."""
+    from attacks._mia import MessageAttack
+
     rounds = set(range(max(audit.inversion_rounds, default=0) + 2 + _placed_extra(run, audit)))
     rounds |= {run.rounds - 1, run.rounds - 2}
+    for name in (a for a in audit.attacks if issubclass(ATTACKS.get(a), MessageAttack)):
+        attack = ATTACKS.get(name)
+        picked = attack(replace_checked(attack.Config(), audit.attack_config.get(name) or {},
+                                        where="attack")).attacked_rounds(run.rounds)
+        if picked is None or _placed_extra(run, audit):
+            return RecordPolicy()
+        back = DEFENSES.get(defense).view_lookback
+        rounds |= {t + k for t in picked for k in range(-back, 2)}
     return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
 
 
@@ -723,7 +734,7 @@ class Sweep:
             built, cell = self._load_messages(defense, run)
             timing["build_s"] = laps.lap()
             return built, cell
-        built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit))
+        built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit, defense))
         timing["build_s"] = laps.lap()
         from tqdm import tqdm
 

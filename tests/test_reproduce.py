@@ -107,6 +107,27 @@ def test_a_headline_scale_runs_and_renders_only_its_rows_and_columns(tmp_path):
                                                                grid=(5.0,)),))
 
 
+def test_a_step_per_grid_value_replaces_the_rows_own_at_that_value_only(tmp_path):
+    repro, scale = _tiny()
+    head = dataclasses.replace(scale, name="headline", rows=("Dyn-D2P", "Const-D2P"),
+                               grid=(3.0,), method_run=(("Dyn-D2P", (("lr", 0.1),)),))
+    repro = dataclasses.replace(repro, scales=(scale, head))
+    first = reproduce(repro, head, (0,), tmp_path)
+    # the grid widened to epsilon 1 with a step tuned there: the epsilon-3 lines are reused
+    wide = dataclasses.replace(head, grid=(1.0, 3.0), grid_run=(
+        ("Dyn-D2P", 1.0, (("lr", 0.05),)), ("Const-D2P", 1.0, (("lr", 0.3),))))
+    repro = dataclasses.replace(repro, scales=(scale, wide))
+    recs = reproduce(repro, wide, (0,), tmp_path)
+    lr = {(r["method"], r["eps"]): r["config"]["run"]["lr"] for r in recs}
+    assert lr == {("Dyn-D2P", 3.0): 0.1, ("Const-D2P", 3.0): 0.2,
+                  ("Dyn-D2P", 1.0): 0.05, ("Const-D2P", 1.0): 0.3}
+    assert [r for r in recs if r["eps"] == 3.0] == first  # the same lines, not re-run
+    assert len(read_runs(tmp_path / RUNS_FILE)) == 4
+    with pytest.raises(ConfigError, match=r"not in the table: DP-SGD, 5\.0"):
+        dataclasses.replace(repro, scales=(dataclasses.replace(
+            wide, grid_run=(("DP-SGD", 1.0, (("lr", 1.0),)), ("Dyn-D2P", 5.0, ()))),))
+
+
 def test_verdicts():
     assert verdict_at([2.0, 3.0, 2.5]) == "holds"
     assert verdict_at([-2.0, -3.0, -2.5]) == "fails"

@@ -72,7 +72,8 @@ def jobs(repro: Reproduction, seeds: tuple[int, ...]) -> list[Job]:
 def run_config(scale: Scale, job: Job) -> RunConfig:
     """The RunConfig of one job (a non-private method keeps the RunConfig's default epsilon,
     which its trainer ignores)."""
-    over: dict[str, Any] = {**dict(scale.run), **dict(job.method.run), "seed": job.seed,
+    over: dict[str, Any] = {**dict(scale.run), **dict(job.method.run),
+                            **scale.run_at(job.method.label, job.eps), "seed": job.seed,
                             "device": "auto"}
     if job.eps is not None and job.grid_field == "epsilon":
         over["epsilon"] = job.eps

@@ -45,6 +45,10 @@ class Scale:
         grid: the grid values run at this scale (empty: the table's whole grid).
         method_run: per row label, RunConfig values that replace the row's own at this scale
             (a step size tuned for this scale's model).
+        grid_run: per (row label, grid value), RunConfig values that replace the row's own
+            (and `method_run`'s) at that value only: a step tuned at that epsilon, where one
+            step for every epsilon leaves a row untrained at the smallest (DPDL's LeNet-5
+            DP-DPSGD at the epsilon-4 step: chance at epsilon = 1).
     """
 
     name: str
@@ -54,6 +58,12 @@ class Scale:
     rows: tuple[str, ...] = ()
     grid: tuple[float, ...] = ()
     method_run: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    grid_run: tuple[tuple[str, float, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def run_at(self, label: str, value: float | None) -> dict[str, Any]:
+        """The `grid_run` values of row `label` at grid value `value` (empty: none)."""
+        return {k: v for row, at, over in self.grid_run if row == label and at == value
+                for k, v in over}
 
 
 # A run line's accuracy keys and how a table names them.
@@ -116,8 +126,9 @@ class Reproduction:
                 raise ConfigError(f"reproduction {self.name!r}: paper row {label!r} has "
                                   f"{len(row)} values for {len(self.eps)} epsilons")
         for sc in self.scales:
-            unknown = [r for r in (*sc.rows, *dict(sc.method_run)) if r not in labels] + \
-                [str(e) for e in sc.grid if e not in self.eps]
+            named = (*sc.rows, *dict(sc.method_run), *(r for r, _, _ in sc.grid_run))
+            unknown = [r for r in named if r not in labels] + \
+                [str(e) for e in (*sc.grid, *(e for _, e, _ in sc.grid_run)) if e not in self.eps]
             if unknown:
                 raise ConfigError(f"reproduction {self.name!r}: scale {sc.name!r} names rows or "
                                   f"grid values not in the table: {', '.join(unknown)}")
