@@ -88,7 +88,7 @@ from torch import Tensor
 from attacks._mia import MessageAttack
 from privbench.engine import per_sample_grads, rows_to_dict
 from privbench.errors import ConfigError
-from privbench.ghost import FastClip, plan_for
+from privbench.ghost import FastClip, Layer, plan_for
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
 from privbench.threat import GradientView, NotApplicable
@@ -96,6 +96,7 @@ from privbench.threat import GradientView, NotApplicable
 STATISTICS = ("auto", "all", "regression", "cosine", "dot", "span")
 AUTO = ("regression", "cosine")  # what "auto" computes and chooses between
 ALL = (*AUTO, "span")  # what "all" computes
+SETS = {"auto": AUTO, "all": ALL}  # the statistics that compute several (the rule picks)
 MAX_OVER_ROUNDS = ("span",)  # statistics aggregated by the max over rounds, not the mean
 SPAN_TOL = 1e-5  # singular values below this fraction of the largest are rounding noise
 SELECT = ("strongest", "reference", "fit")  # how "auto" chooses (see the module docstring)
@@ -201,7 +202,7 @@ class MIAMessage(MessageAttack):
 
     def statistics(self) -> tuple[str, ...]:
         """The statistics this configuration computes."""
-        return {"auto": AUTO, "all": ALL}.get(self.cfg.statistic, (self.cfg.statistic,))
+        return SETS.get(self.cfg.statistic, (self.cfg.statistic,))
 
     def score(self, fm: FlatModel, views: list[GradientView], x: Tensor, y: Tensor) -> np.ndarray:
         """(N,) mean alignment of each candidate's gradient with the victim's released ones
@@ -212,7 +213,7 @@ class MIAMessage(MessageAttack):
     def choose(self, fit: dict[str, float]) -> str:
         """The statistic graded: the configured one, or for "auto" the label-free rule on the
         regression fit (`fit`: explained R^2 and its chance level, from `score_all`)."""
-        if self.cfg.statistic not in ("auto", "all"):
+        if self.cfg.statistic not in SETS:
             return self.cfg.statistic
         chance = fit["chance"]
         return "regression" if chance < 1 and fit["explained"] >= (1 + chance) / 2 else "cosine"
@@ -236,6 +237,9 @@ class MIAMessage(MessageAttack):
                                 dtype=torch.float64, device=x.device) for k in stats}
                  for _ in groups]
         explained, observed = 0.0, 0.0
+        # the first layer's inputs do not depend on the round: captured once, not per chunk
+        first = _first_linear_inputs(fm, views[0].params.to(x.device).float(), x, y) \
+            if "span" in stats else None
         chunk = max(1, self.cfg.max_floats // max(1, n * d))
         for gi, part in ((gi, grp[s:s + chunk]) for gi, grp in enumerate(groups)
                          for s in range(0, len(grp), chunk)):
@@ -244,8 +248,8 @@ class MIAMessage(MessageAttack):
             pairs, seen = self._pair_stats(fm, params, x, y, target, [v.mask for v in part],
                                            need_gram="regression" in stats)
             if "span" in stats:
-                pairs["span"] = _span_scores(fm, params, x, y, target,
-                                             [v.batch_size for v in part])
+                pairs["span"] = _span_scores(fm, first, target, [v.batch_size for v in part],
+                                             n)
             observed += seen
             for k in stats:
                 stat, r2 = self._statistic(k, pairs, target)
@@ -352,8 +356,21 @@ def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Te
     return out
 
 
-def _span_scores(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, target: Tensor,
-                 batch_sizes: list[int]) -> Tensor:
+def _first_linear_inputs(fm: FlatModel, params: Tensor, x: Tensor,
+                         y: Tensor) -> tuple[Layer, Tensor] | None:
+    """The model's first layer and its inputs a (N, p) for candidates x, when that layer is
+    Linear on a flat input (else None). No parameter precedes it, so a is the same at every
+    round; `params` (d,) is any round's model."""
+    plan = plan_for(fm.module, tuple(x.shape[1:]))
+    first = plan.layers[0] if plan is not None and plan.layers else None
+    if first is None or first.rule != "linear" or len(first.in_shape) != 1:
+        return None
+    acts, _ = plan.capture(fm.module, rows_to_dict(fm, params[None]), x[None], y[None])
+    return first, acts[0][0]
+
+
+def _span_scores(fm: FlatModel, first: tuple[Layer, Tensor] | None, target: Tensor,
+                 batch_sizes: list[int], n: int) -> Tensor:
     """(r, N) the fraction of each candidate's first-layer input that lies in the row space of
     the view's first-layer gradient (statistic "span"; NaN where the first layer is not Linear).
 
@@ -367,21 +384,18 @@ def _span_scores(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, target: Te
     rank, its row space a random subspace, and the statistic uninformative. Aggregated by the
     max over rounds: a member needs to be in one attacked batch.
     """
-    r, n = len(params), len(y)
-    plan = plan_for(fm.module, tuple(x.shape[1:]))
-    first = plan.layers[0] if plan is not None and plan.layers else None
-    if first is None or first.rule != "linear" or len(first.in_shape) != 1:
-        return torch.full((r, n), math.nan, dtype=torch.float64, device=x.device)
-    acts, _ = plan.capture(fm.module, rows_to_dict(fm, params[:1]), x[None], y[None])
-    a = acts[0][0].double()  # (N, p): the first layer's inputs, the same at every round
+    r, device = len(target), target.device
+    if first is None:  # not a Linear first layer (`_first_linear_inputs`)
+        return torch.full((r, n), math.nan, dtype=torch.float64, device=device)
+    layer, a = first[0], first[1].double()  # a (N, p): the first layer's inputs
     tgt = rows_to_dict(fm, target)
-    w = tgt[first.param("weight")].double()  # (r, q, p)
-    if first.module.bias is not None:
-        w = torch.cat([w, tgt[first.param("bias")].double()[..., None]], dim=-1)  # (r, q, p+1)
+    w = tgt[layer.param("weight")].double()  # (r, q, p)
+    if layer.module.bias is not None:
+        w = torch.cat([w, tgt[layer.param("bias")].double()[..., None]], dim=-1)  # (r, q, p+1)
         a = torch.cat([a, torch.ones_like(a[:, :1])], dim=-1)  # (N, p+1)
     _, sv, vh = torch.linalg.svd(w, full_matrices=False)  # sv (r, k), vh (r, k, p+1)
-    rank = torch.arange(sv.shape[1], device=x.device)[None, :]  # (1, k)
-    cap = 2 * torch.tensor(batch_sizes, device=x.device)[:, None]  # (r, 1)
+    rank = torch.arange(sv.shape[1], device=device)[None, :]  # (1, k)
+    cap = 2 * torch.tensor(batch_sizes, device=device)[:, None]  # (r, 1)
     keep = (sv > SPAN_TOL * sv[:, :1]) & (rank < cap)  # (r, k)
     proj = torch.einsum("rkp,np->rnk", vh, a).pow(2)  # (r, N, k)
     return (proj * keep[:, None, :]).sum(dim=-1) / a.pow(2).sum(dim=-1).clamp_min(1e-30)

@@ -419,7 +419,7 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
             "statistic_rule": ("label-free: regression when the candidates' gradients explain "
                                "R^2 >= (1 + N/d) / 2 of the views (raw batch gradients), else "
                                "cosine (noise-dominated views)")
-            if atk.cfg.statistic in ("auto", "all") else "configured", "regression_fit": fit}
+            if len(atk.statistics()) > 1 else "configured", "regression_fit": fit}
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, info
 
 

@@ -153,6 +153,11 @@ class AuditConfig:
         # Equal values are one cell (1 and 1.0): keep the first of each.
         object.__setattr__(self, "eps", tuple(dict.fromkeys(float(e) for e in self.eps)))
 
+    def attack_cfg(self, attack: str) -> Any:
+        """The attack's config: its defaults with this audit's `attack_config` overrides."""
+        return replace_checked(ATTACKS.get(attack).Config(), self.attack_config.get(attack) or {},
+                               where="attack")
+
 
 def _eps_key(eps: float | None) -> str:
     """The cell name of ε: short when that is exact, else repr (lossless: distinct ε, distinct
@@ -329,8 +334,7 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
     defense retrained with m canaries; ε lower bound and the cap a perfect guesser reaches."""
     from privbench.membership import canary_audit
 
-    cls = ATTACKS.get(attack)
-    cfg = replace_checked(cls.Config(), audit.attack_config.get(attack) or {}, where="attack")
+    cfg = audit.attack_cfg(attack)
     res = canary_audit(built.ctx.run, built.defense, audit.victim, cfg.canaries,
                        overrides=to_dict(built.trainer.cfg), gen=gen,
                        threat=_audit_threat(built, audit), kind="gradient",
@@ -428,9 +432,7 @@ def _needed_rounds(run: RunConfig, audit: AuditConfig, defense: str) -> RecordPo
     rounds = set(range(max(audit.inversion_rounds, default=0) + 2 + _placed_extra(run, audit)))
     rounds |= {run.rounds - 1, run.rounds - 2}
     for name in (a for a in audit.attacks if issubclass(ATTACKS.get(a), MessageAttack)):
-        attack = ATTACKS.get(name)
-        picked = attack(replace_checked(attack.Config(), audit.attack_config.get(name) or {},
-                                        where="attack")).attacked_rounds(run.rounds)
+        picked = ATTACKS.get(name)(audit.attack_cfg(name)).attacked_rounds(run.rounds)
         if picked is None or _placed_extra(run, audit):
             return RecordPolicy()
         back = DEFENSES.get(defense).view_lookback
