@@ -641,7 +641,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         seeds = tuple(_ints(args.seeds, "--seeds") or scale.seeds)
         _check_writable(out)
         records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
-                            (lambda line: print(line, file=sys.stderr)))
+                            (lambda line: print(line, file=sys.stderr)), workers=args.jobs)
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {len(records)} runs in {out / RUNS_FILE}")
     return 0
@@ -769,6 +769,9 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "table.md")
     p.add_argument("--render", action="store_true", help="only re-render table.md from the "
                    "folder's runs.jsonl")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained side by side in separate "
+                   "processes (default 1; e.g. one per core, or 8-16 sharing one GPU); set "
+                   "OMP_NUM_THREADS=1 so they do not fight over cores")
     p.add_argument("--quiet", action="store_true", help="no per-run lines")
     commands["reproduce"] = cmd_reproduce
 

@@ -8,15 +8,22 @@ numbers one part draws does not change another part's draws.
 from __future__ import annotations
 
 import hashlib
-import weakref
 
 import torch
 
 STREAMS = ("data", "init", "batch", "noise", "topology", "attack", "mia")
 
-# Every generator of the "noise" stream (the DP mechanisms' randomness), so that the test-only
-# switch `privbench.testing.disable_noise` can recognise them.
-NOISE_GENERATORS: weakref.WeakSet[torch.Generator] = weakref.WeakSet()
+# Every generator of the "noise" stream (the DP mechanisms' randomness) by id, so that the
+# test-only switch `privbench.testing.disable_noise` can recognise them (`is_noise_generator`).
+# Strong references, not a WeakSet: torch 2.11's generators cannot be weakly referenced (a
+# WeakSet raised TypeError for every DP run there); holding them also keeps an id from being
+# reused by another generator. A generator is a few hundred bytes, a run makes a few.
+NOISE_GENERATORS: dict[int, torch.Generator] = {}
+
+
+def is_noise_generator(gen: torch.Generator | None) -> bool:
+    """Whether `gen` was made for a "noise" stream."""
+    return gen is not None and NOISE_GENERATORS.get(id(gen)) is gen
 
 
 def derive_seed(seed: int, *names: str | int) -> int:
@@ -48,7 +55,7 @@ class Streams:
             gen.manual_seed(derive_seed(self.seed, name, *sub))
             self._cache[key] = gen
             if name == "noise":
-                NOISE_GENERATORS.add(gen)
+                NOISE_GENERATORS[id(gen)] = gen
         return self._cache[key]
 
     def fresh(self, name: str, *sub: str | int,
@@ -57,5 +64,5 @@ class Streams:
         gen = torch.Generator(device=torch.device(device) if device is not None else self.device)
         gen.manual_seed(derive_seed(self.seed, name, *sub))
         if name == "noise":
-            NOISE_GENERATORS.add(gen)
+            NOISE_GENERATORS[id(gen)] = gen
         return gen

@@ -26,7 +26,7 @@ import torch
 
 from privbench.config import RunConfig, replace_checked
 from privbench.gate import Check, check_bound
-from privbench.seeding import NOISE_GENERATORS
+from privbench.seeding import is_noise_generator
 
 TINY_RUN = {"model": "mlp", "nodes": 4, "rounds": 10, "eval_every": 10, "batch_size": 2,
             "device": "cpu"}
@@ -97,8 +97,7 @@ def disable_noise() -> Iterator[None]:
                                         torch.Tensor.exponential_)
 
     def is_noise(kwargs: dict[str, Any]) -> bool:
-        gen = kwargs.get("generator")
-        return gen is not None and gen in NOISE_GENERATORS
+        return is_noise_generator(kwargs.get("generator"))
 
     def fake_randn(*args: Any, **kwargs: Any) -> torch.Tensor:
         out = randn(*args, **kwargs)

@@ -249,3 +249,61 @@ def test_a_reproduction_run_records_no_messages(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "build", spy)
     reproduce(repro, scale, (0,), tmp_path)
     assert seen and all(len(bus.log.records) == 0 for bus in seen)
+
+
+def test_a_diverged_run_renders_as_diverged_and_leaves_the_orderings(tmp_path):
+    repro, scale = _tiny()
+    recs = reproduce(repro, scale, (0, 1), tmp_path)
+    broken = [dict(r, accuracy=float("nan"), node_accuracy_mean=None, diverged_round=2)
+              if r["method"] == "Const-D2P" and (r["eps"] == 3.0 or r["seed"] == 0) else r
+              for r in recs]
+    text = render(repro, scale, broken)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| Const-D2P |"))
+    eps1, eps3 = row.removesuffix(" |").split(" | ")[1:]
+    # eps 1: seed 1's accuracy alone, seed 0's divergence said; eps 3: no accuracy at all
+    assert eps1.endswith("(1 run) (1 of 2 diverged, round 2)") and "nan" not in eps1
+    assert eps3 == "diverged (2 of 2 runs, round 2)"
+    claim = next(ln for ln in text.splitlines() if ln.startswith("| Dyn-D2P > Const-D2P |"))
+    at1, at3 = claim.split(" | ")[1:3]
+    # eps 1: one seed left to pair (unresolved); eps 3: none, both seeds diverged
+    assert at1.endswith("/1) unresolved (1 seed diverged)")
+    assert at3 == "– (2 seeds diverged)"
+
+
+def test_a_table_says_which_machines_its_runs_came_from(tmp_path):
+    repro, scale = _tiny()
+    recs = reproduce(repro, scale, (0,), tmp_path)
+    assert "runs on" not in render(repro, scale, recs)  # all on this CPU: nothing to say
+    moved = [dict(recs[0], device="cuda:0",
+                  fields={**recs[0]["fields"], "versions.torch": "2.11.0+cu130"}), *recs[1:]]
+    setting = next(ln for ln in render(repro, scale, moved).splitlines()
+                   if ln.startswith("Setting:"))
+    assert setting.endswith(f"; runs on cpu with torch {recs[1]['fields']['versions.torch']} "
+                            f"({len(recs) - 1}), cuda with torch 2.11.0+cu130 (1).")
+
+
+def test_jobs_side_by_side_write_the_lines_of_a_sequential_run(tmp_path, capsys):
+    repro, scale = _tiny()
+    one = reproduce(repro, scale, (0,), tmp_path / "one")
+    two = reproduce(repro, scale, (0,), tmp_path / "two", workers=2)
+    assert [r["fingerprint"] for r in two] == [r["fingerprint"] for r in one]
+    assert [r["accuracy"] for r in two] == pytest.approx([r["accuracy"] for r in one], abs=1e-6)
+    lines = read_runs(tmp_path / "two" / RUNS_FILE)  # one line per job, whatever the order
+    assert sorted((r["method"], r["eps"] or 0.0) for r in lines) == \
+        sorted((r["method"], r["eps"] or 0.0) for r in one)
+    assert main(["reproduce", "dyn_d2p", "--jobs", "0", "--out", str(tmp_path / "x")]) == 2
+    assert "--jobs 0" in capsys.readouterr().err
+
+
+def test_a_failed_job_among_parallel_ones_is_named_and_the_others_kept(tmp_path):
+    from privbench.reproduce import Method
+
+    repro, scale = _tiny()
+    broken = Method("Broken", "const_d2p", (("no_such_field", 1.0),), grid=(1.0,))
+    repro = dataclasses.replace(repro, methods=(*repro.methods[:2], broken), orderings=(),
+                                paper=repro.paper[:2])
+    with pytest.raises(PrivbenchError, match=r"1 of 4 runs failed .*Broken eps=1.0 seed 0"):
+        reproduce(repro, scale, (0,), tmp_path, workers=2)
+    kept = read_runs(tmp_path / RUNS_FILE)
+    assert sorted((r["method"], r["eps"] or 0.0) for r in kept) == \
+        [("Const-D2P", 1.0), ("Const-D2P", 3.0), ("Non-private", 0.0)]

@@ -160,31 +160,81 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
 
 
 def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Path,
-              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+              progress: Callable[[str], None] | None = None, workers: int = 1
+              ) -> list[dict[str, Any]]:
     """Run every job of the grid not yet in `out/runs.jsonl`; return all the grid's lines.
+
+    Args:
+        workers: processes training jobs side by side (1: in this process, in grid order).
+            This process stays the one writer of the file: each line is appended as its job
+            ends, so an interrupted run keeps every finished job whatever the order.
 
     Raises:
         PrivbenchError: a line in the file was made with another configuration, scale or
-            reproduction (the message names the first field that differs).
+            reproduction (the message names the first field that differs), or a job failed
+            (the other jobs still finish and are kept).
     """
+    if workers < 1:
+        raise PrivbenchError(f"--jobs {workers}: accepted: a positive number of processes")
     out.mkdir(parents=True, exist_ok=True)
     path = out / RUNS_FILE
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
-        todo = jobs(repro.at(scale), seeds)
-        for k, job in enumerate(todo, 1):
+        grid = jobs(repro.at(scale), seeds)
+        todo = []
+        for job in grid:
             old = done.get(job.key)
-            if old is not None:
+            if old is None:
+                todo.append(job)
+            else:
                 _check_same(old, repro, scale, job, path)
-                continue
-            rec = run_job(repro, scale, job)
+
+        def keep(k: int, job: Job, rec: dict[str, Any]) -> None:
             _append(path, rec)
             done[job.key] = rec
             if progress is not None:
                 eps = "non-private" if job.eps is None else f"{job.grid_field}={job.eps:g}"
                 progress(f"[{k}/{len(todo)}] {job.method.label} {eps} seed {job.seed}: "
                          f"accuracy {rec['accuracy']:.4f} ({rec['seconds']:.0f} s)")
-    return [done[j.key] for j in todo]
+
+        if workers == 1:
+            for k, job in enumerate(todo, 1):
+                keep(k, job, run_job(repro, scale, job))
+        else:
+            _run_parallel(repro, scale, todo, workers, keep)
+    return [done[j.key] for j in grid]
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
+                  keep: Callable[[int, Job, dict[str, Any]], None]) -> None:
+    """Train `todo` in `workers` spawned processes, keeping each line as it arrives; a failed
+    job is reported after the others end."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    failed: list[str] = []
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+    # each worker at this process's thread count: its lines (and fingerprints) are the ones a
+    # sequential run here would write
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                             initargs=(torch.get_num_threads(),)) as pool:
+        futures = {pool.submit(run_job, repro, scale, job): job for job in todo}
+        for k, fut in enumerate(as_completed(futures), 1):
+            job = futures[fut]
+            try:
+                rec = fut.result()
+            except Exception as exc:  # keep the others' lines; name every failure at the end
+                failed.append(f"{job.method.label} eps={job.eps} seed {job.seed}: "
+                              f"{type(exc).__name__}: {exc}")
+                continue
+            keep(k, job, rec)
+    if failed:
+        raise PrivbenchError(f"{len(failed)} of {len(todo)} runs failed (the others are kept): "
+                             + "; ".join(failed))
 
 
 def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job,

@@ -25,9 +25,23 @@ def _sep(cols: int) -> str:
     return "|---" * cols + "|"
 
 
-def _points(repro: Reproduction, rec: dict[str, Any]) -> float:
-    """The line's accuracy (%) under the table's metric."""
-    return 100.0 * float(rec[repro.metric])
+def _points(repro: Reproduction, rec: dict[str, Any]) -> float | None:
+    """The line's accuracy (%) under the table's metric; None for a run with none (a diverged
+    run: its average model is NaN and its nodes' accuracies are not recorded)."""
+    value = rec.get(repro.metric)
+    if value is None or not math.isfinite(float(value)):
+        return None
+    return 100.0 * float(value)
+
+
+def _diverged(recs: list[dict[str, Any]], what: str = "diverged") -> str:
+    """' (k of n diverged, round r)' for the cell of these lines ('' when none did)."""
+    rounds = sorted({int(r["diverged_round"]) for r in recs if r["diverged_round"] is not None})
+    if not rounds:
+        return ""
+    k = sum(r["diverged_round"] is not None for r in recs)
+    at = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
+    return f" ({k} of {len(recs)} {what}, {at})"
 
 
 def _mean_sd(xs: list[float], digits: int = 1) -> str:
@@ -58,9 +72,11 @@ def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
             if recs is None:
                 cells.append("not run")
                 continue
-            text = _mean_sd([_points(repro, r) for r in recs])
-            diverged = sum(r["diverged_round"] is not None for r in recs)
-            cells.append(text + (f" ({diverged} diverged)" if diverged else ""))
+            points = [p for p in (_points(repro, r) for r in recs) if p is not None]
+            if points or not recs:
+                cells.append(_mean_sd(points) + _diverged(recs))
+            else:
+                cells.append("diverged" + _diverged(recs, "runs"))
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
         if m.label in paper:
             lines.append(f"| *paper: {m.label}* | " +
@@ -98,14 +114,25 @@ def _epsilon_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[s
 
 def paired_differences(repro: Reproduction, records: list[dict[str, Any]], better: str,
                        worse: str, eps: float) -> list[float]:
-    """Accuracy points of `better` minus `worse` at `eps`, one per seed both have run."""
-    def by_seed(label: str) -> dict[int, float]:
-        m = repro.method(label)
-        return {int(r["seed"]): _points(repro, r) for r in records
-                if r["method"] == label and (not m.private or r["eps"] == eps)}
+    """Accuracy points of `better` minus `worse` at `eps`, one per seed both have run to an
+    accuracy (a seed where either diverged has no difference: see `diverged_seeds`)."""
+    a, b = _by_seed(repro, records, better, eps), _by_seed(repro, records, worse, eps)
+    return [a[s] - b[s] for s in sorted(set(a) & set(b))
+            if a[s] is not None and b[s] is not None]
 
-    a, b = by_seed(better), by_seed(worse)
-    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
+
+def diverged_seeds(repro: Reproduction, records: list[dict[str, Any]], better: str,
+                   worse: str, eps: float) -> int:
+    """Seeds both rows have run at `eps` where either has no accuracy (diverged)."""
+    a, b = _by_seed(repro, records, better, eps), _by_seed(repro, records, worse, eps)
+    return sum(a[s] is None or b[s] is None for s in set(a) & set(b))
+
+
+def _by_seed(repro: Reproduction, records: list[dict[str, Any]], label: str, eps: float
+             ) -> dict[int, float | None]:
+    m = repro.method(label)
+    return {int(r["seed"]): _points(repro, r) for r in records
+            if r["method"] == label and (not m.private or r["eps"] == eps)}
 
 
 def verdict_at(diffs: list[float]) -> str:
@@ -142,12 +169,14 @@ def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
             d = paired_differences(repro, records, better, worse, e)
             v = verdict_at(d)
             verdicts.append(v)
+            lost = diverged_seeds(repro, records, better, worse, e)
+            note = f" ({lost} seed{'s' * (lost > 1)} diverged)" if lost else ""
             if not d:
-                cells.append("–")
+                cells.append("–" + note)
                 continue
             sd = f" ± {statistics.stdev(d):.1f}" if len(d) > 1 else ""
             held = sum(x > 0 for x in d)
-            cells.append(f"{statistics.fmean(d):+.1f}{sd} ({held}/{len(d)}) {v}")
+            cells.append(f"{statistics.fmean(d):+.1f}{sd} ({held}/{len(d)}) {v}{note}")
         lines.append(f"| {better} > {worse} | " + " | ".join(cells) +
                      f" | {claim_verdict(verdicts)} |")
     return lines
@@ -159,7 +188,21 @@ def _setting(scale: Scale, records: list[dict[str, Any]]) -> str:
     keys = ("dataset", "model", "nodes", "topology", "partition", "rounds", "batch_size", "lr",
             "delta")
     text = ", ".join(f"{k} {run[k]}" for k in keys if k in run)
-    return f"{text}; seeds {', '.join(map(str, seeds)) or '–'} ({len(records)} runs)"
+    return f"{text}; seeds {', '.join(map(str, seeds)) or '–'} ({len(records)} runs)" + \
+        _devices(records)
+
+
+def _devices(records: list[dict[str, Any]]) -> str:
+    """'; runs on cuda with torch X (n), cpu with torch Y (m)' when any run left the CPU (a
+    table whose lines came from different machines says so; all-CPU tables say nothing)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        torch_version = r.get("fields", {}).get("versions.torch", "unrecorded")
+        where = f"{str(r.get('device', 'cpu')).split(':')[0]} with torch {torch_version}"
+        counts[where] = counts.get(where, 0) + 1
+    if all(w.startswith("cpu ") for w in counts):
+        return ""
+    return "; runs on " + ", ".join(f"{w} ({n})" for w, n in sorted(counts.items()))
 
 
 def render(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> str:
