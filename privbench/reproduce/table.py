@@ -112,20 +112,12 @@ def _epsilon_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[s
     return lines
 
 
-def paired_differences(repro: Reproduction, records: list[dict[str, Any]], better: str,
-                       worse: str, eps: float) -> list[float]:
-    """Accuracy points of `better` minus `worse` at `eps`, one per seed both have run to an
-    accuracy (a seed where either diverged has no difference: see `diverged_seeds`)."""
+def _pairs(repro: Reproduction, records: list[dict[str, Any]], better: str, worse: str,
+           eps: float) -> list[tuple[float | None, float | None]]:
+    """Per seed both rows have run at `eps` (in seed order), their accuracies (%; None: that
+    run diverged, so the seed has no paired difference)."""
     a, b = _by_seed(repro, records, better, eps), _by_seed(repro, records, worse, eps)
-    return [a[s] - b[s] for s in sorted(set(a) & set(b))
-            if a[s] is not None and b[s] is not None]
-
-
-def diverged_seeds(repro: Reproduction, records: list[dict[str, Any]], better: str,
-                   worse: str, eps: float) -> int:
-    """Seeds both rows have run at `eps` where either has no accuracy (diverged)."""
-    a, b = _by_seed(repro, records, better, eps), _by_seed(repro, records, worse, eps)
-    return sum(a[s] is None or b[s] is None for s in set(a) & set(b))
+    return [(a[s], b[s]) for s in sorted(set(a) & set(b))]
 
 
 def _by_seed(repro: Reproduction, records: list[dict[str, Any]], label: str, eps: float
@@ -166,10 +158,11 @@ def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
             if not (repro.runs_at(better, e) and repro.runs_at(worse, e)):
                 cells.append("not run")  # the paper claims it only where both rows are
                 continue
-            d = paired_differences(repro, records, better, worse, e)
+            pairs = _pairs(repro, records, better, worse, e)
+            d = [a - b for a, b in pairs if a is not None and b is not None]
             v = verdict_at(d)
             verdicts.append(v)
-            lost = diverged_seeds(repro, records, better, worse, e)
+            lost = len(pairs) - len(d)  # seeds where either row diverged
             note = f" ({lost} seed{'s' * (lost > 1)} diverged)" if lost else ""
             if not d:
                 cells.append("–" + note)
