@@ -61,6 +61,60 @@ from privbench.messages import MessageKind
 from privbench.registry import DEFENSES
 from privbench.threat import GradientView, NotApplicable, Observation
 
+GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
+                    "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
+"""The config choices of a gossip trainer with DP-SGD releases (DP-DPSGD, MUFFLIATO)."""
+
+
+def node_sigmas(cfg: Any, ctx: Context, rates: Tensor, releases: int) -> Tensor:
+    """(n,) noise multipliers: cfg.sigma when fixed, else calibrated so that `releases`
+    subsampled Gaussians at the nodes' rates meet the run's (epsilon, delta) (cfg: sigma,
+    sigma_rule, accountant, sampling)."""
+    run = ctx.run
+    if cfg.sigma is not None:
+        sigma = [float(cfg.sigma)] * ctx.n
+    else:
+        opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
+        sigma = calibrate_sigmas(cfg.sigma_rule, run.epsilon, run.delta, releases,
+                                 rates.tolist(), [1.0] * ctx.n, cfg.accountant, opts,
+                                 cfg.sampling).tolist()
+    return torch.tensor(sigma, dtype=torch.float32, device=ctx.device)
+
+
+def noisy_clipped_mean(ctx: Context, params: Tensor, t: int, cfg: Any, rates: Tensor,
+                       counts: Tensor, sigma: Tensor) -> dict[str, Tensor]:
+    """Round t's DP-SGD release of every node at params (n, d): "noisy" = (sum_b clip_C(g_b)
+    + N(0, sigma_i^2 C^2 I)) / B_i, with its parts "sums", "noise" (n, d) and "denom" (n,)."""
+    xb, yb, mask, denom = sample_round(ctx, t, cfg.sampling, rates, counts, params.dtype)
+    sums, _ = clipped_grad_sum(ctx.fm, params, xb, yb, mask, cfg.clip)  # (n, d)
+    noise = torch.zeros_like(sums)
+    if bool((sigma > 0).any()):
+        scale = (sigma * cfg.clip)[:, None]  # (n, 1)
+        noise = torch.randn(sums.shape, generator=ctx.streams.get("noise"),
+                            device=sums.device, dtype=sums.dtype) * scale
+    return {"sums": sums, "noise": noise, "denom": denom, "noisy": (sums + noise) / denom[:, None]}
+
+
+def gaussian_node_reports(rates: list[float], sigmas: list[float], delta: float, releases: int,
+                          accountant: str, sampling: str, note: str) -> list[dict[str, Any]]:
+    """Per node i: `releases` Poisson/fixed-subsampled Gaussian releases of multiplier
+    sigmas[i] at rate rates[i], read by RDP (the paper report) and by `accountant` (calibrated);
+    sigma 0 is reported as epsilon = inf (shared by DP-DPSGD and MUFFLIATO)."""
+    out = []
+    model = SAMPLING_MODELS[sampling]
+    for i, (q, sig) in enumerate(zip(rates, sigmas, strict=True)):
+        for mode, acc in (("paper", "rdp"), ("calibrated", accountant)):
+            if sig == 0:
+                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level",
+                                    note="sigma = 0: no noise", sampling=model)
+            else:
+                ledger = PrivacyLedger(node=i).record(GaussianEvent(sig, q, releases, model))
+                rep = account(ledger, delta, acc, mode=mode,
+                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions(),
+                              note=note)
+            out.append({**rep.to_dict(), "node": i, "sigma": sig, "sample_rate": q})
+    return out
+
 
 @dataclass(frozen=True)
 class DPDPSGDConfig:
@@ -85,9 +139,7 @@ class DPDPSGDConfig:
     weights: str = "card"
 
     def __post_init__(self) -> None:
-        choices = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
-                   "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
-        check_choices("dp_dpsgd", self, choices)
+        check_choices("dp_dpsgd", self, GAUSSIAN_CHOICES)
         if not self.clip > 0:
             raise ConfigError(f"dp_dpsgd clip must be > 0, got {self.clip}")
         if not 0 <= self.momentum < 1:
@@ -111,18 +163,9 @@ class DPDPSGD(Trainer):
         if not ctx.topology.undirected:
             raise ConfigError("dp_dpsgd needs an undirected topology")
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
-        run = ctx.run
         self.counts = ctx.data.counts.to(ctx.device)  # (n,)
-        self.rates = (run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)  # (n,)
-        rates = self.rates.tolist()
-        opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
-        if cfg.sigma is not None:
-            sigma = [float(cfg.sigma)] * ctx.n
-        else:
-            sigma = calibrate_sigmas(cfg.sigma_rule, run.epsilon, run.delta, run.rounds, rates,
-                                     [1.0] * ctx.n, cfg.accountant, opts,
-                                     cfg.sampling).tolist()
-        self.sigma = torch.tensor(sigma, dtype=torch.float32, device=ctx.device)  # (n,)
+        self.rates = (ctx.run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)
+        self.sigma = node_sigmas(cfg, ctx, self.rates, ctx.run.rounds)  # (n,)
         self.x = self.init_params()  # (n, d)
         self.buf = torch.zeros_like(self.x)  # (n, d)
         self.taps: dict[str, Tensor] = {}
@@ -132,25 +175,12 @@ class DPDPSGD(Trainer):
         """(n, d) current models."""
         return self.x
 
-    def _batch(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """x (n, B', ...), y (n, B'), mask (n, B'), divisors (n,): the same sampling as DPDL."""
-        return sample_round(self.ctx, t, self.cfg.sampling, self.rates, self.counts,
-                            self.x.dtype)
-
     def round(self, t: int) -> None:
         """Noisy clipped gradient at x_i^t, gossip of x^t, then the step."""
         ctx, cfg = self.ctx, self.cfg
         w, adj, _, _ = self.graphs[t % len(self.graphs)]
-        xb, yb, mask, denom = self._batch(t)
-        sums, _ = clipped_grad_sum(ctx.fm, self.x, xb, yb, mask, cfg.clip)  # (n, d)
-        noise = torch.zeros_like(sums)
-        if bool((self.sigma > 0).any()):
-            scale = (self.sigma * cfg.clip)[:, None]  # (n, 1)
-            noise = torch.randn(sums.shape, generator=ctx.streams.get("noise"),
-                                device=sums.device, dtype=sums.dtype) * scale
-        noisy = (sums + noise) / denom[:, None]  # (n, d)
-        self.buf = cfg.momentum * self.buf + noisy
-        self.taps = {"sums": sums, "noise": noise, "denom": denom, "noisy": noisy}
+        self.taps = noisy_clipped_mean(ctx, self.x, t, cfg, self.rates, self.counts, self.sigma)
+        self.buf = cfg.momentum * self.buf + self.taps["noisy"]  # (n, d)
         self.x = w @ ctx.bus.broadcast(t, "model", self.x, adj) - ctx.run.lr * self.buf
 
     def release_noise(self) -> np.ndarray:
@@ -160,23 +190,10 @@ class DPDPSGD(Trainer):
     def privacy(self) -> list[dict[str, Any]]:
         """Per node: the RDP (paper) report and the configured accountant's (calibrated)."""
         if self._reports is None:
-            run, out = self.ctx.run, []
-            model = SAMPLING_MODELS[self.cfg.sampling]
-            for i, (q, sig) in enumerate(zip(self.rates.tolist(), self.sigma.tolist(),
-                                             strict=True)):
-                for mode, acc in (("paper", "rdp"), ("calibrated", self.cfg.accountant)):
-                    if sig == 0:
-                        rep = EpsilonReport(math.inf, run.delta, acc, mode, "sample-level",
-                                            note="sigma = 0: no noise", sampling=model)
-                    else:
-                        ledger = PrivacyLedger(node=i).record(
-                            GaussianEvent(sig, q, run.rounds, model))
-                        rep = account(ledger, run.delta, acc, mode=mode, options=RDP_OPTIONS
-                                      if acc == "rdp" else AccountantOptions(),
-                                      note="one subsampled Gaussian per round (A(DP)^2SGD)")
-                    out.append({**rep.to_dict(), "node": i, "sigma": sig,
-                                "sample_rate": q})
-            self._reports = out
+            self._reports = gaussian_node_reports(
+                self.rates.tolist(), self.sigma.tolist(), self.ctx.run.delta,
+                self.ctx.run.rounds, self.cfg.accountant, self.cfg.sampling,
+                "one subsampled Gaussian per round (A(DP)^2SGD)")
         return self._reports
 
     @classmethod

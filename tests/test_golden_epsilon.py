@@ -42,6 +42,7 @@ from defenses.dp_sgp import DPSGP
 from defenses.dpdl import DPDL
 from defenses.dpps import DPPS
 from defenses.dyn_d2p import DynD2P
+from defenses.muffliato import Muffliato
 from privbench.accounting import make_plan
 from privbench.config import RunConfig, replace_checked
 from privbench.registry import DEFENSES, load_plugins
@@ -52,7 +53,8 @@ load_plugins()
 EPSILONS = (1.0, 8.0)
 QUICK = {k: v for k, v in PRESETS["quick"]["run"].items() if k != "eval_every"}
 PRIVATE = tuple(n for n in DEFENSES.names() if DEFENSES.get(n).private)
-FAST = {("dp_sgp", 1.0), ("dp_dpsgd", 1.0), ("dp_cga", 1.0), ("defl_vp", 8.0), ("dpps", 1.0)}
+FAST = {("dp_sgp", 1.0), ("dp_dpsgd", 1.0), ("dp_cga", 1.0), ("muffliato", 1.0), ("defl_vp", 8.0),
+        ("dpps", 1.0)}
 
 Schedule = tuple[tuple[float, ...], float]  # (per-step noise multipliers z_t, sampling rate q)
 
@@ -128,6 +130,12 @@ def _dp_dpsgd(tr: DPDPSGD) -> list[Schedule]:
     return _per_node(tr, lambda i: np.full(t, float(tr.sigma[i])), tr.rates.tolist())
 
 
+def _muffliato(tr: Muffliato) -> list[Schedule]:
+    # one release per block of K rounds: ceil(T / K) Gaussian steps
+    steps = math.ceil(tr.ctx.run.rounds / tr.steps)
+    return _per_node(tr, lambda i: np.full(steps, float(tr.sigma[i])), tr.rates.tolist())
+
+
 def _dpdl(tr: DPDL) -> list[Schedule]:
     # the strict reading's joint multiplier of node i's round release (card §5.3)
     t = tr.ctx.run.rounds
@@ -149,6 +157,7 @@ def _dp_cga(tr: DPCGA) -> list[Schedule]:
 GAUSSIAN: tuple[tuple[type, Callable[[Any], list[Schedule]], str], ...] = (
     (DPSGP, _dp_sgp, "pld"), (ADPVRSGP, _adp, "pld"), (DynD2P, _dyn, "pld"),
     (DPDPSGD, _dp_dpsgd, "rdp"), (DPDL, _dpdl, "rdp"), (DPCGA, _dp_cga, "rdp"),
+    (Muffliato, _muffliato, "rdp"),
 )
 
 

@@ -1,13 +1,13 @@
 """One source of truth: the privacy plan draws the noise, and the reported ε is the plan's.
 
 For every private defense, the plan is changed (its noise scaled by 2 after calibration: the
-plan functions' `noise_factor`, DPDL's `plan_privacy`, DP-DPSGD's and DP-CGA's calibration), and
-one round is trained with the same seed as an unchanged run and as a run without noise
-(`disable_noise`). The noise the trainer drew, read off the released messages, must follow the
-plan (x2 for the additive Gaussian and Laplace mechanisms; for randomized response the message
-scale 1 / tanh(eps / 2) of the halved coordinate epsilon), and the reported calibrated ε must change
-with it (more noise, a smaller ε). A trainer that kept a copy of the schedule, or reported an ε
-of its own, fails here.
+plan functions' `noise_factor`, DPDL's `plan_privacy`, DP-DPSGD's (MUFFLIATO's) and DP-CGA's
+calibration), and one round is trained with the same seed as an unchanged run and as a run
+without noise (`disable_noise`). The noise the trainer drew, read off the released messages,
+must follow the plan (x2 for the additive Gaussian and Laplace mechanisms; for randomized
+response the message scale 1 / tanh(eps / 2) of the halved coordinate epsilon), and the reported
+calibrated ε must change with it (more noise, a smaller ε). A trainer that kept a copy of the
+schedule, or reported an ε of its own, fails here.
 """
 
 from __future__ import annotations
