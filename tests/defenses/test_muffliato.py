@@ -62,6 +62,12 @@ def test_omega_and_steps_from_the_spectral_gap() -> None:
     w = torch.full((5, 5), 0.2)
     assert second_eigenvalue([w]) == pytest.approx(0.0, abs=1e-12)
     assert chebyshev_omega(0.0) == 1.0 and mixing_steps(0.0) == 1
+    # disjoint copies (LiRA's reference runs) mix at one copy's rate; a periodic walk is refused
+    ring = b.trainer.graphs[0][0]
+    assert second_eigenvalue([torch.block_diag(ring, ring, ring)]) == pytest.approx(mu, abs=1e-6)
+    flip = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # eigenvalues 1 and -1
+    with pytest.raises(ConfigError, match="eigenvalue -1"):
+        second_eigenvalue([flip])
     # Muffliato's own gamma is this omega for its lazy walk (mu = 1 - lambda_2 / 2)
     lam = 0.1
     gamma = 2 * (1 - math.sqrt(lam * (1 - lam / 4))) / (1 - lam / 2) ** 2
