@@ -169,6 +169,10 @@ class Muffliato(Trainer):
         """(n, d) current models (the latest gossip iterate)."""
         return self.x
 
+    def samples_in(self, t: int) -> bool:
+        """Only the release rounds (t mod K = 0) draw a batch."""
+        return t % self.steps == 0
+
     def round(self, t: int) -> None:
         """A release round (t mod K = 0): noisy local step, send, first gossip step; otherwise
         one accelerated gossip step."""

@@ -358,6 +358,11 @@ class Trainer(abc.ABC):
         self.cfg = cfg
         self.ctx = ctx
 
+    def samples_in(self, t: int) -> bool:
+        """Whether round t draws data (True for every round of a one-step-per-round trainer;
+        MUFFLIATO's gossip-only rounds do not): the sampling contract checks it."""
+        return True
+
     def init_params(self) -> Tensor:
         """(n, d) identical initial models (a shared, public initialisation)."""
         x0 = self.ctx.fm.init(self.ctx.streams.fresh("init", device="cpu")).to(self.ctx.device)

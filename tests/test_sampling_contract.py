@@ -123,8 +123,9 @@ def test_a_trainer_drawing_fixed_batches_under_a_poisson_ledger_is_caught(monkey
 # ------------------------------------------------------------------- the one sampling path
 def sampling_path_breaches(built: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Train two rounds; every NodeData draw must come from `Context.draw` / `draw_epoch` (the
-    path that records ground truth), every round that draws must be recorded, and some round
-    must draw (a round may only communicate, e.g. MUFFLIATO's gossip steps)."""
+    path that records ground truth), and exactly the rounds the trainer says draw
+    (`samples_in`: every round, except e.g. MUFFLIATO's gossip steps) must draw and be
+    recorded."""
     from privbench.engine import Context
 
     inside: list[bool] = []
@@ -157,11 +158,12 @@ def sampling_path_breaches(built: Any, monkeypatch: pytest.MonkeyPatch) -> list[
     for t in range(RUN.rounds):
         round_now[0] = t
         built.trainer.round(t)
-    missing = sorted(t for t in drew if t not in built.ctx.truth.batches)
+    want = {t for t in range(RUN.rounds) if built.trainer.samples_in(t)}
+    missing = sorted(t for t in want | drew if t not in built.ctx.truth.batches)
     if missing:
         out.append(f"rounds {missing} drew no recorded batch (ground truth missing)")
-    if not drew:
-        out.append("no round drew a batch")
+    if drew - want:
+        out.append(f"rounds {sorted(drew - want)} drew a batch the trainer says they do not")
     return out
 
 
@@ -190,3 +192,26 @@ def test_a_trainer_bypassing_the_sampling_path_is_caught(monkeypatch):
     breaches = sampling_path_breaches(built, monkeypatch)
     assert "NodeData.poisson called outside Context.draw" in breaches
     assert any("ground truth missing" in b for b in breaches)
+
+
+def test_a_round_that_should_draw_but_does_not_is_caught(monkeypatch):
+    # a MUFFLIATO (draws in its release rounds only) that claims every round draws: the gossip
+    # round 1 has no batch; and one that claims no round draws: round 0's draw is flagged
+    from defenses.muffliato import Muffliato
+
+    class ClaimsAll(Muffliato):
+        def samples_in(self, t: int) -> bool:
+            return True
+
+    class ClaimsNone(Muffliato):
+        def samples_in(self, t: int) -> bool:
+            return False
+
+    built = build(RUN, "muffliato", {"gossip_steps": 2})
+    built.trainer.__class__ = ClaimsAll
+    assert "rounds [1] drew no recorded batch (ground truth missing)" in \
+        sampling_path_breaches(built, monkeypatch)
+    built = build(RUN, "muffliato", {"gossip_steps": 2})
+    built.trainer.__class__ = ClaimsNone
+    breaches = sampling_path_breaches(built, monkeypatch)
+    assert any("drew a batch the trainer says they do not" in b for b in breaches)
