@@ -114,6 +114,7 @@ from defenses.dpdl import (
     calibrate_sigmas,
     cross_gradient_view,
     graph_periods,
+    node_rates,
     sample_round,
 )
 from privbench.accounting import (
@@ -479,8 +480,7 @@ class DPCGA(Trainer):
         self.edges = [group_edges(g[2], g[3], ctx.n) for g in self.graphs]
         self.blocks = segments(ctx.fm, cfg.qp_scope)
         run = ctx.run
-        self.counts = ctx.data.counts.to(ctx.device)  # (n,)
-        self.rates = (run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)  # (n,)
+        self.counts, self.rates = node_rates(ctx)  # (n,), (n,)
         self.plan = plan_privacy(cfg, [g[0].cpu() for g in self.graphs], ctx.data.counts.tolist(),
                                  run.batch_size, run.epsilon, run.delta, run.rounds)
         self.sigma = torch.tensor(self.plan.sigma, dtype=torch.float32, device=ctx.device)  # (n,)

@@ -40,6 +40,7 @@ from defenses.dpdl import (
     calibrate_sigmas,
     graph_periods,
     mixing_matrix,
+    node_rates,
     sample_round,
 )
 from privbench.accounting import (
@@ -163,8 +164,7 @@ class DPDPSGD(Trainer):
         if not ctx.topology.undirected:
             raise ConfigError("dp_dpsgd needs an undirected topology")
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
-        self.counts = ctx.data.counts.to(ctx.device)  # (n,)
-        self.rates = (ctx.run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)
+        self.counts, self.rates = node_rates(ctx)  # (n,), (n,)
         self.sigma = node_sigmas(cfg, ctx, self.rates, ctx.run.rounds)  # (n,)
         self.x = self.init_params()  # (n, d)
         self.buf = torch.zeros_like(self.x)  # (n, d)

@@ -411,6 +411,13 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
 # ---------------------------------------------------------------- trainer
 
 
+def node_rates(ctx: Context) -> tuple[Tensor, Tensor]:
+    """(n,) member counts |D_i| and (n,) sampling rates q_i = min(1, B / |D_i|) (float64), on
+    the run's device (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO)."""
+    counts = ctx.data.counts.to(ctx.device)
+    return counts, (ctx.run.batch_size / counts.clamp(min=1).double()).clamp(max=1.0)
+
+
 def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Tensor,
                  dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Round t's batches for every agent, recorded as ground truth (shared with DP-DPSGD).
@@ -460,8 +467,7 @@ class DPDL(Trainer):
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
         self.alpha = default_alpha(cfg, ctx.topology.name)
         run = ctx.run
-        self.counts = ctx.data.counts.to(ctx.device)  # (n,)
-        self.rates = (run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)  # (n,)
+        self.counts, self.rates = node_rates(ctx)  # (n,), (n,)
         self.plan = plan_privacy(cfg, [g[0] for g in self.graphs], ctx.data.counts.tolist(),
                                  run.batch_size, run.epsilon, run.delta, run.rounds, self.alpha)
         self.sigma = torch.tensor(self.plan.sigma, dtype=torch.float32, device=ctx.device)  # (n,)

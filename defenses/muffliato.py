@@ -55,7 +55,7 @@ from defenses.dp_dpsgd import (
     node_sigmas,
     noisy_clipped_mean,
 )
-from defenses.dpdl import graph_periods, mixing_matrix
+from defenses.dpdl import graph_periods, mixing_matrix, node_rates
 from privbench.config import check_choices
 from privbench.engine import Context, Trainer
 from privbench.errors import ConfigError
@@ -132,6 +132,14 @@ def mixing_steps(mu: float) -> int:
     return max(1, math.ceil(1.0 / math.sqrt(1.0 - mu) - 1e-9))
 
 
+def gossip_constants(cfg: MuffliatoConfig, ws: list[Tensor]) -> tuple[float, int, float]:
+    """(mu, K, omega) of the gossip matrices `ws` under `cfg` (K from the gap unless fixed;
+    omega 1 without acceleration): what the trainer runs and an observer recomputes."""
+    mu = second_eigenvalue(ws)
+    steps = cfg.gossip_steps or mixing_steps(mu)
+    return mu, steps, chebyshev_omega(mu) if cfg.acceleration == "chebyshev" else 1.0
+
+
 @DEFENSES.register("muffliato")
 class Muffliato(Trainer):
     """Local DP-SGD step, then K rounds of Chebyshev-accelerated gossip (card-dpdl.md §9)."""
@@ -153,12 +161,9 @@ class Muffliato(Trainer):
             raise ConfigError("muffliato needs an undirected topology (ring, complete, two_hub, "
                               "or random_out with symmetric=true)")
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
-        self.mu = second_eigenvalue([g[0] for g in self.graphs])
-        self.steps = cfg.gossip_steps or mixing_steps(self.mu)  # K
-        self.omega = chebyshev_omega(self.mu) if cfg.acceleration == "chebyshev" else 1.0
+        self.mu, self.steps, self.omega = gossip_constants(cfg, [g[0] for g in self.graphs])
         self.releases = math.ceil(ctx.run.rounds / self.steps)  # gradient steps in the run
-        self.counts = ctx.data.counts.to(ctx.device)  # (n,)
-        self.rates = (ctx.run.batch_size / self.counts.clamp(min=1).double()).clamp(max=1.0)
+        self.counts, self.rates = node_rates(ctx)  # (n,), (n,)
         self.sigma = node_sigmas(cfg, ctx, self.rates, self.releases)  # (n,)
         self.x = self.init_params()  # (n, d): the current iterate y^k
         self.prev = self.x.clone()  # (n, d): y^{k-1}
@@ -221,9 +226,7 @@ class Muffliato(Trainer):
         cfg, lr = obs.defense_cfg, obs.run.lr
         topo = obs.topology
         ws = [mixing_matrix(topo, p, cfg.weights) for p in range(topo.graphs.shape[0])]
-        mu = second_eigenvalue(ws)
-        steps = cfg.gossip_steps or mixing_steps(mu)
-        omega = chebyshev_omega(mu) if cfg.acceleration == "chebyshev" else 1.0
+        _, steps, omega = gossip_constants(cfg, ws)
 
         def sent(t: int, k: int) -> Tensor:
             kind = "model" if t % steps == 0 else "gossip"
