@@ -13,7 +13,7 @@ from privbench.errors import ConfigError, PrivbenchError
 from privbench.reproduce import REPRODUCTIONS, Scale, load
 from privbench.reproduce import runs as runs_mod
 from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
-from privbench.reproduce.table import claim_verdict, render, verdict_at
+from privbench.reproduce.table import UNTESTED, claim_verdict, render, verdict_at
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
 
@@ -137,6 +137,11 @@ def test_verdicts():
     assert claim_verdict(["holds", "fails"]) == "partly"
     assert claim_verdict(["unresolved", "fails"]) == "refuted"
     assert claim_verdict(["unresolved", "unresolved"]) == "not resolved"
+    # cells without runs are no evidence: the verdict is over the tested cells and says so
+    assert claim_verdict(["holds", UNTESTED, "holds", UNTESTED]) == "reproduced (2 of 4 ε run)"
+    assert claim_verdict(["holds", UNTESTED, "fails"]) == "partly (2 of 3 ε run)"
+    assert claim_verdict(["fails", UNTESTED]) == "refuted (1 of 2 ε run)"
+    assert claim_verdict([UNTESTED, UNTESTED]) == UNTESTED
 
 
 def test_committed_tables_re_render_byte_for_byte(tmp_path, capsys):
@@ -268,6 +273,24 @@ def test_a_diverged_run_renders_as_diverged_and_leaves_the_orderings(tmp_path):
     # eps 1: one seed left to pair (unresolved); eps 3: none, both seeds diverged
     assert at1.endswith("/1) unresolved (1 seed diverged)")
     assert at3 == "– (2 seeds diverged)"
+
+
+def test_a_claim_is_judged_only_where_it_was_run(tmp_path):
+    repro, scale = _tiny()
+    recs = reproduce(repro, scale, (0, 1), tmp_path)
+    claim = "| Dyn-D2P > Const-D2P |"
+    full = next(ln for ln in render(repro, scale, recs).splitlines() if ln.startswith(claim))
+    assert "ε run)" not in full  # every cell has runs: the verdict needs no count
+    # the epsilon-3 runs are not there yet: that cell is no evidence, the verdict says what it
+    # rests on instead of calling the claim "partly" (or "not resolved") for a missing run
+    half = [r for r in recs if r["eps"] != 3.0]
+    row = next(ln for ln in render(repro, scale, half).splitlines() if ln.startswith(claim))
+    at1, at3, verdict = row.removesuffix(" |").split(" | ")[1:]
+    assert at3 == "–"
+    assert verdict == f"{claim_verdict([at1.rsplit(' ', 1)[-1]])} (1 of 2 ε run)"
+    none = [r for r in recs if r["eps"] is None]
+    row = next(ln for ln in render(repro, scale, none).splitlines() if ln.startswith(claim))
+    assert row.endswith("| – | – | untested |")
 
 
 def test_a_table_says_which_machines_its_runs_came_from(tmp_path):

@@ -5,7 +5,8 @@ epsilon the noise buys (paper / calibrated, largest over nodes, mean over seeds)
 orderings paired by seed (mean difference in points ± sample sd, the seeds where it holds, and a
 verdict per epsilon: "holds" when mean - 2 se > 0, "fails" when mean + 2 se < 0, else
 "unresolved"; a claim is "reproduced" when it holds at every epsilon, "partly" at some, "refuted"
-when it holds at none and fails at some, "not resolved" otherwise).
+when it holds at none and fails at some, "not resolved" otherwise), over the epsilons that have
+runs: a cell with none is "untested" and the verdict counts the epsilons it rests on).
 """
 
 from __future__ import annotations
@@ -139,15 +140,29 @@ def verdict_at(diffs: list[float]) -> str:
     return "unresolved"
 
 
+UNTESTED = "untested"  # a cell the claim covers where no seed has both rows (none run yet)
+
+
 def claim_verdict(per_eps: list[str]) -> str:
     """"reproduced" (holds at every epsilon), "partly" (at some), "refuted" (at none and
-    reversed at some), else "not resolved" (too few seeds to tell either way)."""
-    held = sum(v == "holds" for v in per_eps)
-    if held == len(per_eps):
-        return "reproduced"
-    if held:
-        return "partly"
-    return "refuted" if "fails" in per_eps else "not resolved"
+    reversed at some), else "not resolved" (too few seeds to tell either way).
+
+    Cells with no runs (`UNTESTED`) are no evidence either way: the verdict is over the tested
+    cells and says how many of the claim's cells that is ("reproduced (2 of 4 ε run)"), so a
+    claim that holds wherever it was run never reads "partly"; with none tested it is "untested".
+    """
+    tested = [v for v in per_eps if v != UNTESTED]
+    if not tested:
+        return UNTESTED
+    held = sum(v == "holds" for v in tested)
+    if held == len(tested):
+        verdict = "reproduced"
+    elif held:
+        verdict = "partly"
+    else:
+        verdict = "refuted" if "fails" in tested else "not resolved"
+    return verdict if len(tested) == len(per_eps) else \
+        f"{verdict} ({len(tested)} of {len(per_eps)} ε run)"
 
 
 def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
@@ -161,9 +176,9 @@ def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
             pairs = _pairs(repro, records, better, worse, e)
             d = [a - b for a, b in pairs if a is not None and b is not None]
             v = verdict_at(d)
-            verdicts.append(v)
             lost = len(pairs) - len(d)  # seeds where either row diverged
             note = f" ({lost} seed{'s' * (lost > 1)} diverged)" if lost else ""
+            verdicts.append(v if d or lost else UNTESTED)  # diverged seeds were tested
             if not d:
                 cells.append("–" + note)
                 continue
@@ -210,6 +225,6 @@ def render(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> 
            "The paper's orderings, paired by seed (mean difference in points ± sd, seeds where "
            "it holds; *holds* / *fails* at 2 standard errors, else *unresolved*; a claim is "
            "*reproduced* when it holds at every ε, *partly* at some, *refuted* when it holds at "
-           "none and fails at some, else *not resolved*):", "",
+           "none and fails at some, else *not resolved*; over the ε run when some are not):", "",
            *_ordering_table(repro, records)]
     return "\n".join(out) + "\n"
