@@ -5,8 +5,8 @@ epsilon the noise buys (paper / calibrated, largest over nodes, mean over seeds)
 orderings paired by seed (mean difference in points ± sample sd, the seeds where it holds, and a
 verdict per epsilon: "holds" when mean - 2 se > 0, "fails" when mean + 2 se < 0, else
 "unresolved"; a claim is "reproduced" when it holds at every epsilon, "partly" at some, "refuted"
-when it holds at none and fails at some, "not resolved" otherwise), over the epsilons that have
-runs: a cell with none is "untested" and the verdict counts the epsilons it rests on).
+when it holds at none and fails at some, "not resolved" otherwise; judged over the epsilons that
+have runs: a cell with none is "untested" and the verdict counts the epsilons it rests on).
 """
 
 from __future__ import annotations
