@@ -355,10 +355,15 @@ class DeFLVP(Trainer):
             cols = slice(s * b, (s + 1) * b)
             mask = members[:, cols]  # (n, B') real samples
             xb, yb = data.gather(perm[:, cols])
-            gs = batch_grads(ctx.fm, x_hat, xb, yb, mask) + cfg.weight_decay * x_hat
-            buf = cfg.local_momentum * buf + gs
+            gs = batch_grads(ctx.fm, x_hat, xb, yb, mask)  # (n, d), a fresh tensor
+            if cfg.weight_decay:  # (adding 0 * x_hat would change nothing but the time)
+                gs.add_(cfg.weight_decay * x_hat)
+            # In place, the same operations in the same order (bit-identical to the out-of-place
+            # form): up to 206 steps a round on (n, d) = 16.6 M floats for the CNN, where the
+            # out-of-place form allocated six such tensors a step, this one.
+            buf.mul_(cfg.local_momentum).add_(gs)
             active = mask.any(dim=1).to(x.dtype)[:, None]  # (n, 1) epoch not finished
-            x_hat = x_hat - cfg.local_lr * active * buf
+            x_hat.sub_(cfg.local_lr * active * buf)
         return (x - x_hat) / cfg.local_lr
 
     def _count_bytes(self, t: int) -> None:

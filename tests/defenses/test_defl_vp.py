@@ -25,7 +25,7 @@ from defenses.defl_vp import (
     sign_pm1,
 )
 from privbench.config import RunConfig
-from privbench.engine import train
+from privbench.engine import batch_grads, train
 from privbench.errors import ConfigError
 from privbench.messages import RecordPolicy
 from privbench.runner import build
@@ -231,6 +231,31 @@ def test_dfl_vr_message_is_the_corrected_gradient():
     h1 = log.get(1, "control_variate").payload  # (n, d) h^1 = a g^0
     assert torch.allclose(h1, 0.5 * gs[0])
     assert torch.allclose(qs[1], gs[1] - h1 + w @ h1, atol=1e-6)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-3])
+def test_local_epoch_is_the_momentum_recursion_bit_for_bit(weight_decay, monkeypatch):
+    """G2 (card §1.3) updates its local copy in place for speed; it must compute exactly the
+    out-of-place recursion buf = m buf + g + wd x̂, x̂ -= lr active buf, and leave x alone."""
+    built = build(_run(1), "defl_vp", {"weight_decay": weight_decay}, policy=RecordPolicy.none())
+    tr, ctx, cfg = built.trainer, built.ctx, built.trainer.cfg
+    perm, members = ctx.draw_epoch(0)
+    monkeypatch.setattr(ctx, "draw_epoch", lambda t: (perm, members))  # one pass for both
+    x = tr.x + 0.01 * torch.randn(tr.x.shape, generator=torch.Generator().manual_seed(0))
+    x_before = x.clone()
+    got = tr._epoch_pseudo_gradient(0, x)
+    assert torch.equal(x, x_before)
+    b = ctx.run.batch_size
+    x_hat, buf = x.clone(), torch.zeros_like(x)
+    assert tr.epoch_steps > 1
+    for s in range(tr.epoch_steps):
+        cols = slice(s * b, (s + 1) * b)
+        xb, yb = ctx.data.gather(perm[:, cols])
+        g = batch_grads(ctx.fm, x_hat, xb, yb, members[:, cols]) + weight_decay * x_hat
+        buf = cfg.local_momentum * buf + g
+        active = members[:, cols].any(dim=1).to(x.dtype)[:, None]
+        x_hat = x_hat - cfg.local_lr * active * buf
+    assert torch.equal(got, (x - x_hat) / cfg.local_lr)
 
 
 def test_dfl_compression_message_is_rand_k_of_g():
