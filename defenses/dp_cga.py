@@ -116,6 +116,7 @@ from defenses.dpdl import (
     graph_periods,
     node_rates,
     sample_round,
+    sampling_rates,
 )
 from privbench.accounting import (
     AccountantOptions,
@@ -371,7 +372,7 @@ def plan_privacy(cfg: DPCGAConfig, ws: Sequence[Tensor], counts: Sequence[int], 
         ws: every graph period's (n, n) mixing matrix; n_i is the worst period's |N_i|.
         counts: (n,) |D_i|.
     """
-    rates = tuple(min(1.0, batch_size / max(c, 1)) for c in counts)
+    rates = sampling_rates(counts, batch_size)
     divisors = tuple(float(max(1, min(batch_size, c))) for c in counts)
     releases = tuple(max(int((w[i] > 0).sum()) for w in ws) for i in range(len(counts)))
     unit = unit_ratios(releases, divisors, cfg.sampling)

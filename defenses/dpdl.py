@@ -348,7 +348,7 @@ def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_siz
     own sigma_i would shrink to 0.)
     """
     n = len(counts)
-    rates = tuple(min(1.0, batch_size / max(c, 1)) for c in counts)
+    rates = sampling_rates(counts, batch_size)
     ones = np.ones(n)
     unit = worst_multipliers(ws, ones, alpha, cfg.kappa, cfg.cross_coef)
     read = cfg.calibrate_with
@@ -411,9 +411,18 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
 # ---------------------------------------------------------------- trainer
 
 
+def sampling_rates(counts: Sequence[int], batch_size: int) -> tuple[float, ...]:
+    """q_i = min(1, B / |D_i|) per node, as the privacy plans account them (DPDL, DP-CGA)."""
+    return tuple(min(1.0, batch_size / max(c, 1)) for c in counts)
+
+
 def node_rates(ctx: Context) -> tuple[Tensor, Tensor]:
     """(n,) member counts |D_i| and (n,) sampling rates q_i = min(1, B / |D_i|) (float64), on
-    the run's device (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO)."""
+    the run's device (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO).
+
+    torch divides a scalar by a tensor through a reciprocal, so a q_i here can differ from
+    `sampling_rates` in the last bit (e.g. 100 / 600); kept so committed runs replay bit for bit.
+    """
     counts = ctx.data.counts.to(ctx.device)
     return counts, (ctx.run.batch_size / counts.clamp(min=1).double()).clamp(max=1.0)
 
