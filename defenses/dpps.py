@@ -411,24 +411,40 @@ class DPPS(Trainer):
             s_used = s_real
         else:
             s_used = None
-        if s_used is not None:  # D3, Eq. 8
-            b = self.b_at(t)
-            raw = laplace(tuple(s_half.shape), s_used / b, ctx.streams.get("noise"), ctx.device)
-            s_noisy = s_half + gn * raw  # (n, d_s)
-            self.noise_norm = raw.abs().sum(dim=1)
-            scale = gn * s_used / b
-        else:
-            s_noisy, scale = s_half, torch.zeros((), device=ctx.device)
+        s_noisy, scale = self.perturb(s_half, s_used, t, gn)  # D3, Eq. 8
         mixer = self.sync_mixer if is_sync(cfg, t) else self.mixer  # card §1.4
         self.s, self.a = push_sum(ctx.bus, mixer, t, s_noisy, self.a, "shared", "weight")  # D4-D5
         self.rounds_done = t + 1
         if cfg.diagnostics:
-            nan = torch.full((), float("nan"), device=ctx.device)
-            s_all = rows(self.S_i)  # (n,)
-            for k, v in (("S_i", s_all), ("S_est", s_all.amax()), ("S_real", s_real),
-                         ("S_used", s_used if s_used is not None else nan), ("scale", scale),
-                         ("eps_norm", rows(eps_norm)), ("noise_norm", rows(self.noise_norm))):
-                self.trace[k].append(v.detach())
+            self.record(rows(self.S_i), s_real, s_used, scale, rows(eps_norm))
+
+    def perturb(self, v: Tensor, s_used: Tensor | None, t: int,
+                gn: float) -> tuple[Tensor, Tensor]:
+        """v + gamma_n Lap(0, S / b(t)) per coordinate (Eq. 8), and the per-coordinate scale.
+
+        Args:
+            v: (n, d_s) the vectors about to be pushed.
+            s_used: the sensitivity S the noise is drawn for, or None (no noise).
+
+        Returns:
+            (n, d_s) the noisy vectors and the scalar scale gamma_n S / b (0 without noise).
+        """
+        if s_used is None:
+            return v, torch.zeros((), device=self.ctx.device)
+        b = self.b_at(t)
+        raw = laplace(tuple(v.shape), s_used / b, self.ctx.streams.get("noise"), self.ctx.device)
+        self.noise_norm = raw.abs().sum(dim=1)  # (n,) of the raw draw, for Eq. 22 and the trace
+        return v + gn * raw, gn * s_used / b
+
+    def record(self, s_i: Tensor, s_real: Tensor, s_used: Tensor | None, scale: Tensor,
+               eps_norm: Tensor) -> None:
+        """Append one round's diagnostics: s_i and eps_norm (n,), the rest scalars."""
+        nan = torch.full((), float("nan"), device=self.ctx.device)
+        for k, v in (("S_i", s_i), ("S_est", s_i.amax()), ("S_real", s_real),
+                     ("S_used", s_used if s_used is not None else nan), ("scale", scale),
+                     ("eps_norm", eps_norm), ("noise_norm", self.ctx.comm.gather_rows(
+                         self.noise_norm))):
+            self.trace[k].append(v.detach())
 
     # -- reporting --------------------------------------------------------------------------------
 
@@ -568,11 +584,15 @@ def _pre_step(obs: Observation, victim: int, t: int, cfg: DPPSConfig,
     """(s_i^t (d_s,), a_i^t) of the victim from round t-1's messages into it (or x0 at t = 0)."""
     if t == 0:
         return obs.x0[mask], torch.ones((), dtype=obs.x0.dtype)  # type: ignore[index]
+    return observed_mix(obs, victim, t - 1, *mixing_into(obs, cfg, t - 1, victim),
+                        "shared", "weight")
+
+
+def mixing_into(obs: Observation, cfg: DPPSConfig, t: int,
+                victim: int) -> tuple[Tensor, list[int]]:
+    """Round t's (n, n) push-sum matrix and the senders the victim combines (itself included):
+    the complete graph in a sync round (card §1.4), else the run topology."""
     n = obs.topology.n
-    if is_sync(cfg, t - 1):
-        p = torch.full((n, n), 1.0 / n)
-        senders = list(range(n))
-    else:
-        p = obs.topology.mixing(t - 1, "column")
-        senders = [victim, *obs.topology.in_neighbours(t - 1, victim)]
-    return observed_mix(obs, victim, t - 1, p, senders, "shared", "weight")
+    if is_sync(cfg, t):
+        return torch.full((n, n), 1.0 / n), list(range(n))
+    return obs.topology.mixing(t, "column"), [victim, *obs.topology.in_neighbours(t, victim)]

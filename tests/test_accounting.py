@@ -471,13 +471,13 @@ def test_report_to_dict() -> None:
 
 def test_registry_lists_all_defenses() -> None:
     assert set(PRIVACY_PLANS.names()) == {
-        "adp_vrsgp", "defl_vp", "dp_sgp", "dpdl", "dpps", "dyn_d2p", "partpsp"}
+        "adp_vrsgp", "defl_vp", "dp_sgp", "dpdl", "dpps", "dyn_d2p", "partpsp", "pedfl"}
     with pytest.raises(UnknownNameError, match="known: adp_vrsgp"):
         PRIVACY_PLANS.get("nope")
 
 
 @pytest.mark.parametrize("name", ["adp_vrsgp", "defl_vp", "dp_sgp", "dpdl", "dpps", "dyn_d2p",
-                                  "partpsp"])
+                                  "partpsp", "pedfl"])
 @pytest.mark.parametrize("mode", ["calibrated", "paper"])
 def test_plans_hit_their_target_in_their_own_mode(name: str, mode: str) -> None:
     with warnings.catch_warnings():

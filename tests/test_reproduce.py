@@ -207,7 +207,7 @@ def test_a_grid_of_a_defense_knob_sets_that_field_not_epsilon(tmp_path):
     repro, scale = _digits("dpps", (1.0, 3.0), model="psp_mlp", topology="exponential",
                            partition="iid", batch_size=16, lr=0.1)
     recs = reproduce(repro, scale, (0,), tmp_path)
-    assert len(recs) == 3 + 3 * 2
+    assert len(recs) == 4 + 4 * 2  # NoDP rows once, private rows at each b
     b3 = [r for r in recs if r["eps"] == 3.0]
     assert b3 and all(r["config"]["defense"]["b"] == 3.0 for r in b3)
     assert all(r["config"]["run"]["epsilon"] == recs[0]["config"]["run"]["epsilon"]

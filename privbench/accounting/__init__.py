@@ -12,7 +12,7 @@ accounting"). The pieces:
 - calibration (`calibrate`): target (epsilon, delta) + schedule shape -> noise scale;
 - each paper's own formula (`papers`, `gdp`), cited to card sections and paper equations;
 - plans (`plans`): `PRIVACY_PLANS`, name -> (epsilon, delta, rounds, sample_rate, accountant)
-  -> `PrivacyPlan` for dp_sgp, adp_vrsgp, dyn_d2p, defl_vp, dpps, partpsp, dpdl.
+  -> `PrivacyPlan` for dp_sgp, adp_vrsgp, dyn_d2p, defl_vp, dpps, partpsp, pedfl, dpdl.
 
 Every epsilon is an `EpsilonReport` carrying delta, accountant, mode ("paper" or "calibrated"),
 unit ("sample-level" or "node-level"), the message kinds it does not cover, and whether it is an
@@ -78,6 +78,7 @@ from privbench.accounting.plans import (
     plan_dyn_d2p,
     plan_options,
     plan_partpsp,
+    plan_pedfl,
 )
 from privbench.accounting.pure import (
     advanced_composition,
@@ -160,6 +161,7 @@ __all__ = [
     "plan_dyn_d2p",
     "plan_options",
     "plan_partpsp",
+    "plan_pedfl",
     "rr_epsilon",
     "rr_keep_prob",
     "schedule_epsilon_fn",

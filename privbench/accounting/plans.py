@@ -13,7 +13,7 @@ defaults. One plan describes one node (every node has its own ledger; budgets ar
 | adp_vrsgp | card-adp-vrsgp.md §2.1, §3 | sigma_hat | Thm 1, c2 fitted | PLD/RDP, schedule |
 | dyn_d2p | card-dyn-d2p.md §1.2, §3 | mu_0 | GDP CLT eqs. 4, 6, 8 | PLD/RDP, schedule |
 | defl_vp | card-defl-vp.md §2, §3 | keep_prob | Alg. 3 label | basic/advanced, d*T |
-| dpps, partpsp | card-dpps-partpsp.md §3 | b | Thm 1, per round | basic/advanced, T |
+| dpps, partpsp, pedfl | card-dpps-partpsp.md §3, §6.2 | b | Thm 1, per round | basic/advanced, T |
 | dpdl | card-dpdl.md §5 | sigma | `paper` reading, RDP | `strict` reading |
 """
 
@@ -399,7 +399,8 @@ def plan_defl_vp(
 
 def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_rate: float,
                accountant: str, gamma_n: float, calibrate_with: str,
-               noise_factor: float = 1.0) -> PrivacyPlan:
+               noise_factor: float = 1.0,
+               uncovered: tuple[str, ...] = ("sensitivity",)) -> PrivacyPlan:
     req = _request(epsilon, delta, rounds, sample_rate, accountant, PURE_PLAN_ACCOUNTANTS,
                    calibrate_with)
     eps, delta, rounds, q, accountant = req
@@ -410,7 +411,6 @@ def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_r
         eps_round = eps  # the paper's Theorem 1 budget is per round; it does not compose
     eps_round /= _factor(noise_factor)  # Laplace scale S(t) / eps_round grows with the factor
     b = dpps_b(eps_round, gamma_n)
-    uncovered = ("sensitivity",)
     ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).record(
         LaplaceEvent(eps_round, rounds))
     reports = [
@@ -457,6 +457,20 @@ def plan_partpsp(
     """PartPSP: DPPS applied to the shared parameters only (card-dpps-partpsp.md §1.3, §3)."""
     return _plan_dpps("partpsp", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
                       calibrate_with, noise_factor)
+
+
+@PRIVACY_PLANS.register("pedfl")
+def plan_pedfl(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "basic", *,
+    gamma_n: float = 1e-3,
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
+) -> PrivacyPlan:
+    """PEDFL (DPPS's baseline, card-dpps-partpsp.md §6.2): DPPS's Laplace calibration on the
+    gossiped models, noise from their oracle L1 sensitivity, so no data-dependent scalar is sent
+    (nothing uncovered)."""
+    return _plan_dpps("pedfl", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
+                      calibrate_with, noise_factor, uncovered=())
 
 
 # ---------------------------------------------------------------- lookup helpers
