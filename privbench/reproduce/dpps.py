@@ -3,11 +3,11 @@
 
 Zhou, Xue, Chen, "Differentially Private Perturbed Push-Sum Protocol and Its Application in
 Non-Convex Optimization". Rows: PartPSP-1 (the first layer shared), PartPSP-2 (the first two
-shared) and SGPDP (every parameter shared: DPPS on SGP), each at b in {1, 2, 3} and without
-noise (NoDP). The columns are the paper's b, NOT an epsilon: the Laplace scale per coordinate is
-gamma_n S(t) / b, so Theorem 1 gives b / gamma_n = 1,000 per round with NODES as records, which
-the epsilon table states beside the composition over the run's rounds. Table 2 noises every
-algorithm with the REAL (oracle) sensitivity of its communicated vector
+shared), SGPDP (every parameter shared: DPPS on SGP) and PEDFL, each at b in {1, 2, 3} and
+without noise (NoDP). The columns are the paper's b, NOT an epsilon: the Laplace scale per
+coordinate is gamma_n S(t) / b, so Theorem 1 gives b / gamma_n = 1,000 per round with NODES as
+records, which the epsilon table states beside the composition over the run's rounds. Table 2
+noises every algorithm with the REAL (oracle) sensitivity of its communicated vector
 (`sensitivity_mode="oracle"`). The card's common settings (§6.1): N = 10 on the one-peer
 exponential graph (EXP), IID, batch 100 per node, 12 epochs = 720 rounds, gamma_s = gamma_l =
 0.1 and gamma_n = 1e-3, each divided by 10 at epochs 5 and 10 (rounds 300 and 600), sync on with
