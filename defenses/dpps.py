@@ -412,11 +412,16 @@ class DPPS(Trainer):
         else:
             s_used = None
         s_noisy, scale = self.perturb(s_half, s_used, t, gn)  # D3, Eq. 8
-        mixer = self.sync_mixer if is_sync(cfg, t) else self.mixer  # card §1.4
-        self.s, self.a = push_sum(ctx.bus, mixer, t, s_noisy, self.a, "shared", "weight")  # D4-D5
+        self.s, self.a = push_sum(ctx.bus, self.mixer_at(t), t, s_noisy, self.a, "shared",
+                                  "weight")  # D4-D5
         self.rounds_done = t + 1
         if cfg.diagnostics:
             self.record(rows(self.S_i), s_real, s_used, scale, rows(eps_norm))
+
+    def mixer_at(self, t: int) -> Mixer:
+        """Round t's mixer: the complete graph in a sync round (card §1.4), else the topology's
+        (the trainer's side of `mixing_into`)."""
+        return self.sync_mixer if is_sync(self.cfg, t) else self.mixer
 
     def perturb(self, v: Tensor, s_used: Tensor | None, t: int,
                 gn: float) -> tuple[Tensor, Tensor]:

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from defenses.dpps import DPPS, DPPSConfig, is_sync, mixing_into, rates, real_sensitivity
+from defenses.dpps import DPPS, DPPSConfig, mixing_into, rates, real_sensitivity
 from privbench.engine import Context, batch_grads, clip_l1
 from privbench.errors import ConfigError
 from privbench.messages import MessageKind
@@ -104,16 +104,17 @@ class PEDFL(DPPS):
         if cfg.clip is not None:
             g, _ = clip_l1(g, cfg.clip)
         rows = ctx.comm.gather_rows  # oracle view of per-node values (identity in one process)
-        s_real = real_sensitivity(rows(self.s))  # the sent vectors are the models themselves
-        s_used = s_real if cfg.sensitivity_mode == "oracle" else None
+        oracle = cfg.sensitivity_mode == "oracle"
+        # the sent vectors are the models themselves; the O(n^2 d) distance only when needed
+        s_real = real_sensitivity(rows(self.s)) if oracle or cfg.diagnostics else None
+        s_used = s_real if oracle else None
         noisy, scale = self.perturb(self.s, s_used, t, gn)  # (n, d)
-        mixer = self.sync_mixer if is_sync(cfg, t) else self.mixer
-        mixed, self.a = push_sum(ctx.bus, mixer, t, noisy, self.a, "shared", "weight")
+        mixed, self.a = push_sum(ctx.bus, self.mixer_at(t), t, noisy, self.a, "shared", "weight")
         self.s = mixed - gs * g
         self.rounds_done = t + 1
         if cfg.diagnostics:
             used = s_used if s_used is not None else s_real
-            self.record(used.expand(ctx.n), s_real, s_used, scale,
+            self.record(used.expand(ctx.n), s_real, s_used, scale,  # type: ignore[union-attr]
                         rows(gs * g.abs().sum(dim=1)))
 
     @classmethod
@@ -121,22 +122,21 @@ class PEDFL(DPPS):
         """The victim's round-t gradient (sum_j w_ij m_j^t - m_i^{t+1}) / gamma_s at m_i^t / a_i^t.
 
         Raises:
-            NotApplicable: when a round-t message into the victim or its round-(t+1) message is
-                not observed.
+            NotApplicable: when a round-t message into the victim (its own included:
+                `observed_mix` checks those) or its round-(t+1) message is not observed.
         """
         cfg: PEDFLConfig = obs.defense_cfg
         views = []
         for t in rounds:
             mixed, _ = observed_mix(obs, victim, t, *mixing_into(obs, cfg, t, victim),
                                     "shared", "weight")
-            now, nxt = obs.log.get(t, "shared"), obs.log.get(t + 1, "shared")
-            weight = obs.log.get(t, "weight")
-            m_now = now.sent_by(victim) if now is not None else None
+            m_now = obs.log.get(t, "shared").sent_by(victim)  # observed: the victim mixes it
+            a_now = obs.log.get(t, "weight").sent_by(victim)
+            nxt = obs.log.get(t + 1, "shared")
             m_next = nxt.sent_by(victim) if nxt is not None else None
-            a_now = weight.sent_by(victim) if weight is not None else None
-            if m_now is None or m_next is None or a_now is None:
-                raise NotApplicable(f"node {victim}'s round-{t} and round-{t + 1} shared messages "
-                                    f"are not observed by the {obs.threat.kind} threat model")
+            if m_next is None:
+                raise NotApplicable(f"node {victim}'s round-{t + 1} shared message is not "
+                                    f"observed by the {obs.threat.kind} threat model")
             gs = rates(cfg, obs.run.lr, t)[0]
             views.append(GradientView(
                 victim, t, m_now / a_now[0], (mixed - m_next.to(mixed)) / gs, "gradient", None,
