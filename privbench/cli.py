@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError, Terminated
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
@@ -823,6 +823,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PrivbenchError as exc:
         print(f"privbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated:
+        print("privbench: stopped (SIGTERM); results already written are kept", file=sys.stderr)
+        return 128 + 15
     except KeyboardInterrupt:
         print("privbench: interrupted", file=sys.stderr)
         return 130

@@ -24,3 +24,9 @@ class UnknownNameError(PrivbenchError, KeyError):
 
 class DataError(PrivbenchError):
     """A dataset or file is missing, corrupt, or of the wrong format."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where a command installs `sigterm_raises` (as Ctrl-C
+    raises KeyboardInterrupt), so that the command stops what it started, e.g. worker processes,
+    instead of ending alone. The CLI prints one line and exits with 128 + 15."""

@@ -4,6 +4,7 @@ and the committed tables re-rendered byte for byte from their committed runs."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -330,3 +331,86 @@ def test_a_failed_job_among_parallel_ones_is_named_and_the_others_kept(tmp_path)
     kept = read_runs(tmp_path / RUNS_FILE)
     assert sorted((r["method"], r["eps"] or 0.0) for r in kept) == \
         [("Const-D2P", 1.0), ("Const-D2P", 3.0), ("Non-private", 0.0)]
+
+
+_SLOW_PARALLEL_REPRODUCTION = """
+import dataclasses, sys
+from privbench.cli import main
+from privbench.reproduce import REPRODUCTIONS, Scale, load
+load()
+r = REPRODUCTIONS.get("dyn_d2p")
+scale = Scale("reduced", (("dataset", "digits"), ("model", "mlp"), ("nodes", 4),
+                          ("topology", "exponential"), ("rounds", 200000), ("batch_size", 16),
+                          ("lr", 0.2), ("delta", 1e-4), ("holdout", 0.0), ("eval_every", 200000)),
+              (0,), "a run far longer than the test waits")
+REPRODUCTIONS.add("slow_test", dataclasses.replace(
+    r, scales=(scale,), eps=(1.0, 3.0), paper=tuple((label, row[2:]) for label, row in r.paper)))
+sys.exit(main(["reproduce", "slow_test", "--jobs", "2", "--quiet", "--out", sys.argv[1]]))
+"""
+
+
+def _spawned_workers(parent: int) -> list[int]:
+    """Live (not zombie) processes whose parent is `parent` and that run multiprocessing's
+    spawn_main (the pool's workers; the resource tracker runs another entry point)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[1]) == parent and fields[0] != "Z" and b"spawn_main" in cmd:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_stopped_parallel_reproduction_stops_its_workers_too(tmp_path, how):
+    """`kill PID` (SIGTERM, what a scheduler or `pkill` sends) used to end the parent alone: its
+    workers went on training for hours with no one to keep their lines. Ctrl-C (SIGINT to the
+    whole process group) ends with one line too, not a traceback per worker."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    err_file = tmp_path / "stderr"  # a file, not a pipe: orphaned workers would hold a pipe open
+    workers: list[int] = []
+    with err_file.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _SLOW_PARALLEL_REPRODUCTION,
+                                 str(tmp_path / "out")], stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            workers = _spawned_workers(proc.pid)
+        assert len(workers) == 2, f"the two workers never started (exit {proc.poll()})"
+        time.sleep(1.0)  # past their start-up: they are importing or training
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+            code, line = 128 + signal.SIGTERM, \
+                "privbench: stopped (SIGTERM); results already written are kept"
+        else:  # a terminal's Ctrl-C: the foreground process group
+            os.killpg(proc.pid, signal.SIGINT)
+            code, line = 130, "privbench: interrupted"
+        assert proc.wait(timeout=60) == code, err_file.read_text()
+        assert err_file.read_text().strip().splitlines() == [line], err_file.read_text()
+        deadline = time.monotonic() + 20
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, workers)), "a worker outlived its stopped reproduction"
+        assert not (tmp_path / "out" / RUNS_FILE).exists() or \
+            read_runs(tmp_path / "out" / RUNS_FILE) == []
+    finally:  # a failing run must not leave training processes behind
+        for pid in [proc.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()

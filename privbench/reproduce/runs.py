@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ import torch
 
 from privbench import __version__
 from privbench.config import RunConfig, replace_checked, to_dict
-from privbench.errors import PrivbenchError
+from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
 from privbench.messages import RecordPolicy
 from privbench.reproduce.spec import Method, Reproduction, Scale
@@ -212,7 +215,9 @@ def _init_worker(threads: int) -> None:
 def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
                   keep: Callable[[int, Job, dict[str, Any]], None]) -> None:
     """Train `todo` in `workers` spawned processes, keeping each line as it arrives; a failed
-    job is reported after the others end."""
+    job is reported after the others end. Stopped (Ctrl-C, SIGTERM, any error here), the runs
+    still pending are cancelled and the workers terminated: their runs in progress are lost,
+    the lines already kept are not."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -220,21 +225,72 @@ def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: i
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
     # each worker at this process's thread count: its lines (and fingerprints) are the ones a
     # sequential run here would write
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(torch.get_num_threads(),)) as pool:
-        futures = {pool.submit(run_job, repro, scale, job): job for job in todo}
-        for k, fut in enumerate(as_completed(futures), 1):
-            job = futures[fut]
-            try:
-                rec = fut.result()
-            except Exception as exc:  # keep the others' lines; name every failure at the end
-                failed.append(f"{job.method.label} eps={job.eps} seed {job.seed}: "
-                              f"{type(exc).__name__}: {exc}")
-                continue
-            keep(k, job, rec)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                               initargs=(torch.get_num_threads(),))
+    try:
+        with sigterm_raises():
+            with _ignoring(signal.SIGINT):  # the pool spawns its workers as jobs are submitted
+                futures = {pool.submit(run_job, repro, scale, job): job for job in todo}
+            for k, fut in enumerate(as_completed(futures), 1):
+                job = futures[fut]
+                try:
+                    rec = fut.result()
+                except Exception as exc:  # keep the others' lines; name every failure at the end
+                    failed.append(f"{job.method.label} eps={job.eps} seed {job.seed}: "
+                                  f"{type(exc).__name__}: {exc}")
+                    continue
+                keep(k, job, rec)
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
     if failed:
         raise PrivbenchError(f"{len(failed)} of {len(todo)} runs failed (the others are kept): "
                              + "; ".join(failed))
+
+
+def _stop_workers(pool: Any) -> None:
+    """Cancel `pool`'s pending jobs and terminate its worker processes (a pool's own shutdown
+    would wait for the jobs in progress, hours at a paper's scale)."""
+    procs = list((pool._processes or {}).values())  # ProcessPoolExecutor.terminate_workers: 3.14+
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=10)
+
+
+@contextmanager
+def _handling(signum: int, handler: Any) -> Iterator[None]:
+    """`handler` for `signum` within the block (a no-op outside the main thread, where no
+    signal handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, old)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"stopped by signal {signum}")
+
+
+def sigterm_raises() -> Any:
+    """Within the block, SIGTERM raises `Terminated` in the main thread: the default action
+    would end this process alone and leave the workers it started training."""
+    return _handling(signal.SIGTERM, _raise_terminated)
+
+
+def _ignoring(signum: int) -> Any:
+    """Within the block `signum` is ignored, and so it is in the processes spawned meanwhile
+    for their whole life (an ignored signal stays ignored across exec, and Python keeps it so):
+    workers born ignoring SIGINT leave a Ctrl-C, which reaches the whole process group, to the
+    parent's `_stop_workers` instead of printing a KeyboardInterrupt traceback each, even mid
+    start-up."""
+    return _handling(signum, signal.SIG_IGN)
 
 
 def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job,
