@@ -414,3 +414,21 @@ def test_a_stopped_parallel_reproduction_stops_its_workers_too(tmp_path, how):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_stopped_workers_leave_no_pool_thread_to_race_interpreter_exit():
+    """`_stop_workers` returns once the pool's manager thread has ended: interpreter exit wakes
+    every live manager through a pipe the manager closes as it ends, unguarded, and that race
+    printed an OSError traceback after the one-line message about once in 50 stops."""
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(time.sleep, 600) for _ in range(3)]
+    procs = list(pool._processes.values())
+    manager = pool._executor_manager_thread
+    runs_mod._stop_workers(pool)
+    assert not manager.is_alive()
+    assert not any(p.is_alive() for p in procs)
+    assert all(f.done() for f in futures)  # cancelled, or failed as the pool broke

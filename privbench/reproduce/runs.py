@@ -253,11 +253,17 @@ def _stop_workers(pool: Any) -> None:
     """Cancel `pool`'s pending jobs and terminate its worker processes (a pool's own shutdown
     would wait for the jobs in progress, hours at a paper's scale)."""
     procs = list((pool._processes or {}).values())  # ProcessPoolExecutor.terminate_workers: 3.14+
+    manager = pool._executor_manager_thread
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
     for proc in procs:
         proc.join(timeout=10)
+    if manager is not None:
+        # seeing its workers gone, the pool's manager thread closes its wake-up pipe and ends;
+        # interpreter exit writes to that pipe without the pool's lock (CPython 3.11's
+        # `_python_exit`), so a close racing that write printed an OSError traceback at exit
+        manager.join(timeout=10)
 
 
 @contextmanager
