@@ -17,10 +17,10 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from privbench.fingerprint import dataset_identity, fingerprint, first_differenc
 from privbench.messages import RecordPolicy
 from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results import claimed_eps, strict, unstrict
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 RUNS_FILE = "runs.jsonl"
 FORMAT = "privbench-reproduce-run/1"
@@ -249,7 +252,7 @@ def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: i
                              + "; ".join(failed))
 
 
-def _stop_workers(pool: Any) -> None:
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel `pool`'s pending jobs and terminate its worker processes (a pool's own shutdown
     would wait for the jobs in progress, hours at a paper's scale)."""
     procs = list((pool._processes or {}).values())  # ProcessPoolExecutor.terminate_workers: 3.14+
@@ -267,7 +270,7 @@ def _stop_workers(pool: Any) -> None:
 
 
 @contextmanager
-def _handling(signum: int, handler: Any) -> Iterator[None]:
+def _handling(signum: int, handler: Callable[[int, Any], None] | int) -> Iterator[None]:
     """`handler` for `signum` within the block (a no-op outside the main thread, where no
     signal handler can be set)."""
     if threading.current_thread() is not threading.main_thread():
@@ -284,13 +287,13 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(f"stopped by signal {signum}")
 
 
-def sigterm_raises() -> Any:
+def sigterm_raises() -> AbstractContextManager[None]:
     """Within the block, SIGTERM raises `Terminated` in the main thread: the default action
     would end this process alone and leave the workers it started training."""
     return _handling(signal.SIGTERM, _raise_terminated)
 
 
-def _ignoring(signum: int) -> Any:
+def _ignoring(signum: int) -> AbstractContextManager[None]:
     """Within the block `signum` is ignored, and so it is in the processes spawned meanwhile
     for their whole life (an ignored signal stays ignored across exec, and Python keeps it so):
     workers born ignoring SIGINT leave a Ctrl-C, which reaches the whole process group, to the
