@@ -279,8 +279,8 @@ def _handling(signum: int, handler: Callable[[int, Any], None] | int) -> Iterato
     old = signal.signal(signum, handler)
     try:
         yield
-    finally:
-        signal.signal(signum, old)
+    finally:  # None: the previous handler was not set from Python; the default action then
+        signal.signal(signum, signal.SIG_DFL if old is None else old)
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
