@@ -19,13 +19,14 @@ from privbench.reproduce.table import UNTESTED, claim_verdict, render, verdict_a
 REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
 
 
-def _tiny(lr: float = 0.2):
+def _tiny(lr: float = 0.2, rounds: int = 3):
     """Dyn-D2P's table on 4 digits nodes, 3 rounds, two epsilons (seconds on a CPU)."""
     load()
     r = REPRODUCTIONS.get("dyn_d2p")
     scale = Scale("reduced", (("dataset", "digits"), ("model", "mlp"), ("nodes", 4),
-                              ("topology", "exponential"), ("rounds", 3), ("batch_size", 16),
-                              ("lr", lr), ("delta", 1e-4), ("holdout", 0.0), ("eval_every", 3)),
+                              ("topology", "exponential"), ("rounds", rounds),
+                              ("batch_size", 16), ("lr", lr), ("delta", 1e-4), ("holdout", 0.0),
+                              ("eval_every", rounds)),
                   (0, 1), "a test's tiny setting")
     r = dataclasses.replace(r, scales=(scale,), eps=(1.0, 3.0),
                             paper=tuple((label, row[2:]) for label, row in r.paper))
@@ -333,42 +334,46 @@ def test_a_failed_job_among_parallel_ones_is_named_and_the_others_kept(tmp_path)
         [("Const-D2P", 1.0), ("Const-D2P", 3.0), ("Non-private", 0.0)]
 
 
-_SLOW_PARALLEL_REPRODUCTION = """
-import dataclasses, sys
+_PARALLEL_CLI = """
+import pickle, sys
 from privbench.cli import main
-from privbench.reproduce import REPRODUCTIONS, Scale, load
+from privbench.reproduce import REPRODUCTIONS, load
 load()
-r = REPRODUCTIONS.get("dyn_d2p")
-scale = Scale("reduced", (("dataset", "digits"), ("model", "mlp"), ("nodes", 4),
-                          ("topology", "exponential"), ("rounds", 200000), ("batch_size", 16),
-                          ("lr", 0.2), ("delta", 1e-4), ("holdout", 0.0), ("eval_every", 200000)),
-              (0,), "a run far longer than the test waits")
-REPRODUCTIONS.add("slow_test", dataclasses.replace(
-    r, scales=(scale,), eps=(1.0, 3.0), paper=tuple((label, row[2:]) for label, row in r.paper)))
-sys.exit(main(["reproduce", "slow_test", "--jobs", "2", "--quiet", "--out", sys.argv[1]]))
+with open(sys.argv[1], "rb") as f:
+    REPRODUCTIONS.add("slow_test", pickle.load(f))
+sys.exit(main(["reproduce", "slow_test", "--jobs", "2", "--quiet", "--out", sys.argv[2]]))
 """
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid from /proc (None once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def _alive(pid: int) -> bool:
+    found = _state_and_parent(pid)
+    return found is not None and found[0] != "Z"
 
 
 def _spawned_workers(parent: int) -> list[int]:
     """Live (not zombie) processes whose parent is `parent` and that run multiprocessing's
     spawn_main (the pool's workers; the resource tracker runs another entry point)."""
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmd = (stat.parent / "cmdline").read_bytes()
-        except OSError:  # the process ended meanwhile
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        state = _state_and_parent(pid)
+        if state is None or state[0] == "Z" or state[1] != parent:
             continue
-        if int(fields[1]) == parent and fields[0] != "Z" and b"spawn_main" in cmd:
-            found.append(int(stat.parent.name))
+        try:
+            if b"spawn_main" in (proc / "cmdline").read_bytes():
+                found.append(pid)
+        except OSError:  # it ended meanwhile
+            continue
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
@@ -377,15 +382,18 @@ def test_a_stopped_parallel_reproduction_stops_its_workers_too(tmp_path, how):
     """`kill PID` (SIGTERM, what a scheduler or `pkill` sends) used to end the parent alone: its
     workers went on training for hours with no one to keep their lines. Ctrl-C (SIGINT to the
     whole process group) ends with one line too, not a traceback per worker."""
+    import pickle
     import signal
     import subprocess
     import sys
     import time
 
+    repro, _ = _tiny(rounds=200_000)  # each run far longer than the test waits
+    (tmp_path / "repro.pkl").write_bytes(pickle.dumps(repro))
     err_file = tmp_path / "stderr"  # a file, not a pipe: orphaned workers would hold a pipe open
     workers: list[int] = []
     with err_file.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", _SLOW_PARALLEL_REPRODUCTION,
+        proc = subprocess.Popen([sys.executable, "-c", _PARALLEL_CLI, str(tmp_path / "repro.pkl"),
                                  str(tmp_path / "out")], stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
