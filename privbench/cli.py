@@ -615,7 +615,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     (appending each to runs.jsonl as it ends) and writes table.md; `--render` re-renders
     table.md from runs.jsonl alone, without training."""
     from privbench.reproduce import REPRODUCTIONS, load
-    from privbench.reproduce.runs import RUNS_FILE, index, read_runs, reproduce
+    from privbench.reproduce.runs import RUNS_FILE, index, merge, read_runs, reproduce
     from privbench.reproduce.table import render
     from privbench.results import atomic_write_text
 
@@ -629,7 +629,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     # the default scale's folder is the paper's; any other scale has its own subfolder
     own = "" if args.scale in (None, repro.scales[0].name) else f"/{repro.scale(args.scale).name}"
     out = Path(args.out or f"reports/reproduce/{repro.name}{own}")
-    if args.render:
+    if args.merge and (args.render or args.seeds or args.jobs != 1):
+        raise PrivbenchError("--merge takes no --render, --seeds or --jobs: it trains nothing, "
+                             "it appends the files' runs to the folder's runs.jsonl, then renders "
+                             "its table")
+    if args.merge:
+        scale = repro.scale(args.scale)
+        _check_writable(out)
+        added, already = merge(repro, scale, [Path(f) for f in args.merge], out)
+        print(f"merged {added} runs into {out / RUNS_FILE} ({already} already there)",
+              file=sys.stderr)
+        records = list(index(read_runs(out / RUNS_FILE), repro, scale).values())
+    elif args.render:
         records = read_runs(out / RUNS_FILE)
         if not records:
             raise PrivbenchError(f"{out / RUNS_FILE} holds no runs to render; run `privbench "
@@ -769,6 +780,11 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "table.md")
     p.add_argument("--render", action="store_true", help="only re-render table.md from the "
                    "folder's runs.jsonl")
+    p.add_argument("--merge", nargs="+", metavar="RUNS_JSONL", help="append these runs files' "
+                   "lines (trained with another --out or on another machine) to the folder's "
+                   "runs.jsonl and render its table; every line is checked first (this "
+                   "reproduction, scale, grid and setting; a key already there must be the "
+                   "same run) and a refused merge writes nothing")
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side in separate "
                    "processes (default 1; e.g. one per core, or 8-16 sharing one GPU); set "
                    "OMP_NUM_THREADS=1 so they do not fight over cores")

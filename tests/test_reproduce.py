@@ -89,6 +89,95 @@ def test_a_foreign_line_is_a_one_line_error(tmp_path, capsys):
     assert "line 1 is not a privbench reproduction run" in err and err.count("\n") == 1
 
 
+def _two_row_grid():
+    """_tiny narrowed to two rows at one epsilon (two runs per seed)."""
+    repro, scale = _tiny()
+    head = dataclasses.replace(scale, name="headline", rows=("Dyn-D2P", "Const-D2P"),
+                               grid=(3.0,))
+    return dataclasses.replace(repro, scales=(scale, head)), head
+
+
+def _rewrite(path: Path, change) -> None:
+    """Rewrite a runs file with `change(line) -> line` applied to its first line."""
+    import json
+
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[0] = change(lines[0])
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_runs_from_another_folder_or_machine_merge_once_and_render(tmp_path):
+    repro, head = _two_row_grid()
+    here, there = tmp_path / "here", tmp_path / "there"
+    mine = reproduce(repro, head, (0,), here)
+    theirs = reproduce(repro, head, (1, 2), there)
+    # a GPU's torch build and thread count differ: the table says so, the merge allows it
+    _rewrite(there / RUNS_FILE, lambda r: {**r, "device": "cuda:0", "fields": {
+        **r["fields"], "versions.torch": "2.11.0+cu130", "threads": 16}})
+    assert runs_mod.merge(repro, head, [there / RUNS_FILE], here) == (4, 0)
+    lines = read_runs(here / RUNS_FILE)
+    assert [(r["method"], r["seed"]) for r in lines] == \
+        [(r["method"], r["seed"]) for r in mine + theirs]
+    assert "seeds 0, 1, 2 (6 runs)" in render(repro, head, lines)
+    before = (here / RUNS_FILE).read_bytes()
+    # merging the same lines again (or the folder's own file) adds nothing
+    assert runs_mod.merge(repro, head, [there / RUNS_FILE, here / RUNS_FILE], here) == (0, 10)
+    assert (here / RUNS_FILE).read_bytes() == before
+    # a resumed reproduction reuses the merged seeds instead of training them again
+    assert reproduce(repro, head, (0, 1, 2), here) == lines
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: {**r, "accuracy": r["accuracy"] + 0.01},
+     r"Const-D2P at 3 seed 0 is already there with another result \(accuracy"),
+    (lambda r: {**r, "fields": {**r["fields"], "run.lr": 0.5}},
+     r"Const-D2P at 3 seed 0 was made with another setting \(run.lr = 0.5 there, 0.2 now\)"),
+    (lambda r: {**r, "eps": 1.0},
+     r"Const-D2P at 1 seed 0 is not a run of dyn_d2p's 'headline' grid"),
+    (lambda r: {**r, "scale": "reduced"}, r"holds a run of 'dyn_d2p' at scale 'reduced'"),
+])
+def test_a_merge_that_would_mix_or_replace_results_writes_nothing(tmp_path, change, message):
+    repro, head = _two_row_grid()
+    here, there = tmp_path / "here", tmp_path / "there"
+    reproduce(repro, head, (0,), here)
+    reproduce(repro, head, (0,), there)
+    # good lines first: nothing of a refused merge is kept
+    other = tmp_path / "more" / RUNS_FILE
+    reproduce(repro, head, (1,), other.parent)
+    _rewrite(there / RUNS_FILE, change)
+    before = (here / RUNS_FILE).read_bytes()
+    with pytest.raises(PrivbenchError, match=message):
+        runs_mod.merge(repro, head, [other, there / RUNS_FILE], here)
+    assert (here / RUNS_FILE).read_bytes() == before
+
+
+def test_a_merge_names_a_twice_given_key_and_a_missing_file(tmp_path, capsys):
+    repro, head = _two_row_grid()
+    reproduce(repro, head, (0,), tmp_path / "a")
+    twice = tmp_path / "twice.jsonl"
+    text = (tmp_path / "a" / RUNS_FILE).read_text()
+    twice.write_text(text + text.splitlines()[0].replace('"accuracy": ', '"accuracy": 1') + "\n")
+    with pytest.raises(PrivbenchError,
+                       match=r"twice.jsonl: Const-D2P at 3 seed 0 is already there"):
+        runs_mod.merge(repro, head, [twice], tmp_path / "b")
+    assert not (tmp_path / "b" / RUNS_FILE).exists()
+    out = str(tmp_path / "c")
+    assert main(["reproduce", "dyn_d2p", "--merge", str(tmp_path / "nope.jsonl"),
+                 "--out", out]) == 2
+    assert main(["reproduce", "dyn_d2p", "--merge", str(twice), "--render", "--out", out]) == 2
+    (tmp_path / "bin.jsonl").write_bytes(bytes(range(256)))
+    (tmp_path / "short.jsonl").write_text('{"format": "privbench-reproduce-run/1"}\n')
+    for bad in ("bin.jsonl", "short.jsonl", "a"):
+        assert main(["reproduce", "dyn_d2p", "--merge", str(tmp_path / bad), "--out", out]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].endswith("nope.jsonl: no such runs file") and len(err) == 5
+    assert "--merge takes no --render, --seeds or --jobs" in err[1]
+    assert err[2].endswith("bin.jsonl (not UTF-8 text); a reproduction's runs file is expected")
+    assert "short.jsonl line 1 lacks reproduction, scale, method" in err[3]
+    assert err[4].endswith("a: a folder; give its runs.jsonl")
+    assert not Path(out, RUNS_FILE).exists()
+
+
 def test_a_headline_scale_runs_and_renders_only_its_rows_and_columns(tmp_path):
     repro, scale = _tiny()
     head = dataclasses.replace(scale, name="headline", rows=("Dyn-D2P", "Const-D2P"),

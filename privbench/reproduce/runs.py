@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 RUNS_FILE = "runs.jsonl"
 FORMAT = "privbench-reproduce-run/1"
+# what reading, indexing and merging a line rely on
+_KEYS = ("reproduction", "scale", "method", "eps", "seed", "accuracy", "fingerprint", "fields")
 
 
 @dataclass(frozen=True)
@@ -128,19 +130,28 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = unstrict(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise PrivbenchError(f"{path} line {i} is not JSON ({exc.msg}); the file is "
-                                     "not a reproduction's runs") from None
-            if not isinstance(rec, dict) or rec.get("format") != FORMAT:
-                raise PrivbenchError(f"{path} line {i} is not a privbench reproduction run "
-                                     f"(format {FORMAT!r} expected)")
-            out.append(rec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise PrivbenchError(f"cannot read {path} ({why}); a reproduction's runs file is "
+                             "expected") from None
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = unstrict(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise PrivbenchError(f"{path} line {i} is not JSON ({exc.msg}); the file is "
+                                 "not a reproduction's runs") from None
+        if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+            raise PrivbenchError(f"{path} line {i} is not a privbench reproduction run "
+                                 f"(format {FORMAT!r} expected)")
+        missing = [k for k in _KEYS if k not in rec]
+        if missing:
+            raise PrivbenchError(f"{path} line {i} lacks {', '.join(missing)}; a reproduction "
+                                 "run has " + ", ".join(_KEYS))
+        out.append(rec)
     return out
 
 
@@ -209,6 +220,89 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         else:
             _run_parallel(repro, scale, todo, workers, keep)
     return [done[j.key] for j in grid]
+
+
+# Fingerprint fields that say which machine ran a line, not what it ran: a line merged from
+# another machine (a GPU's torch build, its thread count) may differ in these only.
+MACHINE_FIELDS = frozenset({"versions.torch", "threads"})
+
+
+def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
+          ) -> tuple[int, int]:
+    """Append the lines of other runs files (trained with another --out, or on another
+    machine) to `out/runs.jsonl`; return (lines added, lines already there).
+
+    Every line is checked before any is written, so a refused merge writes nothing: it must
+    be of this reproduction and scale, a run of its grid (its row at that grid value), and made
+    with the setting this grid gives its (method, value, seed) here (the fingerprint's fields
+    equal, except the machine's torch build and thread count, which the table reports). A key
+    already in the folder, or twice among the sources, is kept once when both lines are the
+    same run (same fingerprint and accuracy) and is an error otherwise: which of two different
+    results counts is the user's choice, never made silently.
+
+    Raises:
+        PrivbenchError: a missing or foreign file or line, a line of another setting, or two
+            different results for one key (the message names the file, the key and why).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RUNS_FILE
+    with folder_lock(out):
+        have = index(read_runs(path), repro, scale)
+        new: dict[tuple[str, float | None, int], dict[str, Any]] = {}
+        grids: dict[int, dict[tuple[str, float | None, int], Job]] = {}
+        already = 0
+        for src in sources:
+            if not src.is_file():
+                what = "a folder; give its runs.jsonl" if src.is_dir() else "no such runs file"
+                raise PrivbenchError(f"--merge {src}: {what}")
+            records = read_runs(src)
+            index(records, repro, scale)  # one-line error on a line of another table
+            for rec in records:  # not the index: a key twice in one file is checked too
+                key = (rec["method"], rec["eps"], rec["seed"])
+                seed_jobs = grids.setdefault(key[2], {j.key: j for j in
+                                                      jobs(repro.at(scale), (key[2],))})
+                _check_mergeable(rec, seed_jobs.get(key), repro, scale, src)
+                twin = have.get(key) or new.get(key)
+                if twin is None:
+                    new[key] = rec
+                elif _same_run(twin, rec):
+                    already += 1
+                else:
+                    raise PrivbenchError(
+                        f"--merge {src}: {_named(key)} is already there with another result "
+                        f"(accuracy {twin['accuracy']:.4f} against {rec['accuracy']:.4f}); "
+                        "delete the one not to keep")
+        for rec in new.values():
+            _append(path, rec)
+    return len(new), already
+
+
+def _named(key: tuple[str, float | None, int]) -> str:
+    label, eps, seed = key
+    return f"{label} {'non-private' if eps is None else f'at {eps:g}'} seed {seed}"
+
+
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a["fingerprint"] == b["fingerprint"] and a["accuracy"] == b["accuracy"]
+
+
+def _setting(fields: dict[str, Any]) -> dict[str, Any]:
+    """A line's fingerprint fields less the machine's."""
+    return {k: v for k, v in fields.items() if k not in MACHINE_FIELDS}
+
+
+def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, scale: Scale,
+                     src: Path) -> None:
+    """One-line error unless `rec` is the run `job` of this grid, made with its setting."""
+    key = (rec["method"], rec["eps"], rec["seed"])
+    if job is None:
+        raise PrivbenchError(f"--merge {src}: {_named(key)} is not a run of {repro.name}'s "
+                             f"{scale.name!r} grid")
+    want = job_fingerprint(repro, scale, job, run_config(scale, job))["fields"]
+    diff = first_difference(_setting(rec.get("fields", {})), _setting(want))
+    if diff is not None:
+        raise PrivbenchError(f"--merge {src}: {_named(key)} was made with another setting "
+                             f"({diff}); it cannot join this table")
 
 
 def _init_worker(threads: int) -> None:
