@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from privbench import datafiles
 from privbench.cli import main
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.reproduce import REPRODUCTIONS, Scale, load
@@ -247,6 +248,22 @@ def test_committed_tables_re_render_byte_for_byte(tmp_path, capsys):
         assert main(["reproduce", name, "--render", "--out", str(out)]) == 0
         assert (out / "table.md").read_bytes() == (folder / "table.md").read_bytes(), folder
     capsys.readouterr()
+
+
+FMNIST = datafiles.DEBIAN["fashion-mnist"][1] / "train-images-idx3-ubyte.gz"
+
+
+@pytest.mark.skipif(not FMNIST.is_file(), reason="dataset-fashion-mnist missing")
+def test_every_committed_run_is_of_its_grid_as_the_code_declares_it_now(tmp_path):
+    """A committed table is not stale: each of its lines passes `--merge`'s check, so it was
+    made with the setting its reproduction's scale gives that run today (a step size or a
+    defense value changed in the code without re-running fails here, naming the field)."""
+    load()
+    for k, path in enumerate(sorted(REPORTS.rglob(RUNS_FILE))):
+        lines = read_runs(path)
+        repro = REPRODUCTIONS.get(lines[0]["reproduction"])
+        scale = repro.scale(lines[0]["scale"])
+        assert runs_mod.merge(repro, scale, [path], tmp_path / str(k)) == (len(lines), 0), path
 
 
 def test_the_readme_quotes_the_committed_tables():

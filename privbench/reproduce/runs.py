@@ -299,7 +299,8 @@ def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, 
         raise PrivbenchError(f"--merge {src}: {_named(key)} is not a run of {repro.name}'s "
                              f"{scale.name!r} grid")
     want = job_fingerprint(repro, scale, job, run_config(scale, job))["fields"]
-    diff = first_difference(_setting(rec.get("fields", {})), _setting(want))
+    # the line was read back unstrict (inf as a float); its fingerprint hashed the strict text
+    diff = first_difference(_setting(strict(rec["fields"])), _setting(want))
     if diff is not None:
         raise PrivbenchError(f"--merge {src}: {_named(key)} was made with another setting "
                              f"({diff}); it cannot join this table")
