@@ -374,13 +374,26 @@ def test_a_diverged_run_renders_as_diverged_and_leaves_the_orderings(tmp_path):
     row = next(ln for ln in text.splitlines() if ln.startswith("| Const-D2P |"))
     eps1, eps3 = row.removesuffix(" |").split(" | ")[1:]
     # eps 1: seed 1's accuracy alone, seed 0's divergence said; eps 3: no accuracy at all
-    assert eps1.endswith("(1 run) (1 of 2 diverged, round 2)") and "nan" not in eps1
+    assert eps1.endswith("(1 of 2 seeds) (1 of 2 diverged, round 2)") and "nan" not in eps1
     assert eps3 == "diverged (2 of 2 runs, round 2)"
     claim = next(ln for ln in text.splitlines() if ln.startswith("| Dyn-D2P > Const-D2P |"))
     at1, at3 = claim.split(" | ")[1:3]
     # eps 1: one seed left to pair (unresolved); eps 3: none, both seeds diverged
     assert at1.endswith("/1) unresolved (1 seed diverged)")
     assert at3 == "– (2 seeds diverged)"
+
+
+def test_a_cell_with_fewer_runs_than_the_table_has_seeds_says_so(tmp_path):
+    repro, scale = _tiny()
+    recs = reproduce(repro, scale, (0, 1), tmp_path)
+    some = [r for r in recs if not (r["method"] == "Dyn-D2P" and r["seed"] == 1)]
+    cells: dict[str, list[str]] = {}  # each row's first table: accuracy
+    for ln in render(repro, scale, some).splitlines():
+        if ln.startswith("| "):
+            cells.setdefault(ln.split(" | ")[0], ln.removesuffix(" |").split(" | ")[1:])
+    assert all(c.endswith("(1 of 2 seeds)") for c in cells["| Dyn-D2P"])
+    assert all("±" in c and "seeds" not in c for c in cells["| Const-D2P"])
+    assert all("seeds" not in c for c in cells["| Non-private"])
 
 
 def test_a_claim_is_judged_only_where_it_was_run(tmp_path):

@@ -1,6 +1,7 @@
 """Render a reproduction's table from its runs.jsonl lines alone (no training, byte-stable).
 
-Three tables: accuracy (mean ± sample sd over seeds, %, the paper's row under each of ours), the
+Three tables: accuracy (mean ± sample sd over seeds, %, "k of N seeds" where a cell has fewer
+runs than the table has seeds; the paper's row under each of ours), the
 epsilon the noise buys (paper / calibrated, largest over nodes, mean over seeds), and the paper's
 orderings paired by seed (mean difference in points ± sample sd, the seeds where it holds, and a
 verdict per epsilon: "holds" when mean - 2 se > 0, "fails" when mean + 2 se < 0, else
@@ -45,12 +46,15 @@ def _diverged(recs: list[dict[str, Any]], what: str = "diverged") -> str:
     return f" ({k} of {len(recs)} {what}, {at})"
 
 
-def _mean_sd(xs: list[float], digits: int = 1) -> str:
+def _mean_sd(xs: list[float], digits: int = 1, seeds: int = 1) -> str:
+    """Mean ± sample sd; a cell resting on fewer runs than the table has seeds says how many
+    (a mean over 3 of 5 seeds must not read as one over all 5)."""
     if not xs:
         return "–"
+    few = f" ({len(xs)} of {seeds} seeds)" if len(xs) < seeds else ""
     if len(xs) == 1:
-        return f"{xs[0]:.{digits}f} (1 run)"
-    return f"{statistics.fmean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
+        return f"{xs[0]:.{digits}f}" + (few or " (1 run)")
+    return f"{statistics.fmean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}{few}"
 
 
 def _cells(repro: Reproduction, records: list[dict[str, Any]], label: str
@@ -66,6 +70,7 @@ def _cells(repro: Reproduction, records: list[dict[str, Any]], label: str
 
 def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
     paper = dict(repro.paper)
+    seeds = len({int(r["seed"]) for r in records})
     lines = [f"| method | {_eps_head(repro)} |", _sep(len(repro.eps) + 1)]
     for m in repro.methods:
         cells = []
@@ -75,7 +80,7 @@ def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
                 continue
             points = [p for p in (_points(repro, r) for r in recs) if p is not None]
             if points or not recs:
-                cells.append(_mean_sd(points) + _diverged(recs))
+                cells.append(_mean_sd(points, seeds=seeds) + _diverged(recs))
             else:
                 cells.append("diverged" + _diverged(recs, "runs"))
         lines.append(f"| {m.label} | " + " | ".join(cells) + " |")
