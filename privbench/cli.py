@@ -613,7 +613,8 @@ def cmd_leakage(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """`privbench reproduce NAME`: a paper's table on real data. Trains the grid's missing runs
     (appending each to runs.jsonl as it ends) and writes table.md; `--render` re-renders
-    table.md from runs.jsonl alone, without training."""
+    table.md from runs.jsonl alone, without training; `--merge` appends other runs files'
+    lines (each checked against this grid first) and renders."""
     from privbench.reproduce import REPRODUCTIONS, load
     from privbench.reproduce.runs import RUNS_FILE, index, merge, read_runs, reproduce
     from privbench.reproduce.table import render

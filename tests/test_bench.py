@@ -244,10 +244,13 @@ def test_distributed_section_times_local_and_torchrun_ranks(tmp_path, capsys):
 
 
 def test_bench_plans_times_both_composers_on_the_same_noise():
+    from privbench.accounting.report import ApproximateAccountingWarning
     from privbench.bench import bench_plans
 
-    rows = bench_plans(rounds=20, eps=(4.0,), plans=["dyn_d2p"], repeats=2,
-                       composers=("privbench", "dp_accounting"))
+    # Dyn-D2P's plan carries its paper reading, the GDP CLT, which says it is no upper bound
+    with pytest.warns(ApproximateAccountingWarning, match="central-limit"):
+        rows = bench_plans(rounds=20, eps=(4.0,), plans=["dyn_d2p"], repeats=2,
+                           composers=("privbench", "dp_accounting"))
     by = {r["composer"]: r for r in rows}
     assert set(by) == {"privbench", "dp_accounting"}
     assert by["privbench"]["noise"] == pytest.approx(by["dp_accounting"]["noise"], rel=1e-9)
