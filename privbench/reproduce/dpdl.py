@@ -91,7 +91,7 @@ DPDL = REPRODUCTIONS.register("dpdl")(Reproduction(
                    "headline rows only (DPDL against DP-DPSGD and MUFFLIATO, at the paper's "
                    "reading and calibrated, and the non-private DPDL) at epsilon = 1, 2 and 4, "
                    "20 seeds (the paper's 20 runs; a LeNet-5 DPDL run is about 5 min on one CPU "
-                   "thread), MUFFLIATO at seeds 0-2 only; every private row's step tuned for "
+                   "thread), MUFFLIATO at seeds 0-14 only; every private row's step tuned for "
                    "LeNet-5 at each epsilon on a validation split (DP-DPSGD 0.1 / 0.3 / 0.3, "
                    "MUFFLIATO 0.1 / 0.3 / 1, DPDL 0.01 / 0.03 / 0.03, DPDL calibrated "
                    "0.003 / 0.01 / 0.01 at epsilon 1 / 2 / 4)"),
