@@ -250,10 +250,8 @@ def test_committed_tables_re_render_byte_for_byte(tmp_path, capsys):
     capsys.readouterr()
 
 
-FMNIST = datafiles.DEBIAN["fashion-mnist"][1] / "train-images-idx3-ubyte.gz"
-
-
-@pytest.mark.skipif(not FMNIST.is_file(), reason="dataset-fashion-mnist missing")
+@pytest.mark.skipif(datafiles.locate_idx("fashion-mnist", None) is None,
+                    reason="Fashion-MNIST not found (apt-get install dataset-fashion-mnist)")
 def test_every_committed_run_is_of_its_grid_as_the_code_declares_it_now(tmp_path):
     """A committed table is not stale: each of its lines passes `--merge`'s check, so it was
     made with the setting its reproduction's scale gives that run today (a step size or a

@@ -140,19 +140,26 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rec = unstrict(json.loads(line))
+            raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PrivbenchError(f"{path} line {i} is not JSON ({exc.msg}); the file is "
                                  "not a reproduction's runs") from None
-        if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise PrivbenchError(f"{path} line {i} is not a privbench reproduction run "
                                  f"(format {FORMAT!r} expected)")
-        missing = [k for k in _KEYS if k not in rec]
+        missing = [k for k in _KEYS if k not in raw]
         if missing:
             raise PrivbenchError(f"{path} line {i} lacks {', '.join(missing)}; a reproduction "
                                  "run has " + ", ".join(_KEYS))
-        out.append(rec)
+        # the fingerprint's fields stay as they were hashed (strict: inf as "inf"), so they
+        # compare equal to a fingerprint computed now
+        out.append({**unstrict(raw), "fields": raw["fields"]})
     return out
+
+
+def _line_key(rec: dict[str, Any]) -> tuple[str, float | None, int]:
+    """A line's (method, epsilon or grid value, seed): its `Job.key`."""
+    return (rec["method"], rec["eps"], rec["seed"])
 
 
 def _append(path: Path, rec: dict[str, Any]) -> None:
@@ -172,7 +179,7 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
             raise PrivbenchError(f"the runs file holds a run of {rec['reproduction']!r} at scale "
                                  f"{rec['scale']!r}, not {repro.name!r} at {scale.name!r}: use "
                                  "another --out")
-        out[(rec["method"], rec["eps"], rec["seed"])] = rec
+        out[_line_key(rec)] = rec
     return out
 
 
@@ -258,7 +265,7 @@ def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
             records = read_runs(src)
             index(records, repro, scale)  # one-line error on a line of another table
             for rec in records:  # not the index: a key twice in one file is checked too
-                key = (rec["method"], rec["eps"], rec["seed"])
+                key = _line_key(rec)
                 seed_jobs = grids.setdefault(key[2], {j.key: j for j in
                                                       jobs(repro.at(scale), (key[2],))})
                 _check_mergeable(rec, seed_jobs.get(key), repro, scale, src)
@@ -294,13 +301,12 @@ def _setting(fields: dict[str, Any]) -> dict[str, Any]:
 def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, scale: Scale,
                      src: Path) -> None:
     """One-line error unless `rec` is the run `job` of this grid, made with its setting."""
-    key = (rec["method"], rec["eps"], rec["seed"])
+    key = _line_key(rec)
     if job is None:
         raise PrivbenchError(f"--merge {src}: {_named(key)} is not a run of {repro.name}'s "
                              f"{scale.name!r} grid")
     want = job_fingerprint(repro, scale, job, run_config(scale, job))["fields"]
-    # the line was read back unstrict (inf as a float); its fingerprint hashed the strict text
-    diff = first_difference(_setting(strict(rec["fields"])), _setting(want))
+    diff = first_difference(_setting(rec["fields"]), _setting(want))
     if diff is not None:
         raise PrivbenchError(f"--merge {src}: {_named(key)} was made with another setting "
                              f"({diff}); it cannot join this table")
