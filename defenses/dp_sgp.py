@@ -166,10 +166,19 @@ class DPSGP(Trainer):
         self.x = self.init_params()  # (n, d)
         self.w = torch.ones(ctx.n, device=ctx.device)  # (n,)
         self.debug_released: dict[int, Tensor] | None = None  # round -> (n, d) gbar, tests only
+        self.last_release: Tensor | None = None  # (n, d) the latest gbar (post-processing only)
 
     def models(self) -> Tensor:
         """(n, d) de-biased models z = x / w."""
         return self.x / self.w[:, None]
+
+    def gradient_point(self, z: Tensor) -> Tensor:
+        """(n, d) where round t's per-sample gradients are taken: the de-biased model z.
+
+        A subclass may move it by a function of what the node already released (DP-DFedSAM's
+        ascent step), which is post-processing and costs no privacy.
+        """
+        return z
 
     def noise_std(self, t: int) -> Tensor:
         """(n, 1) std of the noise on the clipped SUM in round t: z_{t,i} C (the plan's z)."""
@@ -180,10 +189,12 @@ class DPSGP(Trainer):
         ctx = self.ctx
         z = self.models()  # (n, d)
         x, y, mask = ctx.draw(t, rates=self.rates)  # Poisson batches, ground truth recorded
-        sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)  # (n, d)
+        sums, _ = clipped_grad_sum(ctx.fm, self.gradient_point(z), x, y, mask,
+                                   self.cfg.clip)  # (n, d)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
                         dtype=z.dtype)  # (n, d)
         gbar = (sums + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
+        self.last_release = gbar
         if self.debug_released is not None:
             self.debug_released[t] = gbar.detach().clone()
         x_half = self.x - ctx.run.lr * gbar
