@@ -36,10 +36,9 @@ from torch import Tensor
 
 from defenses.dp_sgp import DPSGP, DPSGPConfig, model_message_kinds
 from privbench.errors import ConfigError
-from privbench.gossip_inversion import LinearGossip, gossip_spec
 from privbench.mixing import push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, Observation
+from privbench.threat import Observation
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,11 @@ class DPDFedSAM(DPSGP):
     Config = DPDFedSAMConfig
     kinds = model_message_kinds("DP-SAT (sharpness-aware DP-SGD)")
     view_lookback = 2  # a view of round t needs round t - 1's release (from round t - 2's messages)
+    # DP-SGP's linear gossip of the releases, so network-DP accounting over the messages is
+    # exact; a graph-level inversion evaluates release k at the pre-mix z_i^k, without the SAM
+    # shift of norm rho (not modelled there)
+    release = "gbar_i^k = (sum_j clip(g_j(z + rho e)) + N) / B"
+    view_source = "(x_i^t - x_i^{t+1/2}) / lr at the SAM point"
 
     def gradient_point(self, z: Tensor) -> Tensor:
         """(n, d) z + rho gbar^{t-1} / ||gbar^{t-1}|| (z in round 0: nothing released yet)."""
@@ -78,35 +82,16 @@ class DPDFedSAM(DPSGP):
         return z + sam_shift(self.last_release, self.cfg.rho)
 
     @classmethod
-    def linear_gossip(cls, obs: Observation) -> LinearGossip:
-        """DP-SGP's push-sum of releases; the release is taken at the SAM point of z_i^k.
-
-        The messages are the same linear gossip of the releases as DP-SGP's, so network-DP
-        accounting over them is exact; a graph-level inversion evaluates release k at the
-        pre-mix model z_i^k, without the SAM shift of norm rho (not modelled there).
-        """
-        return gossip_spec(obs, "column", lag=0, evaluated_at="premix",
-                           release="gbar_i^k = (sum_j clip(g_j(z + rho e)) + N) / B")
-
-    @classmethod
-    def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
-        """gbar_i^t = (x_i^t - x_i^{t+1/2}) / lr, at z_i^t + rho gbar_i^{t-1} / ||gbar_i^{t-1}||.
-
-        The SAM point needs the victim's round t-1 release as well, rebuilt from the messages
-        the same way.
+    def view_point(cls, obs: Observation, victim: int, t: int, z: Tensor) -> Tensor:
+        """(d,) z_i^t + rho gbar_i^{t-1} / ||gbar_i^{t-1}||, the round t-1 release rebuilt from
+        the messages like the round-t one (z_i^0 in round 0).
 
         Raises:
-            NotApplicable: when the threat model cannot rebuild the round-t or round-(t-1)
-                release (see `push_sum_release`).
+            NotApplicable: when the threat model cannot rebuild the round t-1 release (see
+                `push_sum_release`).
         """
-        rho, lr, views = float(obs.defense_cfg.rho), obs.run.lr, []
-        for t in rounds:
-            step, z = push_sum_release(obs, victim, t, lr)
-            point = z
-            if t > 0 and rho > 0:
-                prev, _ = push_sum_release(obs, victim, t - 1, lr)
-                point = z + sam_shift(prev[None], rho)[0]
-            views.append(GradientView(victim, t, point, step, "gradient", None,
-                                      obs.run.batch_size,
-                                      "(x_i^t - x_i^{t+1/2}) / lr at the SAM point"))
-        return views
+        rho = float(obs.defense_cfg.rho)
+        if t == 0 or rho == 0:
+            return z
+        prev, _ = push_sum_release(obs, victim, t - 1, obs.run.lr)
+        return z + sam_shift(prev[None], rho)[0]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -153,6 +153,8 @@ class DPSGP(Trainer):
     kinds = model_message_kinds("constant-noise DP-SGD")
     mixing = "column"
     private = True
+    release: ClassVar[str] = "gbar_i^k = (sum_j clip(g_j) + N) / B"  # what a round releases
+    view_source: ClassVar[str] = "(x_i^t - x_i^{t+1/2}) / lr"  # how a view rebuilds it
 
     def __init__(self, cfg: DPSGPConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -212,7 +214,7 @@ class DPSGP(Trainer):
     def linear_gossip(cls, obs: Observation) -> LinearGossip:
         """x^{k+1/2} = P x^{k-1/2} - lr gbar^k: push-sum, release computed at z_i^k."""
         return gossip_spec(obs, "column", lag=0, evaluated_at="premix",
-                           release="gbar_i^k = (sum_j clip(g_j) + N) / B")
+                           release=cls.release)
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
@@ -225,7 +227,12 @@ class DPSGP(Trainer):
         views = []
         for t in rounds:
             step, z = push_sum_release(obs, victim, t, obs.run.lr)
-            views.append(GradientView(victim, t, z, step,
-                                      "gradient", None, obs.run.batch_size,
-                                      "(x_i^t - x_i^{t+1/2}) / lr"))
+            views.append(GradientView(victim, t, cls.view_point(obs, victim, t, z), step,
+                                      "gradient", None, obs.run.batch_size, cls.view_source))
         return views
+
+    @classmethod
+    def view_point(cls, obs: Observation, victim: int, t: int, z: Tensor) -> Tensor:
+        """(d,) where the victim's round-t release was computed, rebuilt from the messages:
+        z_i^t itself (the attacker's side of `gradient_point`)."""
+        return z

@@ -22,7 +22,7 @@ from privbench.engine import clip_l2, masked_sum, per_sample_grads, train
 from privbench.errors import ConfigError
 from privbench.messages import RecordPolicy
 from privbench.runner import build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.threat import NotApplicable, ThreatModel, observe
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -109,7 +109,7 @@ def test_dp_sgp_view_is_its_released_gradient():
     tr = built.trainer
     tr.debug_released = {}
     train(tr)
-    views = type(tr).gradient_views(_observation(built, ThreatModel()), 1, [0, 2, 4])
+    views = type(tr).gradient_views(observe(built, ThreatModel()), 1, [0, 2, 4])
     for v in views:
         assert float((v.gradient - tr.debug_released[v.round][1]).abs().max()) <= 1e-5
 
@@ -123,13 +123,6 @@ def test_vartheta_zero_switches_fusion_off():
         assert torch.equal(tr.gtil, tr.debug_released[t])
 
 
-def _observation(built, threat: ThreatModel) -> Observation:
-    ctx = built.ctx
-    return Observation(ctx.bus.log.observed_by(threat.receivers()), threat, ctx.run,
-                       built.defense, built.trainer.cfg, ctx.fm, ctx.topology,
-                       x0=built.trainer.init_params()[0])
-
-
 @pytest.mark.parametrize("overrides", [{}, {"vartheta": 0.7, "tau": 3}])
 def test_momentum_inversion_recovers_the_released_noisy_gradient(overrides):
     # Card §9: (x^t - x^{t+1/2}) / eta_t is the fused gradient; undoing the EMA gives gbar^t.
@@ -141,13 +134,13 @@ def test_momentum_inversion_recovers_the_released_noisy_gradient(overrides):
     n = built.ctx.n
     colluders = ThreatModel("colluding", tuple(k for k in range(n) if k != victim))
     for threat in (ThreatModel(), colluders):
-        views = type(tr).gradient_views(_observation(built, threat), victim, rounds)
+        views = type(tr).gradient_views(observe(built, threat), victim, rounds)
         for v in views:
             assert v.exact and v.kind == "gradient"
             assert float((v.gradient - tr.debug_released[v.round][victim]).abs().max()) <= 1e-5
     # The inversion is needed: read as plain push-sum (no EMA), the same messages give the fused
     # gtil^t, which equals the release only at PGF resets.
-    obs = _observation(built, ThreatModel())
+    obs = observe(built, ThreatModel())
     obs.defense_cfg = dataclasses.replace(tr.cfg, vartheta=0.0)  # same public lr schedule
     naive = type(tr).gradient_views(obs, victim, rounds)
     for v in naive:
@@ -163,7 +156,7 @@ def test_a_lone_neighbour_gets_not_applicable():
              if not ThreatModel("neighbour", (o,)).sees_all_inputs_of(v, topo, 0)]
     assert pairs, "random_out(k=2) should leave some victim's inputs unseen by one neighbour"
     victim, observer = pairs[0]
-    obs = _observation(built, ThreatModel("neighbour", (observer,)))
+    obs = observe(built, ThreatModel("neighbour", (observer,)))
     with pytest.raises(NotApplicable, match="not observed"):
         type(built.trainer).gradient_views(obs, victim, [3])
 

@@ -28,7 +28,7 @@ from privbench.config import RunConfig
 from privbench.engine import batch_grads, train
 from privbench.errors import ConfigError
 from privbench.runner import Built, build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.threat import NotApplicable, ThreatModel, observe
 
 torch.set_num_threads(1)
 MARGIN = 0.5
@@ -275,12 +275,6 @@ def test_per_node_sigma_rule_and_fixed_sampling_ratios() -> None:
 # ---------------------------------------------------------------- messages and views
 
 
-def _obs(b: Built, threat: ThreatModel) -> Observation:
-    return Observation(b.ctx.bus.log.observed_by(threat.receivers()), threat, b.ctx.run,
-                       "dp_cga", b.trainer.cfg, b.ctx.fm, b.ctx.topology,
-                       b.trainer.init_params()[0])
-
-
 def test_per_edge_messages_and_the_cross_gradient_view() -> None:
     b = _build("two_hub", nodes=6, sigma=1.0)
     tr, log = b.trainer, b.ctx.bus.log
@@ -295,20 +289,20 @@ def test_per_edge_messages_and_the_cross_gradient_view() -> None:
             assert {tuple(e) for e in rec.edges.tolist()} == want and len(rec.edges) == len(want)
     assert set(log.kinds()) == {"model", "cross_grad"}
     taps, victim = tr.taps, 2
-    (view,) = DPCGA.gradient_views(_obs(b, ThreatModel("eavesdropper")), victim, [2])
+    (view,) = DPCGA.gradient_views(observe(b, ThreatModel("eavesdropper")), victim, [2])
     e = int(torch.nonzero(taps["src"] == victim).flatten()[0])  # lowest receiver: hub 0
     j = int(taps["dst"][e])
     assert torch.equal(view.gradient, taps["cross"][e])
     assert torch.equal(view.params, taps["x_prev"][j]) and view.kind == "gradient"
     # the curious receiver sees the same; another spoke receives nothing from the victim
-    (nb,) = DPCGA.gradient_views(_obs(b, ThreatModel("neighbour", (j,))), victim, [2])
+    (nb,) = DPCGA.gradient_views(observe(b, ThreatModel("neighbour", (j,))), victim, [2])
     assert torch.equal(nb.gradient, view.gradient)
     with pytest.raises(NotApplicable):
-        DPCGA.gradient_views(_obs(b, ThreatModel("neighbour", (3,))), victim, [2])
+        DPCGA.gradient_views(observe(b, ThreatModel("neighbour", (3,))), victim, [2])
     with pytest.raises(NotApplicable):
-        DPCGA.gradient_views(_obs(b, ThreatModel("eavesdropper")), victim, [2], "momentum")
+        DPCGA.gradient_views(observe(b, ThreatModel("eavesdropper")), victim, [2], "momentum")
     # round 0: the receivers' models are the public initialisation
-    (v0,) = DPCGA.gradient_views(_obs(b, ThreatModel("eavesdropper")), victim, [0])
+    (v0,) = DPCGA.gradient_views(observe(b, ThreatModel("eavesdropper")), victim, [0])
     assert torch.equal(v0.params, tr.init_params()[0])
 
 

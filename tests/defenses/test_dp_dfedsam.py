@@ -16,8 +16,8 @@ from defenses.dp_dfedsam import DPDFedSAM, DPDFedSAMConfig, sam_shift
 from privbench.config import RunConfig
 from privbench.engine import train
 from privbench.errors import ConfigError
-from privbench.runner import Built, build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.runner import build
+from privbench.threat import NotApplicable, ThreatModel, observe
 
 torch.set_num_threads(1)
 
@@ -25,12 +25,6 @@ torch.set_num_threads(1)
 def _run(rounds: int = 4, **kw: object) -> RunConfig:
     return RunConfig(dataset="digits", nodes=6, topology="ring", rounds=rounds, batch_size=8,
                      lr=0.5, device="cpu", eval_every=rounds, seed=1, epsilon=4.0, **kw)
-
-
-def _obs(b: Built, threat: ThreatModel) -> Observation:
-    return Observation(b.ctx.bus.log.observed_by(threat.receivers()), threat, b.ctx.run,
-                       "dp_dfedsam", b.trainer.cfg, b.ctx.fm, b.ctx.topology,
-                       b.trainer.init_params()[0])
 
 
 def test_rho_zero_is_dp_sgp_bit_for_bit() -> None:
@@ -92,7 +86,7 @@ def test_gradient_view_is_the_release_at_its_sam_point() -> None:
     for t in range(3):
         models.append(tr.models().clone())
         tr.round(t)
-    obs, victim = _obs(b, ThreatModel("eavesdropper")), 2
+    obs, victim = observe(b, ThreatModel("eavesdropper")), 2
     for t in (0, 1, 2):
         (view,) = DPDFedSAM.gradient_views(obs, victim, [t])
         assert torch.allclose(view.gradient, tr.debug_released[t][victim], atol=1e-4)
@@ -100,7 +94,7 @@ def test_gradient_view_is_the_release_at_its_sam_point() -> None:
         assert torch.allclose(view.params, models[t][victim] + shift, atol=1e-5)
     # a neighbour misses the far side's messages: z_i^t cannot be rebuilt
     with pytest.raises(NotApplicable):
-        DPDFedSAM.gradient_views(_obs(b, ThreatModel("neighbour", (1,))), victim, [1])
+        DPDFedSAM.gradient_views(observe(b, ThreatModel("neighbour", (1,))), victim, [1])
 
 
 def test_trains_on_digits() -> None:

@@ -25,7 +25,7 @@ from privbench.config import RunConfig
 from privbench.engine import batch_grads, clip_l2, per_sample_grads, train
 from privbench.messages import RecordPolicy
 from privbench.runner import Built, build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.threat import NotApplicable, Observation, ThreatModel, observe
 
 torch.set_num_threads(1)
 
@@ -192,11 +192,6 @@ def test_reduction_without_noise_clip_alpha_momentum() -> None:
 # ---------------------------------------------------------------- §13.6 messages, views
 
 
-def _obs(b: Built, threat: ThreatModel) -> Observation:
-    return Observation(b.ctx.bus.log.observed_by(threat.receivers()), threat, b.ctx.run, "dpdl",
-                       b.trainer.cfg, b.ctx.fm, b.ctx.topology, b.trainer.init_params()[0])
-
-
 def test_message_log_and_attack_targets() -> None:
     b = _build(topology="two_hub", sigma=1.0, nodes=6)
     tr, log, lr = b.trainer, b.ctx.bus.log, b.ctx.run.lr
@@ -211,7 +206,7 @@ def test_message_log_and_attack_targets() -> None:
             assert {tuple(e) for e in rec.edges.tolist()} == want, (t, kind)
             assert len(rec.edges) == len(want)
     taps, victim = tr.taps, 2
-    obs = _obs(b, ThreatModel("eavesdropper"))
+    obs = observe(b, ThreatModel("eavesdropper"))
     # (x_i^{t-1} - x~_i^t) / eta == v~_i^t, from logged messages alone
     x_prev = log.get(2, "model").sent_by(victim)
     x_half = log.get(2, "half_model").sent_by(victim)
@@ -237,13 +232,13 @@ def test_message_log_and_attack_targets() -> None:
     assert torch.equal(cg.gradient, taps["cross"][e]) and torch.equal(cg.params,
                                                                        taps["x_prev"][j])
     # the curious receiver itself sees the same view (its own broadcast is in its observation)
-    nb = _obs(b, ThreatModel("neighbour", (j,)))
+    nb = observe(b, ThreatModel("neighbour", (j,)))
     (cgn,) = DPDL.gradient_views(nb, victim, [2])
     assert torch.equal(cgn.gradient, cg.gradient) and torch.equal(cgn.params, cg.params)
     with pytest.raises(NotApplicable):  # another spoke receives nothing from the victim
-        DPDL.gradient_views(_obs(b, ThreatModel("neighbour", (3,))), victim, [2])
+        DPDL.gradient_views(observe(b, ThreatModel("neighbour", (3,))), victim, [2])
     with pytest.raises(NotApplicable):  # a spoke's other neighbour's momentum is not seen
-        DPDL.gradient_views(_obs(b, ThreatModel("neighbour", (0,))), victim, [2], "momentum")
+        DPDL.gradient_views(observe(b, ThreatModel("neighbour", (0,))), victim, [2], "momentum")
 
 
 # ---------------------------------------------------------------- mixing invariants

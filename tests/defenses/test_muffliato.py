@@ -26,7 +26,7 @@ from privbench.config import RunConfig
 from privbench.engine import train
 from privbench.errors import ConfigError
 from privbench.runner import Built, build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.threat import NotApplicable, ThreatModel, observe
 
 torch.set_num_threads(1)
 
@@ -38,12 +38,6 @@ def _run(topology: str = "ring", nodes: int = 6, rounds: int = 6, **kw: object) 
 
 def _build(topology: str = "ring", nodes: int = 6, rounds: int = 6, **cfg: object) -> Built:
     return build(_run(topology, nodes, rounds), "muffliato", cfg)
-
-
-def _obs(b: Built, threat: ThreatModel) -> Observation:
-    return Observation(b.ctx.bus.log.observed_by(threat.receivers()), threat, b.ctx.run,
-                       "muffliato", b.trainer.cfg, b.ctx.fm, b.ctx.topology,
-                       b.trainer.init_params()[0])
 
 
 # ---------------------------------------------------------------- spectral constants
@@ -194,7 +188,7 @@ def test_gradient_view_is_the_noisy_release() -> None:
         tr.round(t)
         if t % 3 == 0:
             noisy[t] = tr.taps["noisy"].clone()
-    obs, victim = _obs(b, ThreatModel("eavesdropper")), 2
+    obs, victim = observe(b, ThreatModel("eavesdropper")), 2
     for t in (0, 3, 6):
         (view,) = Muffliato.gradient_views(obs, victim, [t])
         assert torch.allclose(view.gradient, noisy[t][victim], rtol=1e-3, atol=1e-3)
@@ -204,7 +198,7 @@ def test_gradient_view_is_the_noisy_release() -> None:
         Muffliato.gradient_views(obs, victim, [4])
     # a neighbour misses the far side's gossip messages: x_i^t cannot be rebuilt
     with pytest.raises(NotApplicable):
-        Muffliato.gradient_views(_obs(b, ThreatModel("neighbour", (1,))), victim, [3])
+        Muffliato.gradient_views(observe(b, ThreatModel("neighbour", (1,))), victim, [3])
 
 
 # ---------------------------------------------------------------- training
