@@ -172,11 +172,50 @@ def test_a_merge_names_a_twice_given_key_and_a_missing_file(tmp_path, capsys):
         assert main(["reproduce", "dyn_d2p", "--merge", str(tmp_path / bad), "--out", out]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith("nope.jsonl: no such runs file") and len(err) == 5
-    assert "--merge takes no --render, --seeds or --jobs" in err[1]
+    assert "--merge takes no --render, --seeds, --rows or --jobs" in err[1]
     assert err[2].endswith("bin.jsonl (not UTF-8 text); a reproduction's runs file is expected")
     assert "short.jsonl line 1 lacks reproduction, scale, method" in err[3]
     assert err[4].endswith("a: a folder; give its runs.jsonl")
     assert not Path(out, RUNS_FILE).exists()
+
+
+def test_a_new_row_joins_lines_made_on_another_machine_without_retraining_them(
+        tmp_path, monkeypatch, capsys):
+    repro, head = _two_row_grid()
+    first = dataclasses.replace(head, rows=("Dyn-D2P",))
+    reproduce(dataclasses.replace(repro, scales=(first,)), first, (0, 1), tmp_path)
+    # those lines came from a GPU: they cannot be resumed here
+    for _ in range(2):  # each line: _rewrite changes the first, then it goes last
+        _rewrite(tmp_path / RUNS_FILE, lambda r: {**r, "fingerprint": "0" * 64, "fields": {
+            **r["fields"], "versions.torch": "2.11.0+cu130"}})
+        lines = (tmp_path / RUNS_FILE).read_text().splitlines()
+        (tmp_path / RUNS_FILE).write_text("\n".join(lines[1:] + lines[:1]) + "\n")
+    before = (tmp_path / RUNS_FILE).read_text()
+    with pytest.raises(PrivbenchError, match=r"versions.torch = '2.11.0\+cu130' there"):
+        reproduce(repro, head, (0, 1), tmp_path)
+    trained, real = [], runs_mod.run_job
+
+    def count(r, s, job):
+        trained.append(job.key)
+        return real(r, s, job)
+    monkeypatch.setattr(runs_mod, "run_job", count)
+    recs = reproduce(repro, head, (0, 1), tmp_path, rows=("Const-D2P",))
+    assert trained == [("Const-D2P", 3.0, 0), ("Const-D2P", 3.0, 1)]
+    assert [(r["method"], r["seed"]) for r in recs] == \
+        [("Const-D2P", 0), ("Dyn-D2P", 0), ("Const-D2P", 1), ("Dyn-D2P", 1)]
+    assert (tmp_path / RUNS_FILE).read_text().startswith(before)  # the GPU's lines untouched
+    assert "| Dyn-D2P > Const-D2P |" in render(repro, head, recs)
+    # the trained row's own lines are still checked: nothing of it is trained twice
+    assert reproduce(repro, head, (0, 1), tmp_path, rows=("Const-D2P",)) == recs
+    assert len(trained) == 2
+    for bad in ("Non-private", "DP-SGD"):  # a row of the table but not of the scale; none
+        with pytest.raises(PrivbenchError, match=rf"--rows '{bad}': not a row of dyn_d2p at "
+                                                 r"scale 'headline'; accepted: 'Const-D2P', "
+                                                 r"'Dyn-D2P'"):
+            reproduce(repro, head, (0,), tmp_path, rows=(bad,))
+    assert main(["reproduce", "dyn_d2p", "--render", "--rows", "Dyn-D2P", "--out",
+                 str(tmp_path)]) == 2
+    assert "--render takes no --rows" in capsys.readouterr().err
 
 
 def test_a_headline_scale_runs_and_renders_only_its_rows_and_columns(tmp_path):

@@ -62,10 +62,10 @@ ADP_VRSGP = REPRODUCTIONS.register("adp_vrsgp")(Reproduction(
         Scale("paper", (*_CARD, ("model", "cnn")), seeds=(0, 1, 2),
               note="the card's setting (the 2-conv CNN, T = 1,000)"),
         Scale("headline", (*_CARD, ("model", "cnn")), seeds=(0, 1, 2),
-              rows=("Non-private", "DP-SGP", "ADP-VRSGP"),
+              rows=("Non-private", "DP-SGP", "ADP-VRSGP", "DFedSAM"),
               note="the card's setting (the 2-conv CNN, T = 1,000) for the headline rows only "
-                   "(ADP-VRSGP against DP-SGP, and the non-private SGP), run on a GPU and "
-                   "a CPU, at the step sizes tuned for the MLP (K = 100, DP-SGP lr 8, SGP lr "
-                   "0.2)"),
+                   "(ADP-VRSGP against DP-SGP and DFedSAM, and the non-private SGP), run on a "
+                   "GPU and a CPU, at the step sizes tuned for the MLP (K = 100, DP-SGP lr 8, "
+                   "DFedSAM lr 16 with rho 4, SGP lr 0.2)"),
     ),
 ))

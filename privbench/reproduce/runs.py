@@ -184,29 +184,40 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
 
 
 def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Path,
-              progress: Callable[[str], None] | None = None, workers: int = 1
-              ) -> list[dict[str, Any]]:
-    """Run every job of the grid not yet in `out/runs.jsonl`; return all the grid's lines.
+              progress: Callable[[str], None] | None = None, workers: int = 1,
+              rows: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Run every job of the grid not yet in `out/runs.jsonl`; return the grid's lines there.
 
     Args:
         workers: processes training jobs side by side (1: in this process, in grid order).
             This process stays the one writer of the file: each line is appended as its job
             ends, so an interrupted run keeps every finished job whatever the order.
+        rows: train these rows of the scale only (empty: every row). The other rows' lines
+            are returned as they are, neither checked nor reused for training: a row added to
+            a table whose other lines were made on another machine (a GPU's torch build)
+            joins it without retraining them.
 
     Raises:
-        PrivbenchError: a line in the file was made with another configuration, scale or
-            reproduction (the message names the first field that differs), or a job failed
-            (the other jobs still finish and are kept).
+        PrivbenchError: a line of a row to train was made with another configuration, scale
+            or reproduction (the message names the first field that differs), a row is not
+            one of the scale's, or a job failed (the other jobs still finish and are kept).
     """
     if workers < 1:
         raise PrivbenchError(f"--jobs {workers}: accepted: a positive number of processes")
+    table = repro.at(scale)
+    labels = [m.label for m in table.methods]
+    unknown = [r for r in rows if r not in labels]
+    if unknown:
+        raise PrivbenchError(f"--rows {', '.join(map(repr, unknown))}: not a row of "
+                             f"{repro.name} at scale {scale.name!r}; accepted: "
+                             f"{', '.join(map(repr, labels))}")
     out.mkdir(parents=True, exist_ok=True)
     path = out / RUNS_FILE
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
-        grid = jobs(repro.at(scale), seeds)
+        grid = jobs(table, seeds)
         todo = []
-        for job in grid:
+        for job in (j for j in grid if not rows or j.method.label in rows):
             old = done.get(job.key)
             if old is None:
                 todo.append(job)
@@ -226,7 +237,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
                 keep(k, job, run_job(repro, scale, job))
         else:
             _run_parallel(repro, scale, todo, workers, keep)
-    return [done[j.key] for j in grid]
+    return [done[j.key] for j in grid if j.key in done]
 
 
 # Fingerprint fields that say which machine ran a line, not what it ran: a line merged from
