@@ -7,6 +7,7 @@ one line, `privbench: error: ...`, with exit code 2 and no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -154,6 +155,19 @@ def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
 def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
            device: Any, tuned: dict[str, Any] | None = None) -> int:
     """Build, train, save (`comm` None: every node in this process)."""
+    rank0 = comm is None or comm.rank == 0
+    out = Path(args.out)
+    with contextlib.ExitStack() as stack:  # rank 0 holds the folder until it has written
+        problem = _claim(stack, out, "results.json", args.overwrite) if rank0 else None
+        agreed = comm.all_ok(problem is None) if comm is not None else problem is None
+        if not agreed:  # every rank stops, not only rank 0
+            raise problem or PrivbenchError(f"rank 0 cannot write the output folder {out}")
+        return _train_into(args, run, overrides, comm, device, tuned, out)
+
+
+def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
+                device: Any, tuned: dict[str, Any] | None, out: Path) -> int:
+    """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
     from tqdm import tqdm
 
     from privbench.engine import train
@@ -161,11 +175,6 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
     from privbench.runner import build, save_run
 
     rank0 = comm is None or comm.rank == 0
-    out = Path(args.out)
-    problem = _unwritable(out) if rank0 else None  # before training
-    agreed = comm.all_ok(problem is None) if comm is not None else problem is None
-    if not agreed:  # every rank stops, not only rank 0
-        raise problem or PrivbenchError(f"rank 0 cannot write the output folder {out}")
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
     with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
@@ -204,15 +213,6 @@ def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None
               file=sys.stderr)
 
 
-def _unwritable(out: Path) -> PrivbenchError | None:
-    """The error `_check_writable` would raise, or None."""
-    try:
-        _check_writable(out)
-    except PrivbenchError as exc:
-        return exc
-    return None
-
-
 def _check_writable(out: Path) -> None:
     """Fail early (before training) when the output folder cannot be created or written."""
     import os
@@ -223,6 +223,29 @@ def _check_writable(out: Path) -> None:
         raise PrivbenchError(f"cannot create output folder {out}: {exc.strerror}") from None
     if not os.access(out, os.W_OK):
         raise PrivbenchError(f"output folder {out} is not writable")
+
+
+def _refuse_existing(target: Path, overwrite: bool) -> None:
+    """A result file is evidence: one that exists is replaced only with --overwrite."""
+    if target.exists() and not overwrite:
+        raise PrivbenchError(f"{target} exists (a result file is never overwritten silently); "
+                             "choose another --out or pass --overwrite")
+
+
+def _claim(stack: contextlib.ExitStack, out: Path, result_file: str,
+           overwrite: bool) -> PrivbenchError | None:
+    """Make `out` this run's alone until `stack` closes: writable, locked against a second
+    writer (`fingerprint.folder_lock`), its result file absent unless --overwrite; the error
+    instead, or None."""
+    from privbench.fingerprint import folder_lock
+
+    try:
+        _check_writable(out)
+        stack.enter_context(folder_lock(out))
+        _refuse_existing(out / result_file, overwrite)
+    except PrivbenchError as exc:
+        return exc
+    return None
 
 
 def _floats(items: list[str] | None, what: str) -> list[float] | None:
@@ -239,7 +262,7 @@ def _floats(items: list[str] | None, what: str) -> list[float] | None:
 
 def _command_line(args: argparse.Namespace) -> str:
     """The user's command without options that do not change results (--out, --resume,
-    --quiet, --run-name), so that reruns give byte-identical results."""
+    --quiet, --run-name, --overwrite), so that reruns give byte-identical results."""
     argv, keep, skip = list(args._argv), [], False
     for i, item in enumerate(argv):
         if skip:
@@ -250,7 +273,7 @@ def _command_line(args: argparse.Namespace) -> str:
             skip = True
         if name in ("--out", "--run-name") and "=" not in item:
             skip = True
-        elif name not in ("--out", "--run-name", "--resume", "--quiet"):
+        elif name not in ("--out", "--run-name", "--resume", "--quiet", "--overwrite"):
             keep.append(item)
     return " ".join(["privbench", *keep])
 
@@ -376,14 +399,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     candidates = tuning.parse_grid(args.grid, args.defense)
     out = Path(args.out or f"reports/tune-{args.preset}-{args.defense}-eps{run.epsilon:g}")
-    _check_writable(out)
-    print(f"tune {args.defense} at eps={run.epsilon:g}: {len(candidates)} candidates, "
-          f"validation = {args.validation:g} of each node's members")
-    result = tuning.tune(run, args.defense, candidates, args.validation, overrides,
-                         progress=not args.quiet)
-    command = _command_line(args)
-    write_json(out / "tune.json", {**result, "command": command, "preset": args.preset,
-                                   "run": to_dict(run), "defense_overrides": overrides})
+    with contextlib.ExitStack() as stack:  # the folder is this tune's until tune.json is in
+        if (problem := _claim(stack, out, "tune.json", args.overwrite)) is not None:
+            raise problem
+        print(f"tune {args.defense} at eps={run.epsilon:g}: {len(candidates)} candidates, "
+              f"validation = {args.validation:g} of each node's members")
+        result = tuning.tune(run, args.defense, candidates, args.validation, overrides,
+                             progress=not args.quiet, test=not args.skip_test)
+        command = _command_line(args)
+        write_json(out / "tune.json", {**result, "command": command, "preset": args.preset,
+                                       "run": to_dict(run), "defense_overrides": overrides})
     _print_tune(result)
     if args.save and result["best"] is not None:
         text = tuning.toml_entry(args.preset, args.defense, run, result, command)
@@ -402,9 +427,12 @@ def _print_tune(result: dict[str, Any]) -> None:
     else:
         best = result["candidates"][result["best"]]
         print(f"best on validation: {best['label']} ({acc(best['validation_accuracy'])})")
-    tuned = result.get("tuned_test", {}).get("accuracy")
-    print(f"test accuracy (not used for the choice): untuned "
-          f"{acc(result['untuned_test']['accuracy'])}, tuned {acc(tuned)}")
+    if "untuned_test" not in result:
+        print("test accuracy: not measured (--skip-test)")
+    else:
+        tuned = result.get("tuned_test", {}).get("accuracy")
+        print(f"test accuracy (not used for the choice): untuned "
+              f"{acc(result['untuned_test']['accuracy'])}, tuned {acc(tuned)}")
     print(f"note: {result['privacy_note']}")
 
 
@@ -597,9 +625,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         "inversion": args.inversion, "seed": args.seed})
     out = Path(args.out)
     target = out / "leakage.json"
-    if target.exists() and not args.overwrite:
-        raise PrivbenchError(f"{target} exists (a result file is never overwritten silently); "
-                             "choose another --out or pass --overwrite")
+    _refuse_existing(target, args.overwrite)
     _check_writable(out)
     results = run_leakage(cfg, progress=None if args.quiet else
                           (lambda line: print(line, file=sys.stderr)))
@@ -701,6 +727,8 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                         "--backend distributed ...` (gloo on CPU, NCCL on CUDA)")
     p.add_argument("--dist-timeout", dest="dist_timeout", type=float, default=300.0,
                    help="seconds a rank waits for the others before stopping (default 300)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results already in --out (refused otherwise)")
     commands["train"] = cmd_train
 
     p = sub.add_parser("attack", help="audit: train each (defense, ε) once, run every attack, "
@@ -740,6 +768,12 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "(the committed one is privbench/presets/tuned.toml)")
     p.add_argument("--out", help="output folder (default reports/tune-<preset>-<defense>-eps<E>)")
     p.add_argument("--quiet", action="store_true", help="no per-candidate lines")
+    p.add_argument("--skip-test", dest="skip_test", action="store_true",
+                   help="do not train the untuned and the chosen setting on the full members "
+                        "to report their test accuracy (two more full runs; the choice never "
+                        "uses them)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a tune.json already in --out (refused otherwise)")
     commands["tune"] = cmd_tune
 
     p = sub.add_parser("leakage", help="leakage map: inversion and membership attacks by a "

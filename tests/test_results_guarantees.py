@@ -157,10 +157,46 @@ def test_a_full_disk_while_saving_models_is_one_line(tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(safetensors.torch, "save_file", full)
     assert main(["train", "--nodes", "3", "--rounds", "1", "--batch-size", "2", "--device",
-                 "cpu", "--out", str(out), "--quiet"]) == 2
+                 "cpu", "--out", str(out), "--quiet", "--overwrite"]) == 2
     _one_line(capsys, "No space left on device")
     assert (out / "results.json").read_text() == '{"keep": true}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+_TRAIN = ["train", "--nodes", "3", "--rounds", "1", "--batch-size", "2", "--device", "cpu",
+          "--quiet"]
+
+
+@pytest.mark.parametrize("command,result,key", [
+    (_TRAIN, "results.json", "run"),
+    (["tune", "--nodes", "3", "--rounds", "1", "--batch-size", "2", "--device", "cpu",
+      "--defense", "dp_sgp", "--grid", "lr=0.1", "--skip-test", "--quiet"], "tune.json",
+     "candidates"),
+])
+def test_a_result_already_in_out_is_replaced_only_with_overwrite(tmp_path, capsys, command,
+                                                                 result, key):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / result).write_text('{"keep": true}')
+    assert main([*command, "--out", str(out)]) == 2  # refused before any training
+    _one_line(capsys, f"{out / result} exists (a result file is never overwritten silently)")
+    assert (out / result).read_text() == '{"keep": true}'
+    assert main([*command, "--out", str(out), "--overwrite"]) == 0
+    written = json.loads((out / result).read_text())
+    assert key in written and "keep" not in written
+    assert "untuned_test" not in written  # --skip-test: no test-set runs (tune)
+
+
+@pytest.mark.parametrize("command", [
+    _TRAIN, ["tune", "--defense", "dp_sgp", "--grid", "lr=0.1", "--quiet"]])
+def test_a_folder_another_run_writes_into_is_refused(tmp_path, capsys, command):
+    from privbench.fingerprint import folder_lock
+
+    out = tmp_path / "run"
+    with folder_lock(out):  # another privbench process writing there
+        assert main([*command, "--out", str(out)]) == 2
+    _one_line(capsys, f"output folder {out} is in use by another privbench run")
+    assert [p.name for p in out.iterdir()] == [".privbench.lock"]
 
 
 def test_names_with_dollar_signs_render(tmp_path):

@@ -96,6 +96,10 @@ def test_save_entry_replaces_the_same_cell_and_keeps_others(tmp_path):
     assert [e["defense"]["clip"] for e in data["quick"]["dpdl"]] == [2.0]
     assert tuning.entry_for(data["quick"]["dp_sgp"], TINY, 1.0,
                             "dp_sgp")[0]["command"].endswith("3.0")
+    assert "# test accuracy (reported, not used for the choice): untuned 0.1" in path.read_text()
+    del res["untuned_test"]  # a tune run with --skip-test
+    text = tuning.toml_entry("quick", "dpdl", TINY, res, "privbench tune --skip-test")
+    assert "# test accuracy (reported, not used for the choice): not measured" in text
 
 
 def test_committed_tuned_file_parses_and_records_its_commands():

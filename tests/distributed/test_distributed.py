@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from privbench.cli import EXIT_DIVERGED, main
+from privbench.fingerprint import LOCK_NAME
 from privbench.messages import GroundTruth, MessageLog
 from privbench.registry import DEFENSES, load_plugins
 
@@ -195,7 +196,7 @@ def test_a_rank_that_dies_stops_the_others_and_nothing_is_written(tmp_path):
     lines = [ln for ln in err0.splitlines() if ln.startswith("privbench: error:")]
     assert len(lines) == 1 and "another rank stopped" in lines[0], err0
     assert "Traceback" not in err0
-    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != LOCK_NAME]
     assert written == [], written
 
 
@@ -204,7 +205,7 @@ def test_torchrun_rank_death_stops_the_launch(tmp_path):
     env = dict(_env(), PRIVBENCH_TEST_DIE="1:1")
     proc = _torchrun(2, tmp_path / "out", ["sgp"], ["--rounds", "50"], env=env, timeout=120)
     assert proc.returncode != 0
-    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and p.name != LOCK_NAME] == []
 
 
 def test_more_ranks_than_nodes_is_a_one_line_error(tmp_path):
