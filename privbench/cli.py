@@ -625,13 +625,14 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         "inversion": args.inversion, "seed": args.seed})
     out = Path(args.out)
     target = out / "leakage.json"
-    _refuse_existing(target, args.overwrite)
-    _check_writable(out)
-    results = run_leakage(cfg, progress=None if args.quiet else
-                          (lambda line: print(line, file=sys.stderr)))
-    atomic_write_text(target, dumps(results))
-    atomic_write_text(out / "leakage.html", render_leakage(results))
-    atomic_write_text(out / "leakage.md", by_distance(results) + "\n" + markdown(results))
+    with contextlib.ExitStack() as stack:  # the folder is this run's until it has written
+        if (problem := _claim(stack, out, target.name, args.overwrite)) is not None:
+            raise problem
+        results = run_leakage(cfg, progress=None if args.quiet else
+                              (lambda line: print(line, file=sys.stderr)))
+        atomic_write_text(target, dumps(results))
+        atomic_write_text(out / "leakage.html", render_leakage(results))
+        atomic_write_text(out / "leakage.md", by_distance(results) + "\n" + markdown(results))
     print(f"wrote {target}, {out / 'leakage.html'} and {out / 'leakage.md'}")
     return 0
 

@@ -188,7 +188,8 @@ def test_a_result_already_in_out_is_replaced_only_with_overwrite(tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", [
-    _TRAIN, ["tune", "--defense", "dp_sgp", "--grid", "lr=0.1", "--quiet"]])
+    _TRAIN, ["tune", "--defense", "dp_sgp", "--grid", "lr=0.1", "--quiet"],
+    ["leakage", "--defense", "d_psgd", "--rounds", "2", "--quiet"]])
 def test_a_folder_another_run_writes_into_is_refused(tmp_path, capsys, command):
     from privbench.fingerprint import folder_lock
 
