@@ -18,7 +18,7 @@ privbench's accounting code:
 
 privbench's number must be at least 99% of the independent one (within 1% or above: privbench may
 be conservative, never optimistic). `python -m tests.test_golden_epsilon` prints the README table
-("How privbench knows its epsilon"). The fast subset runs by default; the full grid is `slow`.
+("Sampling and golden epsilon"). The fast subset runs by default; the full grid is `slow`.
 """
 
 from __future__ import annotations
