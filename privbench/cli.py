@@ -657,13 +657,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     # the default scale's folder is the paper's; any other scale has its own subfolder
     own = "" if args.scale in (None, repro.scales[0].name) else f"/{repro.scale(args.scale).name}"
     out = Path(args.out or f"reports/reproduce/{repro.name}{own}")
-    if args.merge and (args.render or args.seeds or args.jobs != 1 or args.rows):
-        raise PrivbenchError("--merge takes no --render, --seeds, --rows or --jobs: it trains "
-                             "nothing, it appends the files' runs to the folder's runs.jsonl, "
-                             "then renders its table")
-    if args.render and args.rows:
-        raise PrivbenchError("--render takes no --rows: it trains nothing, it re-renders every "
-                             "row of the folder's runs.jsonl")
+    if args.merge and (args.render or args.seeds or args.jobs != 1 or args.rows or args.eps):
+        raise PrivbenchError("--merge takes no --render, --seeds, --rows, --eps or --jobs: it "
+                             "trains nothing, it appends the files' runs to the folder's "
+                             "runs.jsonl, then renders its table")
+    if args.render and (args.rows or args.eps):
+        raise PrivbenchError("--render takes no --rows or --eps: it trains nothing, it "
+                             "re-renders every row of the folder's runs.jsonl")
     if args.merge:
         scale = repro.scale(args.scale)
         _check_writable(out)
@@ -684,7 +684,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         _check_writable(out)
         records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
                             (lambda line: print(line, file=sys.stderr)), workers=args.jobs,
-                            rows=tuple(_names(args.rows) or ()))
+                            rows=tuple(_names(args.rows) or ()),
+                            columns=tuple(_floats(args.eps, "--eps") or ()))
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {len(records)} runs in {out / RUNS_FILE}")
     return 0
@@ -819,6 +820,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "only, by their table label (default: every row of the scale); the other "
                    "rows' lines are rendered as they are: a new row joins a table whose other "
                    "runs were made on another machine")
+    p.add_argument("--eps", action="append", metavar="VALUE[,VALUE]", help="train the private "
+                   "rows at these grid values only (the table's columns: epsilon, DPPS's b; "
+                   "default: every one); the non-private rows are then not trained. With "
+                   "--rows and --seeds: exactly the missing runs of a table, e.g. on a GPU")
     p.add_argument("--out", help="output folder (default reports/reproduce/NAME, and "
                    "reports/reproduce/NAME/SCALE for a scale other than the first): runs.jsonl, "
                    "table.md")

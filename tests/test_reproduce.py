@@ -172,7 +172,7 @@ def test_a_merge_names_a_twice_given_key_and_a_missing_file(tmp_path, capsys):
         assert main(["reproduce", "dyn_d2p", "--merge", str(tmp_path / bad), "--out", out]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith("nope.jsonl: no such runs file") and len(err) == 5
-    assert "--merge takes no --render, --seeds, --rows or --jobs" in err[1]
+    assert "--merge takes no --render, --seeds, --rows, --eps or --jobs" in err[1]
     assert err[2].endswith("bin.jsonl (not UTF-8 text); a reproduction's runs file is expected")
     assert "short.jsonl line 1 lacks reproduction, scale, method" in err[3]
     assert err[4].endswith("a: a folder; give its runs.jsonl")
@@ -215,7 +215,33 @@ def test_a_new_row_joins_lines_made_on_another_machine_without_retraining_them(
             reproduce(repro, head, (0,), tmp_path, rows=(bad,))
     assert main(["reproduce", "dyn_d2p", "--render", "--rows", "Dyn-D2P", "--out",
                  str(tmp_path)]) == 2
-    assert "--render takes no --rows" in capsys.readouterr().err
+    assert "--render takes no --rows or --eps" in capsys.readouterr().err
+
+
+def test_eps_trains_those_columns_only_and_leaves_the_others_lines_unchecked(
+        tmp_path, monkeypatch, capsys):
+    repro, scale = _tiny()
+    trained, real = [], runs_mod.run_job
+
+    def count(r, s, job):
+        trained.append(job.key)
+        return real(r, s, job)
+    monkeypatch.setattr(runs_mod, "run_job", count)
+    two = ("Const-D2P", "Dyn-D2P")
+    recs = reproduce(repro, scale, (0,), tmp_path, rows=two, columns=(3.0,))
+    assert trained == [("Const-D2P", 3.0, 0), ("Dyn-D2P", 3.0, 0)]  # no non-private run
+    assert [(r["method"], r["eps"]) for r in recs] == [("Const-D2P", 3.0), ("Dyn-D2P", 3.0)]
+    # those lines came from a GPU: the next column is trained here beside them, unchecked
+    _rewrite(tmp_path / RUNS_FILE, lambda r: {**r, "fingerprint": "0" * 64, "fields": {
+        **r["fields"], "versions.torch": "2.11.0+cu130"}})
+    recs = reproduce(repro, scale, (0,), tmp_path, rows=two, columns=(1.0,))
+    assert trained[2:] == [("Const-D2P", 1.0, 0), ("Dyn-D2P", 1.0, 0)]
+    assert len(read_runs(tmp_path / RUNS_FILE)) == 4
+    with pytest.raises(PrivbenchError, match=r"--eps 2, 8: not a grid value of dyn_d2p at "
+                                             r"scale 'reduced'; accepted: 1, 3$"):
+        reproduce(repro, scale, (0,), tmp_path, columns=(2.0, 1.0, 8.0))
+    assert main(["reproduce", "dyn_d2p", "--eps", "1,x", "--out", str(tmp_path)]) == 2
+    assert "--eps must be numbers (e.g. --eps 1,8), got 'x'" in capsys.readouterr().err
 
 
 def test_a_headline_scale_runs_and_renders_only_its_rows_and_columns(tmp_path):

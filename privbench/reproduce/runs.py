@@ -185,7 +185,8 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
 
 def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Path,
               progress: Callable[[str], None] | None = None, workers: int = 1,
-              rows: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+              rows: tuple[str, ...] = (), columns: tuple[float, ...] = ()
+              ) -> list[dict[str, Any]]:
     """Run every job of the grid not yet in `out/runs.jsonl`; return the grid's lines there.
 
     Args:
@@ -196,11 +197,15 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
             are returned as they are, neither checked nor reused for training: a row added to
             a table whose other lines were made on another machine (a GPU's torch build)
             joins it without retraining them.
+        columns: train the private rows at these grid values only (empty: every one); the
+            non-private rows, which have no grid value, are then not trained. With `rows`
+            and the seeds, this names exactly the runs a lent GPU is to fill in.
 
     Raises:
         PrivbenchError: a line of a row to train was made with another configuration, scale
             or reproduction (the message names the first field that differs), a row is not
-            one of the scale's, or a job failed (the other jobs still finish and are kept).
+            one of the scale's, a column is not one of its grid values, or a job failed (the
+            other jobs still finish and are kept).
     """
     if workers < 1:
         raise PrivbenchError(f"--jobs {workers}: accepted: a positive number of processes")
@@ -211,13 +216,19 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         raise PrivbenchError(f"--rows {', '.join(map(repr, unknown))}: not a row of "
                              f"{repro.name} at scale {scale.name!r}; accepted: "
                              f"{', '.join(map(repr, labels))}")
+    odd = [c for c in columns if c not in table.eps]
+    if odd:
+        raise PrivbenchError(f"--eps {', '.join(f'{c:g}' for c in odd)}: not a grid value of "
+                             f"{repro.name} at scale {scale.name!r}; accepted: "
+                             f"{', '.join(f'{e:g}' for e in table.eps)}")
     out.mkdir(parents=True, exist_ok=True)
     path = out / RUNS_FILE
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
         grid = jobs(table, seeds)
         todo = []
-        for job in (j for j in grid if not rows or j.method.label in rows):
+        for job in (j for j in grid if (not rows or j.method.label in rows)
+                    and (not columns or j.eps in columns)):
             old = done.get(job.key)
             if old is None:
                 todo.append(job)
