@@ -11,9 +11,12 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from privbench.errors import ConfigError, PrivbenchError, Terminated
+
+if TYPE_CHECKING:
+    from privbench.reproduce.spec import Reproduction
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
@@ -684,11 +687,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         _check_writable(out)
         records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
                             (lambda line: print(line, file=sys.stderr)), workers=args.jobs,
-                            rows=tuple(_names(args.rows) or ()),
+                            rows=_row_labels(args.rows, repro.at(scale)),
                             columns=tuple(_floats(args.eps, "--eps") or ()))
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {len(records)} runs in {out / RUNS_FILE}")
     return 0
+
+
+def _row_labels(items: list[str] | None, table: Reproduction) -> tuple[str, ...]:
+    """--rows: each value a row's label as it is (DeFL-VP's "DeFL-VP, η_sign 0.003" holds a
+    comma), else comma-separated labels."""
+    labels = {m.label for m in table.methods}
+    return tuple(name for item in items or ()
+                 for name in ([item.strip()] if item.strip() in labels else _names([item])))
 
 
 def _names(items: list[str] | None) -> list[str] | None:

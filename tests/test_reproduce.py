@@ -622,3 +622,17 @@ def test_stopped_workers_leave_no_pool_thread_to_race_interpreter_exit():
     assert not manager.is_alive()
     assert not any(p.is_alive() for p in procs)
     assert all(f.done() for f in futures)  # cancelled, or failed as the pool broke
+
+
+def test_a_row_label_holding_a_comma_is_one_row():
+    from privbench.cli import _row_labels
+
+    load()
+    repro = REPRODUCTIONS.get("defl_vp")
+    head = repro.at(repro.scale("headline"))
+    tuned = "DeFL-VP, η_sign 0.003"
+    assert tuned in {m.label for m in head.methods}
+    assert _row_labels([tuned], head) == (tuned,)
+    assert _row_labels(["D-PSGD,DFL+VR", " D-PSGD+RR, η_sign 0.003"], head) == \
+        ("D-PSGD", "DFL+VR", "D-PSGD+RR, η_sign 0.003")
+    assert _row_labels(None, head) == ()
