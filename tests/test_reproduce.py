@@ -558,6 +558,30 @@ def _spawned_workers(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a mask from /proc")
+def test_a_ctrl_c_while_the_workers_are_spawned_is_held_back_not_lost():
+    """The pool spawned its workers with SIGINT ignored (so that they inherit it): a Ctrl-C in
+    that window was lost, and the parent trained on for hours. Now it is held back and raised
+    when the window ends, and what is spawned inside still never receives it."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from privbench.reproduce.runs import _held_back
+
+    reached = False
+    status = "print(open('/proc/self/status').read())"
+    with pytest.raises(KeyboardInterrupt), _held_back(signal.SIGINT):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        child = subprocess.run([sys.executable, "-c", status], capture_output=True, text=True,
+                               check=True)
+        reached = True
+    assert reached
+    blocked = next(ln for ln in child.stdout.splitlines() if ln.startswith("SigBlk:"))
+    assert int(blocked.split()[1], 16) >> (signal.SIGINT - 1) & 1
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
 def test_a_stopped_parallel_reproduction_stops_its_workers_too(tmp_path, how):

@@ -355,7 +355,7 @@ def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: i
                                initargs=(torch.get_num_threads(),))
     try:
         with sigterm_raises():
-            with _ignoring(signal.SIGINT):  # the pool spawns its workers as jobs are submitted
+            with _held_back(signal.SIGINT):  # the pool spawns its workers as jobs are submitted
                 futures = {pool.submit(run_job, repro, scale, job): job for job in todo}
             for k, fut in enumerate(as_completed(futures), 1):
                 job = futures[fut]
@@ -416,13 +416,25 @@ def sigterm_raises() -> AbstractContextManager[None]:
     return _handling(signal.SIGTERM, _raise_terminated)
 
 
-def _ignoring(signum: int) -> AbstractContextManager[None]:
-    """Within the block `signum` is ignored, and so it is in the processes spawned meanwhile
-    for their whole life (an ignored signal stays ignored across exec, and Python keeps it so):
-    workers born ignoring SIGINT leave a Ctrl-C, which reaches the whole process group, to the
-    parent's `_stop_workers` instead of printing a KeyboardInterrupt traceback each, even mid
-    start-up."""
-    return _handling(signum, signal.SIG_IGN)
+@contextmanager
+def _held_back(signum: int) -> Iterator[None]:
+    """Within the block `signum` is blocked in this thread: one that arrives meanwhile stays
+    pending and is delivered when the block ends, and the processes spawned meanwhile inherit
+    the mask for their whole life (a blocked signal stays blocked across exec, and Python
+    leaves the mask as it is). So workers never see SIGINT: a Ctrl-C, which reaches the whole
+    process group, is left to the parent's `_stop_workers` instead of printing a
+    KeyboardInterrupt traceback per worker, even mid start-up; and the parent still gets a
+    Ctrl-C pressed while it spawns them (ignoring the signal instead lost it, and the runs
+    went on for hours)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job,
