@@ -583,8 +583,8 @@ def test_a_ctrl_c_while_the_workers_are_spawned_is_held_back_not_lost():
             child = subprocess.run([sys.executable, "-c", status], capture_output=True,
                                    text=True, check=True)
             reached = True
-    finally:
-        signal.signal(signal.SIGINT, old)
+    finally:  # None: the previous handler was not set from Python
+        signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
     assert reached
     blocked = next(ln for ln in child.stdout.splitlines() if ln.startswith("SigBlk:"))
     assert int(blocked.split()[1], 16) >> (signal.SIGINT - 1) & 1
