@@ -179,6 +179,17 @@ def test_a_merge_names_a_twice_given_key_and_a_missing_file(tmp_path, capsys):
     assert not Path(out, RUNS_FILE).exists()
 
 
+def _counting_runs(monkeypatch) -> list[tuple]:
+    """The keys of the jobs trained from now on, in order (each still trained for real)."""
+    trained, real = [], runs_mod.run_job
+
+    def count(r, s, job):
+        trained.append(job.key)
+        return real(r, s, job)
+    monkeypatch.setattr(runs_mod, "run_job", count)
+    return trained
+
+
 def test_a_new_row_joins_lines_made_on_another_machine_without_retraining_them(
         tmp_path, monkeypatch, capsys):
     repro, head = _two_row_grid()
@@ -193,12 +204,7 @@ def test_a_new_row_joins_lines_made_on_another_machine_without_retraining_them(
     before = (tmp_path / RUNS_FILE).read_text()
     with pytest.raises(PrivbenchError, match=r"versions.torch = '2.11.0\+cu130' there"):
         reproduce(repro, head, (0, 1), tmp_path)
-    trained, real = [], runs_mod.run_job
-
-    def count(r, s, job):
-        trained.append(job.key)
-        return real(r, s, job)
-    monkeypatch.setattr(runs_mod, "run_job", count)
+    trained = _counting_runs(monkeypatch)
     recs = reproduce(repro, head, (0, 1), tmp_path, rows=("Const-D2P",))
     assert trained == [("Const-D2P", 3.0, 0), ("Const-D2P", 3.0, 1)]
     assert [(r["method"], r["seed"]) for r in recs] == \
@@ -221,12 +227,7 @@ def test_a_new_row_joins_lines_made_on_another_machine_without_retraining_them(
 def test_eps_trains_those_columns_only_and_leaves_the_others_lines_unchecked(
         tmp_path, monkeypatch, capsys):
     repro, scale = _tiny()
-    trained, real = [], runs_mod.run_job
-
-    def count(r, s, job):
-        trained.append(job.key)
-        return real(r, s, job)
-    monkeypatch.setattr(runs_mod, "run_job", count)
+    trained = _counting_runs(monkeypatch)
     two = ("Const-D2P", "Dyn-D2P")
     recs = reproduce(repro, scale, (0,), tmp_path, rows=two, columns=(3.0,))
     assert trained == [("Const-D2P", 3.0, 0), ("Dyn-D2P", 3.0, 0)]  # no non-private run
