@@ -78,8 +78,10 @@ Choices and deviations (card §8 item numbers):
   defaults 0.5 / 0.3 are used nowhere). CLIP off by default (the MLP runs use no clipping).
 - Models: `psp_mlp` is the paper's MLP (card §4: Linear(D->10)-tanh-Linear(10->D)-tanh-
   Linear(D->10)-tanh, D = input size, tanh on the logits as in the code) without the code's
-  residual connections (item 13). The split takes the first `shared_layers` parameterised modules
-  (the input-side extractor, card §4) or explicit `shared_prefixes`.
+  residual connections (item 13). The split takes the model's first `shared_layers` layers
+  (the input-side extractor, card §4: an MLP's or CNN's first parameterised modules; a ResNet's
+  convolutional blocks, `FlatModel.layers`, so PartPSP-1 shares the stem with stage 1) or
+  explicit `shared_prefixes`.
 - Node i's initial models are identical (privbench's public shared initialisation; item 4).
 - Evaluation: privbench's engine evaluates every node's (y_i, l_i) and the average model; the card
   evaluates (s_bar, l_i) (§1.6), which equals the engine's mean per-node accuracy right after a
@@ -190,7 +192,8 @@ class DPPSConfig:
     """DPPS / PartPSP hyper-parameters (card §1, §2, §3, §8 defaults).
 
     Attributes:
-        shared_layers: number of input-side parameterised modules shared (-1: all = SGP-DP).
+        shared_layers: number of the model's input-side layers shared (`FlatModel.layers`;
+            -1: all = SGP-DP).
         shared_prefixes: explicit parameter-name prefixes of the shared part (overrides
             shared_layers when non-empty).
         b: the paper's privacy knob (NOT epsilon); None derives it from the run's epsilon.
@@ -243,13 +246,9 @@ def shared_mask(fm: FlatModel, cfg: DPPSConfig) -> Tensor:
     if cfg.shared_prefixes:
         mask = fm.slice_of(cfg.shared_prefixes)
     else:
-        groups: list[str] = []
-        for s in fm.specs:
-            g = s.name.rsplit(".", 1)[0]
-            if g not in groups:
-                groups.append(g)
-        k = len(groups) if cfg.shared_layers < 0 else cfg.shared_layers
-        mask = fm.slice_of([g + "." for g in groups[:k]])
+        layers = fm.layers
+        k = len(layers) if cfg.shared_layers < 0 else cfg.shared_layers
+        mask = fm.slice_of([p for layer in layers[:k] for p in layer])
     if not mask.any():
         raise ConfigError("the shared part is empty: set shared_layers >= 1 (or -1 for all) or "
                           "shared_prefixes to parameter-name prefixes of the model")

@@ -7,9 +7,10 @@ shared/cards/card-dpps-partpsp.md §1.3 (algorithm), §4 (split), §1.4 (sync), 
 The model is split into local parameters l_i (plain SGD, never sent, never noised) and shared
 parameters s_i (push-summed with DPPS). The mechanism, the trainer and every choice/deviation live
 once in `defenses/dpps.py` (whose key `dpps` is the all-shared SGP-DP baseline); this module only
-changes the default split to the card's §4 PartPSP-1: the first parameterised module (the input
-layer Linear(D->10) of `psp_mlp`) is shared. `--set defense.shared_layers=2` gives PartPSP-2
-(Linear(D->10) and Linear(10->D) shared), `shared_prefixes` any other split.
+changes the default split to the card's §4 PartPSP-1: the model's first layer is shared (the
+input layer Linear(D->10) of `psp_mlp`; a ResNet's first convolutional block, the stem with stage
+1). `--set defense.shared_layers=2` gives PartPSP-2 (Linear(D->10) and Linear(10->D) shared; a
+ResNet's stem, stage 1 and stage 2), `shared_prefixes` any other split.
 
 Messages (card §1.5): `shared` (noisy shared numerator, covered), `weight` (push-sum weight,
 public), `sensitivity` (S_i of Eq. 22, NOT covered: it leaks gamma_s ||g_i,s||_1). The local part
@@ -30,7 +31,7 @@ class PartPSPConfig(DPPSConfig):
     """PartPSP hyper-parameters: `DPPSConfig` with the card §4 default split.
 
     Attributes:
-        shared_layers: input-side parameterised modules shared: 1 = PartPSP-1 (default),
+        shared_layers: the model's input-side layers shared: 1 = PartPSP-1 (default),
             2 = PartPSP-2, -1 = all (SGP-DP).
     """
 

@@ -119,13 +119,19 @@ class _Block(nn.Module):
 
 @MODELS.register("resnet")
 def resnet(input_shape: Shape, num_classes: int, width: int = 16) -> nn.Module:
-    """A small ResNet (3 stages, one BasicBlock each, widths w, 2w, 4w) with GroupNorm."""
+    """A small ResNet (3 stages, one BasicBlock each, widths w, 2w, 4w) with GroupNorm.
+
+    Its layers (`FlatModel.layers`) are ResNet-18's convolutional blocks as card-dpps-partpsp.md
+    §4 counts them: the stem with stage 1, stage 2, then stage 3 with the classifier.
+    """
     c = input_shape[0]
-    return nn.Sequential(
+    net = nn.Sequential(
         nn.Conv2d(c, width, 3, 1, 1, bias=False), nn.GroupNorm(min(8, width), width), nn.ReLU(),
         _Block(width, width, 1), _Block(width, 2 * width, 2), _Block(2 * width, 4 * width, 2),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, num_classes),
     )
+    net.layer_prefixes = (("0.", "1.", "3."), ("4.",), ("5.", "8."))  # names as in the Sequential
+    return net
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,22 @@ class FlatModel:
         finally:
             torch.random.set_rng_state(state)
         return self.flatten(dict(self.module.named_parameters())).detach().clone()
+
+    @property
+    def layers(self) -> list[tuple[str, ...]]:
+        """The model's layers, input side first, each as parameter-name prefixes: what "the
+        first k layers" of a split counts (card-dpps-partpsp.md §4). A model may declare them
+        (`layer_prefixes` on the module: a ResNet's layer is a convolutional block); otherwise
+        each parameterised module is one layer (an MLP's Linear, a CNN's conv)."""
+        declared = getattr(self.module, "layer_prefixes", None)
+        if declared is not None:
+            return [tuple(group) for group in declared]
+        out: list[tuple[str, ...]] = []
+        for s in self.specs:
+            group = (s.name.rsplit(".", 1)[0] + ".",)
+            if group not in out:
+                out.append(group)
+        return out
 
     def slice_of(self, prefixes: Sequence[str]) -> Tensor:
         """(d,) bool mask of the parameters whose names start with any of `prefixes`."""

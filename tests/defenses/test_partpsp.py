@@ -89,6 +89,27 @@ def test_card_split_psp_mlp():
     assert bool(full.trainer.sh.all()) and not full.trainer.has_local
 
 
+def test_card_split_resnet_counts_convolutional_blocks():
+    """Card §4 / §6.2: on a ResNet, PartPSP-1 shares the first convolutional block (the stem with
+    stage 1), PartPSP-2 also stage 2, SGP-DP everything; a layer is a block, not a tensor's
+    module (that split shared the stem convolution alone: 144 of 77,754 parameters)."""
+    from defenses.partpsp import PartPSPConfig
+    from privbench.models import build_model
+
+    fm = build_model("resnet", (1, 28, 28), 10)
+    masks = [fm.slice_of(layer) for layer in fm.layers]
+    assert torch.stack(masks).sum(0).eq(1).all()  # the layers cover every parameter once
+    stem_stage1 = [s for s in fm.specs if s.name.split(".")[0] in ("0", "1", "3")]
+    stage2 = [s for s in fm.specs if s.name.startswith("4.")]
+    want = {1: stem_stage1, 2: stem_stage1 + stage2}
+    for k, specs in want.items():
+        mask = shared_mask(fm, PartPSPConfig(shared_layers=k))
+        assert int(mask.sum()) == sum(s.stop - s.start for s in specs)
+        assert all(mask[s.start:s.stop].all() for s in specs)  # the input side, whole blocks
+    assert int(shared_mask(fm, PartPSPConfig(shared_layers=1)).sum()) == 4848
+    assert bool(shared_mask(fm, PartPSPConfig(shared_layers=-1)).all())
+
+
 # ------------------------------------------------------------------ push-sum invariants
 
 
