@@ -277,7 +277,25 @@ def test_oracle_mode_noises_with_real_sensitivity():
     assert realized["epsilon"] == pytest.approx(cal["epsilon"], rel=1e-5)
 
 
-# ------------------------------------------------------------------ gradient views
+@pytest.mark.parametrize("gain", [2.0, 8.0])
+def test_noise_feeds_the_next_rounds_sensitivity(gain):
+    """Why DPPS diverges at a calibrated epsilon (README, DPPS): the Laplace noise of scale
+    gamma_n S / b = S / eps_round on d_s coordinates is in the next round's node differences, so
+    without syncs S grows by about 1.1 d_s / eps_round per round (1.1: the L1 size, per unit of
+    scale, of two nodes' mixed noise minus two others' on the one-peer graph) and is stable only
+    for a per-round epsilon above about 1.1 d_s."""
+    run = RunConfig(dataset="digits", model="mlp", nodes=6, topology="exponential", rounds=10,
+                    batch_size=16, lr=0.1, eval_every=10, device="cpu", seed=0)
+    d_s = 64 * 128 + 128  # the MLP's first layer
+    eps_round = 1.1 * d_s / gain
+    built = build(run, "partpsp", dict(b=eps_round * 1e-3, sensitivity_mode="oracle", sync=False),
+                  policy=RecordPolicy.none())
+    assert int(built.trainer.sh.sum()) == d_s
+    train(built.trainer)
+    s = torch.tensor(built.trainer.sensitivity_trace()["S_real"])
+    ratios = s[1:] / s[:-1]
+    assert torch.isfinite(ratios).all()
+    assert abs(float(ratios.median()) / gain - 1) < 0.15, ratios
 
 
 def _observation(built, threat: ThreatModel) -> Observation:
