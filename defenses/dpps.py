@@ -241,6 +241,21 @@ class DPPSConfig:
     diagnostics: bool = True
 
 
+def noise_feedback(d_shared: int, eps_round: float, mix: Tensor) -> dict[str, float]:
+    """The sensitivity the noise itself creates (README, "Why no calibrated ε can work").
+
+    A round's Laplace noise, scale S / eps_round on each of the d_shared coordinates, is mixed by
+    `mix` (n, n; row i = what node i receives) into the next round's vectors, so two nodes with
+    disjoint senders then differ by about c d_shared S / eps_round in L1, c = 2 sqrt(2 / pi)
+    max_i ||mix_i||_2 (the mean absolute value of a difference of two independent mixes per unit
+    of scale; 1.13 on the one-peer graph): the next round's S grows by that factor at least
+    (syncs aside), so the run stays bounded only for eps_round above about c d_shared.
+    """
+    c = 2.0 * math.sqrt(2.0 / math.pi) * float(mix.norm(dim=1).max())
+    return {"shared_coordinates": d_shared, "growth_per_round": c * d_shared / eps_round,
+            "stable_above_epsilon_round": c * d_shared}
+
+
 def shared_mask(fm: FlatModel, cfg: DPPSConfig) -> Tensor:
     """(d,) bool mask of the shared coordinates (card §4: the input-side layers)."""
     if cfg.shared_prefixes:
@@ -518,8 +533,10 @@ class DPPS(Trainer):
         readings = [(paper, "assumed"), (cal, "assumed")]
         if check.get("recorded"):
             readings.append((self._realized(uncovered), "realized"))
+        feedback = noise_feedback(int(self.sh.sum()), eps_r[0], self.mixer.matrix(0).cpu())
         extra = {"b": b0, "gamma_n": cfg.gamma_n, "epsilon_round": eps_r[0],
-                 "b_is_not_epsilon": True, "sensitivity_check": check}
+                 "b_is_not_epsilon": True, "sensitivity_check": check,
+                 "noise_feedback": feedback}
         return [{"node": i, **r.to_dict(), **extra, "reading": reading}
                 for i in range(self.ctx.n) for r, reading in readings]
 

@@ -120,7 +120,23 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
            f"{check.get('estimate_below_real', '?')} rounds")
     if check.get("non_finite_count"):
         why += f", {check['non_finite_count']} rounds non-finite"
+        loop = self_feeding(cell)
+        if loop:
+            why += (f"; the noise is in the next round's sensitivity: it grows it about "
+                    f"{fmt_num(loop['growth_per_round'])}x per round, bounded only for a "
+                    f"per-round ε above {fmt_num(loop['stable_above_epsilon_round'], 0)} "
+                    f"({loop['shared_coordinates']} shared coordinates)")
     return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
+
+
+def self_feeding(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """DPPS's `noise_feedback` when the run went non-finite and the noise alone grows the next
+    round's sensitivity (growth > 1 per round), else None."""
+    real = [r for r in cell.get("privacy", []) if r.get("reading") == "realized"]
+    if not real or not (real[0].get("sensitivity_check") or {}).get("non_finite_count"):
+        return None
+    loop = real[0].get("noise_feedback") or {}
+    return loop if loop.get("growth_per_round", 0.0) > 1.0 else None
 
 
 def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
@@ -139,9 +155,12 @@ def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
                                 "does: check the sampling and sensitivity the accountant assumes"})
     overspend = realized_overspend(cell)
     if private and overspend:
-        findings.append({"level": "violates", "evidence": f"{here}: {overspend}",
-                         "fix": "bound the sensitivity by clipping instead of estimating it, "
-                                "or run on a doubly-stochastic graph where Lemma 2 holds"})
+        fix = ("a per-round ε above the bound named (sharing fewer coordinates lowers it): "
+               "below it the noise feeds its own sensitivity, whatever the graph or estimate"
+               if self_feeding(cell) else
+               "bound the sensitivity by clipping instead of estimating it, or run on a "
+               "doubly-stochastic graph where Lemma 2 holds")
+        findings.append({"level": "violates", "evidence": f"{here}: {overspend}", "fix": fix})
     paper, cal = claimed_eps(cell, "paper"), claimed_eps(cell, "calibrated")
     if private and paper is not None and cal is not None and \
             paper < cal * (1 - UNDER_REPORT_MARGIN):

@@ -296,6 +296,32 @@ def test_noise_feeds_the_next_rounds_sensitivity(gain):
     ratios = s[1:] / s[:-1]
     assert torch.isfinite(ratios).all()
     assert abs(float(ratios.median()) / gain - 1) < 0.15, ratios
+    # the trainer's own prediction (c = 1.13 on this graph), reported beside the realized epsilon
+    loop = built.trainer.privacy()[0]["noise_feedback"]
+    assert loop["shared_coordinates"] == d_s
+    assert abs(float(ratios.median()) / loop["growth_per_round"] - 1) < 0.15
+
+
+def test_a_calibrated_run_that_diverges_is_told_why():
+    """The default audit's PartPSP cells (README): calibrated to epsilon = 8 the noise's growth of
+    its own sensitivity is ~1e4 per round, the run goes non-finite and the verdict says so."""
+    from privbench.report.verdicts import cell_verdict
+
+    run = RunConfig(dataset="digits", model="mlp", nodes=6, topology="exponential", rounds=8,
+                    batch_size=16, lr=0.2, eval_every=8, epsilon=8.0, device="cpu", seed=0)
+    built = build(run, "partpsp", {}, policy=RecordPolicy.none())
+    res = train(built.trainer)
+    assert res.diverged_round is not None
+    reps = built.trainer.privacy()
+    loop = reps[0]["noise_feedback"]
+    assert loop["growth_per_round"] > 1e3 and loop["stable_above_epsilon_round"] > 8.0
+    cell = {"defense": "partpsp", "epsilon": 8.0, "status": f"diverged in round "
+            f"{res.diverged_round}", "privacy": reps, "attacks": {}}
+    verdict = cell_verdict(cell)
+    assert verdict["level"] == "violates"
+    [finding] = [f for f in verdict["findings"] if f["level"] == "violates"]
+    assert "the noise is in the next round's sensitivity" in finding["evidence"]
+    assert finding["fix"].startswith("a per-round ε above the bound named")
 
 
 def _observation(built, threat: ThreatModel) -> Observation:
