@@ -423,7 +423,11 @@ def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_r
     noise = {"b": b, "gamma_n": gamma_n, "epsilon_round": eps_round,
              "laplace_scale_per_sensitivity": 1.0 / eps_round}
     notes += ("Laplace scale per coordinate = S(t) / epsilon_round = gamma_n S(t) / b; if gamma_n "
-              "decays, scale b with it",)
+              "decays, scale b with it",
+              "the noise is in the next round's node differences: S grows about 1.13 d_s / "
+              f"epsilon_round per round (d_s shared coordinates; 1.13 on the one-peer graph, less "
+              f"on denser ones), so this budget stays bounded only for d_s below about "
+              f"{eps_round / 1.13:.3g} (README: \"Why no calibrated ε can work\")")
     if q < 1:
         notes += ("no subsampling amplification: node-level unit",)
     return _plan(defense, noise, reports, calibrate_with, req, notes, eps_round,
