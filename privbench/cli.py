@@ -191,7 +191,7 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
 
 
 def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
-    from privbench.results import diverged_text, privacy_line
+    from privbench.results import diverged_text, noise_feedback_text, privacy_line
 
     rounds = result["run"]["rounds"]
     if res.node_accuracy:
@@ -212,8 +212,9 @@ def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None
     what = "the merged message log" if comm is not None else "the message log"
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
     if res.diverged_round is not None:
-        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}",
-              file=sys.stderr)
+        why = noise_feedback_text(result["privacy"])
+        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}"
+              + (f"; {why}" if why else ""), file=sys.stderr)
 
 
 def _check_writable(out: Path) -> None:

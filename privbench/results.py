@@ -251,7 +251,8 @@ def eps_text(eps: Any) -> str:
 def privacy_line(rep: dict[str, Any]) -> str:
     """One privacy report entry as a sentence: ε, δ, accountant, unit, what it does not cover."""
     delta = rep.get("delta")
-    text = f"{rep.get('mode', '?')} ε = {fmt_num(rep.get('epsilon'))}"
+    reading = f" ({rep['reading']})" if rep.get("reading") else ""  # DPPS: assumed / realized
+    text = f"{rep.get('mode', '?')}{reading} ε = {fmt_num(rep.get('epsilon'))}"
     text += f" at δ = {delta:g}" if isinstance(delta, (int, float)) else ""
     text += f" ({rep.get('accountant', '?')}, {rep.get('unit', '?')}"
     text += ", approximate" if rep.get("approximate") else ""
@@ -259,6 +260,18 @@ def privacy_line(rep: dict[str, Any]) -> str:
     if rep.get("uncovered"):
         text += "; NOT covered: " + ", ".join(rep["uncovered"])
     return text
+
+
+def noise_feedback_text(reps: list[dict[str, Any]]) -> str | None:
+    """Why a DPPS-style run diverged, when its privacy report predicts it (`noise_feedback`:
+    the noise grows the next round's sensitivity by more than 1 per round), else None."""
+    loop = next((r["noise_feedback"] for r in reps if r.get("noise_feedback")), None)
+    if not loop or loop.get("growth_per_round", 0.0) <= 1.0:
+        return None
+    return (f"the noise is in the next round's sensitivity: it grows it about "
+            f"{loop['growth_per_round']:.3g}x per round, bounded only for a per-round ε "
+            f"above {fmt_num(loop['stable_above_epsilon_round'], 0)} "
+            f"({loop['shared_coordinates']} shared coordinates)")
 
 
 def diverged_text(round0: int, rounds: int) -> str:

@@ -119,6 +119,21 @@ def test_a_diverged_train_exits_nonzero_and_says_in_which_round(tmp_path, capsys
     assert "privacy" not in captured.out or "{" not in captured.out
 
 
+def test_a_diverged_partpsp_train_says_why_and_which_reading_is_which(tmp_path, capsys):
+    """Calibrated to a whole-run epsilon, PartPSP's noise grows its own sensitivity (README, "Why
+    no calibrated ε can work"): `train` names that cause beside the round, and its privacy lines
+    tell the assumed reading from the realized one."""
+    code = main(["train", "--defense", "partpsp", "--eps", "8", "--rounds", "8", "--nodes", "6",
+                 "--device", "cpu", "--out", str(tmp_path / "o"), "--set", "eval_every=8"])
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "the noise is in the next round's sensitivity" in captured.err
+    assert "8320 shared coordinates" in captured.err
+    lines = [ln for ln in captured.out.splitlines() if ln.startswith("privacy (node 0)")]
+    assert any("calibrated (assumed) ε = " in ln for ln in lines)
+    assert any("calibrated (realized) ε = ∞" in ln for ln in lines)
+
+
 def test_train_prints_privacy_as_sentences(tmp_path, capsys):
     assert main(["train", "--defense", "dp_sgp", "--rounds", "3", "--nodes", "4", "--device",
                  "cpu", "--eps", "2", "--out", str(tmp_path / "o"), "--quiet"]) == 0

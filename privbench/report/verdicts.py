@@ -36,6 +36,7 @@ from privbench.results import (
     eps_text,
     finite_or_none,
     fmt_num,
+    noise_feedback_text,
     uncovered_leaks,
 )
 
@@ -120,12 +121,8 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
            f"{check.get('estimate_below_real', '?')} rounds")
     if check.get("non_finite_count"):
         why += f", {check['non_finite_count']} rounds non-finite"
-        loop = self_feeding(cell)
-        if loop:
-            why += (f"; the noise is in the next round's sensitivity: it grows it about "
-                    f"{fmt_num(loop['growth_per_round'])}x per round, bounded only for a "
-                    f"per-round ε above {fmt_num(loop['stable_above_epsilon_round'], 0)} "
-                    f"({loop['shared_coordinates']} shared coordinates)")
+        if self_feeding(cell):
+            why += f"; {noise_feedback_text(real)}"
     return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
 
 
