@@ -121,19 +121,18 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
            f"{check.get('estimate_below_real', '?')} rounds")
     if check.get("non_finite_count"):
         why += f", {check['non_finite_count']} rounds non-finite"
-        if self_feeding(cell):
-            why += f"; {noise_feedback_text(real)}"
+        cause = self_feeding(cell)
+        why += f"; {cause}" if cause else ""
     return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
 
 
-def self_feeding(cell: dict[str, Any]) -> dict[str, Any] | None:
-    """DPPS's `noise_feedback` when the run went non-finite and the noise alone grows the next
-    round's sensitivity (growth > 1 per round), else None."""
+def self_feeding(cell: dict[str, Any]) -> str | None:
+    """Why a DPPS cell went non-finite when its noise alone grows the next round's sensitivity
+    (the privacy report's `noise_feedback`, growth > 1 per round), else None."""
     real = [r for r in cell.get("privacy", []) if r.get("reading") == "realized"]
     if not real or not (real[0].get("sensitivity_check") or {}).get("non_finite_count"):
         return None
-    loop = real[0].get("noise_feedback") or {}
-    return loop if loop.get("growth_per_round", 0.0) > 1.0 else None
+    return noise_feedback_text(real)
 
 
 def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
