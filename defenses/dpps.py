@@ -244,14 +244,15 @@ class DPPSConfig:
 def noise_feedback(d_shared: int, eps_round: float, mix: Tensor) -> dict[str, float]:
     """The sensitivity the noise itself creates (README, "Why no calibrated ε can work").
 
-    A round's Laplace noise, scale S / eps_round on each of the d_shared coordinates, is mixed by
-    `mix` (n, n; row i = what node i receives) into the next round's vectors, so two nodes with
-    disjoint senders then differ by about c d_shared S / eps_round in L1, c = 2 sqrt(2 / pi)
-    max_i ||mix_i||_2 (the mean absolute value of a difference of two independent mixes per unit
-    of scale; 1.13 on the one-peer graph): the next round's S grows by that factor at least
-    (syncs aside), so the run stays bounded only for eps_round above about c d_shared.
+    A round's Laplace noise n_k, scale S / eps_round on each of the d_shared coordinates, is mixed
+    by `mix` (n, n; row i = what node i receives) into the next round's vectors, so nodes i and j
+    then differ by sum_k (mix_ik - mix_jk) n_k, about c d_shared S / eps_round in L1 with
+    c = (2 / sqrt(pi)) max_ij ||mix_i - mix_j||_2 (the mean absolute value of that difference per
+    unit of scale; 1.13 on the one-peer graph, where two nodes' senders can be disjoint; less
+    where every pair shares senders): the next round's S grows by that factor (syncs aside), so
+    the run stays bounded only for eps_round above about c d_shared.
     """
-    c = 2.0 * math.sqrt(2.0 / math.pi) * float(mix.norm(dim=1).max())
+    c = 2.0 / math.sqrt(math.pi) * float(torch.cdist(mix, mix).max())
     return {"shared_coordinates": d_shared, "growth_per_round": c * d_shared / eps_round,
             "stable_above_epsilon_round": c * d_shared}
 
