@@ -121,7 +121,7 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
            f"{check.get('estimate_below_real', '?')} rounds")
     if check.get("non_finite_count"):
         why += f", {check['non_finite_count']} rounds non-finite"
-        cause = self_feeding(cell)
+        cause = noise_feedback_text(real)  # non-finite already checked: self_feeding's case
         why += f"; {cause}" if cause else ""
     return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
 
