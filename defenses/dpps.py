@@ -327,6 +327,11 @@ class DPPS(Trainer):
     private = True
     default_topology = "exponential"  # doubly stochastic: Lemma 2's sensitivity bound applies
 
+    @classmethod
+    def structure(cls, fm: FlatModel, cfg: DPPSConfig) -> dict[str, Any]:
+        """The model's structure and the shared coordinates d_s (what is sent and noised)."""
+        return {**super().structure(fm, cfg), "shared": int(shared_mask(fm, cfg).sum())}
+
     def __init__(self, cfg: DPPSConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         _check(cfg)

@@ -340,7 +340,9 @@ class Trainer(abc.ABC):
       for all n rows from `ctx.streams`, and `privacy()` returns the reports composed from that
       same schedule, with the sampling model it draws;
     * optionally `gradient_views(obs, victim, rounds)` (classmethod): what an observer can derive
-      of a victim's released gradient; without it the gradient attacks say "not applicable".
+      of a victim's released gradient; without it the gradient attacks say "not applicable";
+    * optionally extend `structure(fm, cfg)` (classmethod) with what part of the model it sends
+      (DPPS's shared coordinates): audit fingerprints and reproduction lines hold it.
 
     The README ("Adding a defense") has a complete minimal example, tested from its text.
     """
@@ -357,6 +359,16 @@ class Trainer(abc.ABC):
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg
         self.ctx = ctx
+
+    @classmethod
+    def structure(cls, fm: FlatModel, cfg: Any) -> dict[str, Any]:
+        """What the code builds from a configuration, beyond the configuration: the model's
+        parameter count and its layers' sizes (input side first, as a split counts them).
+        A trainer that sends only part of the model adds how much it sends. A reproduction line
+        records it, so a code change that makes another model or split of the same
+        configuration is caught when the line is resumed or merged, not mixed in silently."""
+        sizes = [int(fm.slice_of(layer).sum()) for layer in fm.layers]
+        return {"parameters": fm.d, "layers": sizes}
 
     def samples_in(self, t: int) -> bool:
         """Whether round t draws data (True for every round of a one-step-per-round trainer;

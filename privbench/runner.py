@@ -5,6 +5,7 @@ The only module (with the CLI) that imports `defenses/` and `attacks/`.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -62,6 +63,26 @@ def with_default_topology(run: RunConfig, cls: type[Trainer]) -> RunConfig:
     """`run` with topology "auto" replaced by the defense's default graph (recorded in the run
     it trains)."""
     return replace(run, topology=cls.default_topology) if run.topology == "auto" else run
+
+
+@functools.lru_cache(maxsize=8)
+def _inputs(dataset: str, root: str | None, download: bool) -> tuple[tuple[int, ...], int]:
+    """(input shape, number of classes) of a dataset (loaded once per process)."""
+    ds = load_dataset(dataset, root, download)
+    return tuple(ds.input_shape), ds.num_classes
+
+
+def structure(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """What this code builds from a run's configuration (`Trainer.structure`: the model's
+    parameter and layer counts, a split's shared coordinates), without its data or training:
+    part of a result's fingerprint, so a code change that makes another model or split of the
+    same configuration leaves old results stale instead of matching."""
+    load_plugins()
+    cls = DEFENSES.get(defense)
+    cfg = replace_checked(cls.Config(), overrides or {}, where="defense")
+    shape, classes = _inputs(run.dataset, run.data_root, run.download)
+    return cls.structure(build_model(run.model, shape, classes), cfg)
 
 
 def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,

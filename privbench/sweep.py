@@ -49,7 +49,7 @@ from privbench.results import (
     unstrict,
     write_json,
 )
-from privbench.runner import Built, build, check_split, environment, train_result
+from privbench.runner import Built, build, check_split, environment, structure, train_result
 from privbench.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.threat import PLACEMENTS, THREATS, ThreatModel, is_threat, observe, threat_for
 
@@ -545,6 +545,8 @@ class Sweep:
         fields: dict[str, Any] = {
             "run": {k: v for k, v in to_dict(run).items() if k not in ("data_root", "download")},
             "defense": {"name": defense, **to_dict(cfg)},
+            # what the code makes of them (a changed split or model, the configuration equal)
+            "structure": structure(run, defense, over),
             "setting": setting,
             "dataset": fp.dataset_identity(run.dataset, run.data_root, run.download),
             "version": {"privbench": privbench.__version__, "torch": torch.__version__},

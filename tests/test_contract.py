@@ -31,3 +31,9 @@ def test_defense_contract(name):
         assert {"paper", "calibrated"} <= modes or len(modes) >= 2
     result = train_result(built, res)
     assert result["defense"] == name and result["messages"]
+    # the structure a reproduction line records: the model it trained, and a part it sends
+    structure = built.trainer.structure(built.ctx.fm, built.trainer.cfg)
+    assert structure["parameters"] == sum(structure["layers"]) == built.ctx.fm.d
+    if "shared" in structure:
+        sent = built.ctx.bus.log.get(0, "shared")
+        assert sent.payload.shape[-1] == structure["shared"] <= built.ctx.fm.d

@@ -395,6 +395,38 @@ def test_a_grid_of_a_defense_knob_sets_that_field_not_epsilon(tmp_path):
     assert row.split(" | ")[1].startswith(f"{100 * nodp['node_accuracy_mean']:.1f} (1 run)")
 
 
+def test_a_line_of_another_split_than_the_code_builds_now_is_refused(tmp_path, monkeypatch):
+    """The fingerprint hashes the configuration, not what the code makes of it (PartPSP-1 on a
+    ResNet once shared the stem convolution alone, `shared_layers = 1` unchanged): a line
+    records the structure the code built, and a line of other code's structure is refused on
+    resume and on merge; a line from before structures were recorded is checked as before."""
+    from privbench.models import FlatModel
+
+    repro, scale = _digits("dpps", (1.0,), model="psp_mlp", topology="exponential",
+                           partition="iid", batch_size=16, lr=0.1)
+    now = reproduce(repro, scale, (0,), tmp_path / "now", rows=("PartPSP-1",))
+    # psp_mlp on digits: Linear(64->10), Linear(10->64), Linear(64->10); PartPSP-1 sends the first
+    assert now[0]["structure"] == {"parameters": 2004, "layers": [650, 704, 650], "shared": 650}
+    layers = FlatModel.layers.fget
+    with monkeypatch.context() as m:  # "older code": the first two Linears counted as one layer
+        m.setattr(FlatModel, "layers", property(lambda fm: [layers(fm)[0] + layers(fm)[1],
+                                                            *layers(fm)[2:]]))
+        old = reproduce(repro, scale, (0,), tmp_path / "old", rows=("PartPSP-1",))
+    assert old[0]["structure"]["shared"] == 1354
+    assert old[0]["fingerprint"] == now[0]["fingerprint"]  # the same configuration
+    refused = r"PartPSP-1 at 1 seed 0 was trained on another model or split than this code " \
+              r"builds from its setting \(layers = \[1354, 650\] there, \[650, 704, 650\] now\)"
+    with pytest.raises(PrivbenchError, match=refused):
+        reproduce(repro, scale, (0,), tmp_path / "old", rows=("PartPSP-1",))
+    with pytest.raises(PrivbenchError, match=refused):
+        runs_mod.merge(repro, scale, [tmp_path / "old" / RUNS_FILE], tmp_path / "merged")
+    assert not (tmp_path / "merged" / RUNS_FILE).exists() or \
+        not (tmp_path / "merged" / RUNS_FILE).read_text()
+    _rewrite(tmp_path / "old" / RUNS_FILE, lambda r: {k: v for k, v in r.items()
+                                                       if k != "structure"})
+    assert reproduce(repro, scale, (0,), tmp_path / "old", rows=("PartPSP-1",))[0]["seed"] == 0
+
+
 def test_an_unknown_metric_is_refused():
     load()
     with pytest.raises(Exception, match="metric 'f1'; accepted: accuracy, node_accuracy_mean"):

@@ -8,6 +8,11 @@ and torch versions, thread count). A line is appended as soon as its run ends (f
 fsynced), so an interrupted reproduction loses at most the run in progress and continues where
 it stopped; a line already there is reused only when its fingerprint equals this run's, and a
 mismatch is an error naming the first differing field (never a silent mix of settings).
+A line also records the structure the code built from its configuration (`Trainer.structure`:
+the model's parameter and layer counts, a split's shared coordinates), checked the same way on
+resume and merge: a code change that makes another model or split of an unchanged configuration
+(the fingerprint hashes the configuration, not the code) is refused, not mixed in. Lines written
+before structures were recorded have none, and are checked by their fingerprint alone.
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
     # A table needs accuracy and epsilon only: recording every message of a 1,000-round run
     # (DPDL's cross-gradients: ~12 MB per round) would hold tens of GB.
     built = build(run, job.method.defense, job.overrides, policy=RecordPolicy.none())
+    structure = built.trainer.structure(built.ctx.fm, built.trainer.cfg)
     res = train(built.trainer)
     claims = {"privacy": built.privacy()} if job.method.private else {}
     return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
@@ -121,8 +127,27 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
             "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
             "device": str(built.ctx.device), "fingerprint": fp["sha256"],
+            "structure": structure,
             "config": {"run": to_dict(run), "defense": job.overrides},
             "fields": fp["fields"]}
+
+
+def job_structure(scale: Scale, job: Job) -> dict[str, Any]:
+    """The structure this code builds for `job` (`privbench.runner.structure`)."""
+    from privbench.runner import structure
+
+    return structure(run_config(scale, job), job.method.defense, job.overrides)
+
+
+def _check_structure(rec: dict[str, Any], scale: Scale, job: Job, where: str) -> None:
+    """One-line error when `rec` records a structure other than the one built now."""
+    if "structure" not in rec:  # written before structures were recorded
+        return
+    diff = first_difference(rec["structure"], job_structure(scale, job))
+    if diff is not None:
+        raise PrivbenchError(f"{where}: {_named(_line_key(rec))} was trained on another model "
+                             f"or split than this code builds from its setting ({diff}); "
+                             "delete the line to recompute it")
 
 
 def read_runs(path: Path) -> list[dict[str, Any]]:
@@ -332,6 +357,7 @@ def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, 
     if diff is not None:
         raise PrivbenchError(f"--merge {src}: {_named(key)} was made with another setting "
                              f"({diff}); it cannot join this table")
+    _check_structure(rec, scale, job, f"--merge {src}")
 
 
 def _init_worker(threads: int) -> None:
@@ -446,3 +472,4 @@ def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job
         raise PrivbenchError(f"{path} holds {job.method.label} eps={job.eps} seed {job.seed} "
                              f"made with another setting ({diff}); use another --out, or delete "
                              "the line to recompute it")
+    _check_structure(old, scale, job, str(path))

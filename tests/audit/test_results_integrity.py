@@ -99,6 +99,24 @@ def test_resume_after_changing_rounds_is_an_error_naming_the_field(audit_dir, tm
     assert (copy / "results.json").read_bytes() == before
 
 
+def test_resume_after_the_code_builds_another_model_is_an_error(audit_dir, tmp_path, capsys,
+                                                                monkeypatch):
+    """The configuration unchanged, code that makes another model of it (here: counts the
+    MLP's first two Linears as one layer, as a split would then share them) leaves the cell
+    stale: the fingerprint holds the structure the code builds, not only the settings."""
+    from privbench.models import FlatModel
+
+    _, out = audit_dir
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    layers = FlatModel.layers.fget
+    monkeypatch.setattr(FlatModel, "layers", property(
+        lambda fm: [layers(fm)[0] + layers(fm)[1], *layers(fm)[2:]]))
+    _no_training(monkeypatch)
+    assert _audit(tmp_path, copy, "--eps", "1", "--resume") == 2
+    _one_line(capsys, "is stale (structure.layers = [")
+
+
 def test_rerun_stale_recomputes_only_stale_cells(audit_dir, tmp_path, capsys):
     tmp, out = audit_dir
     copy = tmp_path / "run"
