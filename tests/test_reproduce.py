@@ -68,6 +68,25 @@ def test_another_setting_in_the_same_folder_is_refused(tmp_path):
     assert (tmp_path / RUNS_FILE).read_bytes() == before
 
 
+def test_a_long_run_says_how_far_it_is_while_it_trains(tmp_path, monkeypatch, capsys):
+    """Progress: what is to train and what is reused first, then each running job's round
+    and time left at most every HEARTBEAT_SECONDS (0 here: every round but the last), then its
+    result; --quiet (no progress) prints nothing."""
+    repro, head = _two_row_grid()
+    reproduce(repro, head, (0,), tmp_path, rows=("Dyn-D2P",))
+    monkeypatch.setattr(runs_mod, "HEARTBEAT_SECONDS", 0.0)
+    lines: list[str] = []
+    reproduce(repro, head, (0,), tmp_path, progress=lines.append)
+    assert lines[0] == f"1 run to train, 1 already in {tmp_path / RUNS_FILE}"
+    assert lines[1].startswith("[1/1] Const-D2P epsilon=3 seed 0: accuracy ")
+    err = capsys.readouterr().err.splitlines()
+    assert [x.split(", ")[0] for x in err] == \
+        ["  Const-D2P epsilon=3 seed 0: round 1/3", "  Const-D2P epsilon=3 seed 0: round 2/3"]
+    assert all(x.endswith(" left") for x in err)
+    reproduce(repro, head, (1,), tmp_path)  # no progress callback: silent
+    assert capsys.readouterr().err == ""
+
+
 def test_an_interrupted_reproduction_keeps_its_finished_runs(tmp_path, monkeypatch):
     repro, scale = _tiny()
     real, calls = runs_mod.run_job, []
@@ -183,9 +202,9 @@ def _counting_runs(monkeypatch) -> list[tuple]:
     """The keys of the jobs trained from now on, in order (each still trained for real)."""
     trained, real = [], runs_mod.run_job
 
-    def count(r, s, job):
+    def count(r, s, job, *rest):
         trained.append(job.key)
-        return real(r, s, job)
+        return real(r, s, job, *rest)
     monkeypatch.setattr(runs_mod, "run_job", count)
     return trained
 

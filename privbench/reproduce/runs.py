@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -44,6 +46,8 @@ RUNS_FILE = "runs.jsonl"
 FORMAT = "privbench-reproduce-run/1"
 # what reading, indexing and merging a line rely on
 _KEYS = ("reproduction", "scale", "method", "eps", "seed", "accuracy", "fingerprint", "fields")
+# a running job's progress line at most this often: a paper-scale run takes hours on a CPU
+HEARTBEAT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,38 @@ class Job:
     @property
     def key(self) -> tuple[str, float | None, int]:
         return (self.method.label, self.eps, self.seed)
+
+    @property
+    def name(self) -> str:
+        """"PartPSP-1 b=3 seed 0": the job in progress lines."""
+        eps = "non-private" if self.eps is None else f"{self.grid_field}={self.eps:g}"
+        return f"{self.method.label} {eps} seed {self.seed}"
+
+
+class _Heartbeat:
+    """`engine.train`'s progress for one job: a line on stderr at most every `every` seconds
+    (the round, the time spent, an estimate of what is left), so an hour-long run does not
+    stay silent until it ends; written by the process that trains it."""
+
+    def __init__(self, name: str, total: int, every: float) -> None:
+        self.name, self.total, self.every = name, total, every
+        self.done = 0
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, rounds: int) -> None:
+        self.done += rounds
+        now = time.monotonic()
+        if now - self.last < self.every or self.done >= self.total:
+            return
+        self.last = now
+        spent = now - self.start
+        print(f"  {self.name}: round {self.done}/{self.total}, {_minutes(spent)} so far, about "
+              f"{_minutes(spent / self.done * (self.total - self.done))} left",
+              file=sys.stderr, flush=True)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def jobs(repro: Reproduction, seeds: tuple[int, ...]) -> list[Job]:
@@ -105,8 +141,10 @@ def job_fingerprint(repro: Reproduction, scale: Scale, job: Job, run: RunConfig
                         "threads": torch.get_num_threads()})
 
 
-def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
-    """Train one job and return its JSON line (as a dict)."""
+def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None = None
+            ) -> dict[str, Any]:
+    """Train one job and return its JSON line (as a dict); with `heartbeat`, a progress line on
+    stderr at most that many seconds apart."""
     from privbench.engine import train
     from privbench.runner import build
 
@@ -116,7 +154,8 @@ def run_job(repro: Reproduction, scale: Scale, job: Job) -> dict[str, Any]:
     # (DPDL's cross-gradients: ~12 MB per round) would hold tens of GB.
     built = build(run, job.method.defense, job.overrides, policy=RecordPolicy.none())
     structure = built.trainer.structure(built.ctx.fm, built.trainer.cfg)
-    res = train(built.trainer)
+    res = train(built.trainer, progress=None if heartbeat is None else
+                _Heartbeat(job.name, run.rounds, heartbeat))
     claims = {"privacy": built.privacy()} if job.method.private else {}
     return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
             "method": job.method.label, "defense": job.method.defense, "eps": job.eps,
@@ -251,7 +290,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
         grid = jobs(table, seeds)
-        todo = []
+        todo, done_here = [], []
         for job in (j for j in grid if (not rows or j.method.label in rows)
                     and (not columns or j.eps in columns)):
             old = done.get(job.key)
@@ -259,20 +298,25 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
                 todo.append(job)
             else:
                 _check_same(old, repro, scale, job, path)
+                done_here.append(job)
 
         def keep(k: int, job: Job, rec: dict[str, Any]) -> None:
             _append(path, rec)
             done[job.key] = rec
             if progress is not None:
-                eps = "non-private" if job.eps is None else f"{job.grid_field}={job.eps:g}"
-                progress(f"[{k}/{len(todo)}] {job.method.label} {eps} seed {job.seed}: "
-                         f"accuracy {rec['accuracy']:.4f} ({rec['seconds']:.0f} s)")
+                progress(f"[{k}/{len(todo)}] {job.name}: accuracy {rec['accuracy']:.4f} "
+                         f"({rec['seconds']:.0f} s)")
 
+        beat = None if progress is None else HEARTBEAT_SECONDS
+        if progress is not None:
+            side = f", {min(workers, len(todo))} side by side" if workers > 1 and todo else ""
+            progress(f"{len(todo)} run{'s' * (len(todo) != 1)} to train, {len(done_here)} "
+                     f"already in {path}{side}")
         if workers == 1:
             for k, job in enumerate(todo, 1):
-                keep(k, job, run_job(repro, scale, job))
+                keep(k, job, run_job(repro, scale, job, beat))
         else:
-            _run_parallel(repro, scale, todo, workers, keep)
+            _run_parallel(repro, scale, todo, workers, keep, beat)
     return [done[j.key] for j in grid if j.key in done]
 
 
@@ -365,7 +409,8 @@ def _init_worker(threads: int) -> None:
 
 
 def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
-                  keep: Callable[[int, Job, dict[str, Any]], None]) -> None:
+                  keep: Callable[[int, Job, dict[str, Any]], None],
+                  heartbeat: float | None = None) -> None:
     """Train `todo` in `workers` spawned processes, keeping each line as it arrives; a failed
     job is reported after the others end. Stopped (Ctrl-C, SIGTERM, any error here), the runs
     still pending are cancelled and the workers terminated: their runs in progress are lost,
@@ -382,7 +427,8 @@ def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: i
     try:
         with sigterm_raises():
             with _held_back(signal.SIGINT):  # the pool spawns its workers as jobs are submitted
-                futures = {pool.submit(run_job, repro, scale, job): job for job in todo}
+                futures = {pool.submit(run_job, repro, scale, job, heartbeat): job
+                           for job in todo}
             for k, fut in enumerate(as_completed(futures), 1):
                 job = futures[fut]
                 try:
