@@ -652,6 +652,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from privbench.results import atomic_write_text
 
     load()
+    if args.summary:
+        if args.name or args.render or args.merge or args.seeds or args.rows or args.eps:
+            raise PrivbenchError("--summary takes no paper, --render, --merge, --seeds, --rows "
+                                 "or --eps: it reads every runs.jsonl under --out (default "
+                                 "reports/reproduce) and trains nothing")
+        return _reproduce_summary(Path(args.out or "reports/reproduce"))
     if args.name is None:
         for name in REPRODUCTIONS.names():
             r = REPRODUCTIONS.get(name)
@@ -692,6 +698,35 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                             columns=tuple(_floats(args.eps, "--eps") or ()))
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {len(records)} runs in {out / RUNS_FILE}")
+    return 0
+
+
+def _reproduce_summary(root: Path) -> int:
+    """`privbench reproduce --summary`: one line per committed table (paper, scale) with its
+    headline claim, from the runs.jsonl files under `root`; writes root/summary.md."""
+    from privbench.reproduce import REPRODUCTIONS
+    from privbench.reproduce.runs import RUNS_FILE, index, read_runs
+    from privbench.reproduce.table import summary, summary_row
+    from privbench.results import atomic_write_text
+
+    found = []
+    for path in sorted(root.rglob(RUNS_FILE)):
+        records = read_runs(path)
+        if not records:
+            continue
+        repro = REPRODUCTIONS.get(records[0]["reproduction"])
+        scale = repro.scale(records[0]["scale"])
+        order = [s.name for s in repro.scales].index(scale.name)
+        found.append(((repro.name, order), repro, scale,
+                      list(index(records, repro, scale).values())))
+    if not found:
+        raise PrivbenchError(f"no {RUNS_FILE} under {root}: run `privbench reproduce NAME` "
+                             "first, or give the folder that holds them with --out")
+    rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in sorted(
+        found, key=lambda f: f[0])]
+    _check_writable(root)
+    atomic_write_text(root / "summary.md", summary(rows))
+    print(f"wrote {root / 'summary.md'} from {len(rows)} tables under {root}")
     return 0
 
 
@@ -841,6 +876,9 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "table.md")
     p.add_argument("--render", action="store_true", help="only re-render table.md from the "
                    "folder's runs.jsonl")
+    p.add_argument("--summary", action="store_true", help="one line per table under --out "
+                   "(default reports/reproduce): its headline claim per column and verdict, "
+                   "and the tally of all its claims; writes summary.md there, trains nothing")
     p.add_argument("--merge", nargs="+", metavar="RUNS_JSONL", help="append these runs files' "
                    "lines (trained with another --out or on another machine) to the folder's "
                    "runs.jsonl and render its table; every line is checked first (this "

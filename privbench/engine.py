@@ -364,9 +364,9 @@ class Trainer(abc.ABC):
     def structure(cls, fm: FlatModel, cfg: Any) -> dict[str, Any]:
         """What the code builds from a configuration, beyond the configuration: the model's
         parameter count and its layers' sizes (input side first, as a split counts them).
-        A trainer that sends only part of the model adds how much it sends. A reproduction line
-        records it, so a code change that makes another model or split of the same
-        configuration is caught when the line is resumed or merged, not mixed in silently."""
+        A trainer that sends only part of the model adds how much it sends. An audit cell's
+        fingerprint and a reproduction line hold it, so a code change that makes another model
+        or split of the same configuration is caught on resume or merge, not mixed in."""
         sizes = [int(fm.slice_of(layer).sum()) for layer in fm.layers]
         return {"parameters": fm.d, "layers": sizes}
 

@@ -15,7 +15,7 @@ from privbench.errors import ConfigError, PrivbenchError
 from privbench.reproduce import REPRODUCTIONS, Scale, load
 from privbench.reproduce import runs as runs_mod
 from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
-from privbench.reproduce.table import UNTESTED, claim_verdict, render, verdict_at
+from privbench.reproduce.table import UNTESTED, claim_verdict, render, summary_row, verdict_at
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
 
@@ -357,6 +357,46 @@ def test_the_readme_quotes_the_committed_tables():
         rows = [ln for ln in (folder / "table.md").read_text().splitlines() if ln.startswith("|")]
         missing = [ln for ln in rows if ln not in readme]
         assert not missing, f"README lacks {folder.name}'s committed rows: {missing[:2]}"
+
+
+def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it(tmp_path,
+                                                                                capsys):
+    """`privbench reproduce --summary` over a copy of the committed runs files (their folders
+    kept) gives the committed summary.md byte for byte, one line per table, and the README
+    holds it."""
+    paths = sorted(REPORTS.rglob(RUNS_FILE))
+    for path in paths:
+        copy = tmp_path / path.relative_to(REPORTS)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(path.read_bytes())
+    assert main(["reproduce", "--summary", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert text == (REPORTS / "summary.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) == 2 + len(paths)
+    assert text in (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    capsys.readouterr()
+
+
+def test_a_summary_of_nothing_or_of_one_paper_is_a_one_line_error(tmp_path, capsys):
+    assert main(["reproduce", "--summary", "--out", str(tmp_path)]) == 2
+    assert main(["reproduce", "dpps", "--summary"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "no runs.jsonl under" in err[0] and "--summary takes no paper" \
+        in err[1]
+
+
+def test_the_summary_row_is_the_first_claim_and_tallies_them_all(tmp_path):
+    repro, scale = _tiny()
+    recs = reproduce(repro, scale, (0, 1), tmp_path)
+    table = repro.at(scale)
+    row = summary_row(repro, scale, recs)
+    first = render(repro, scale, recs).split("| paper's claim |")[1].splitlines()[2]
+    better, worse = table.orderings[0]
+    assert first.startswith(f"| {better} > {worse} | ")
+    cells = first.split(" | ")[1:-1]
+    verdict = first.split(" | ")[-1].rstrip(" |")
+    assert row.startswith(f"| dyn_d2p | reduced | 2 | {better} > {worse} | ε=1: {cells[0]}; "
+                          f"ε=3: {cells[1]} | {verdict} | {len(table.orderings)}: ")
 
 
 def _digits(name: str, eps: tuple[float, ...], **run) -> tuple:

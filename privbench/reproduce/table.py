@@ -170,28 +170,34 @@ def claim_verdict(per_eps: list[str]) -> str:
         f"{verdict} ({len(tested)} of {len(per_eps)} ε run)"
 
 
+def _claim(repro: Reproduction, records: list[dict[str, Any]], better: str, worse: str
+           ) -> tuple[list[str], str]:
+    """One claimed ordering: its cell per grid value and its verdict."""
+    cells, verdicts = [], []
+    for e in repro.eps:
+        if not (repro.runs_at(better, e) and repro.runs_at(worse, e)):
+            cells.append("not run")  # the paper claims it only where both rows are
+            continue
+        pairs = _pairs(repro, records, better, worse, e)
+        d = [a - b for a, b in pairs if a is not None and b is not None]
+        v = verdict_at(d)
+        lost = len(pairs) - len(d)  # seeds where either row diverged
+        note = f" ({lost} seed{'s' * (lost > 1)} diverged)" if lost else ""
+        verdicts.append(v if d or lost else UNTESTED)  # diverged seeds were tested
+        if not d:
+            cells.append("–" + note)
+            continue
+        sd = f" ± {statistics.stdev(d):.1f}" if len(d) > 1 else ""
+        held = sum(x > 0 for x in d)
+        cells.append(f"{statistics.fmean(d):+.1f}{sd} ({held}/{len(d)}) {v}{note}")
+    return cells, claim_verdict(verdicts)
+
+
 def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
     lines = [f"| paper's claim | {_eps_head(repro)} | verdict |", _sep(len(repro.eps) + 2)]
     for better, worse in repro.orderings:
-        cells, verdicts = [], []
-        for e in repro.eps:
-            if not (repro.runs_at(better, e) and repro.runs_at(worse, e)):
-                cells.append("not run")  # the paper claims it only where both rows are
-                continue
-            pairs = _pairs(repro, records, better, worse, e)
-            d = [a - b for a, b in pairs if a is not None and b is not None]
-            v = verdict_at(d)
-            lost = len(pairs) - len(d)  # seeds where either row diverged
-            note = f" ({lost} seed{'s' * (lost > 1)} diverged)" if lost else ""
-            verdicts.append(v if d or lost else UNTESTED)  # diverged seeds were tested
-            if not d:
-                cells.append("–" + note)
-                continue
-            sd = f" ± {statistics.stdev(d):.1f}" if len(d) > 1 else ""
-            held = sum(x > 0 for x in d)
-            cells.append(f"{statistics.fmean(d):+.1f}{sd} ({held}/{len(d)}) {v}{note}")
-        lines.append(f"| {better} > {worse} | " + " | ".join(cells) +
-                     f" | {claim_verdict(verdicts)} |")
+        cells, verdict = _claim(repro, records, better, worse)
+        lines.append(f"| {better} > {worse} | " + " | ".join(cells) + f" | {verdict} |")
     return lines
 
 
@@ -233,3 +239,34 @@ def render(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> 
            "none and fails at some, else *not resolved*; over the ε run when some are not):", "",
            *_ordering_table(repro, records)]
     return "\n".join(out) + "\n"
+
+
+SUMMARY_HEAD = ("| paper | scale | seeds | headline claim | per column: mean difference "
+                "(seeds where it holds) | verdict | all its claims |")
+
+
+def summary_row(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> str:
+    """One reproduction's line of the summary: its headline claim (the first ordering) per
+    column and its verdict, and the tally of the verdicts of all its claims at this scale."""
+    table = repro.at(scale)
+    seeds = len({int(r["seed"]) for r in records})
+    if not table.orderings:
+        return f"| {repro.name} | {scale.name} | {seeds} | – | – | – | – |"
+    claims = [_claim(table, records, a, b) for a, b in table.orderings]
+    (better, worse), (cells, verdict) = table.orderings[0], claims[0]
+    per = "; ".join(f"{table.grid_symbol}={e:g}: {c}" for e, c in zip(table.eps, cells,
+                                                                       strict=True)
+                    if c != "not run")
+    tally: dict[str, int] = {}
+    for _, v in claims:
+        word = v.split(" (")[0]  # "reproduced (2 of 4 ε run)" counts as reproduced
+        tally[word] = tally.get(word, 0) + 1
+    order = ("reproduced", "partly", "refuted", "not resolved", UNTESTED)
+    counted = ", ".join(f"{tally[w]} {w}" for w in order if w in tally)
+    return (f"| {repro.name} | {scale.name} | {seeds} | {better} > {worse} | {per} | "
+            f"{verdict} | {len(claims)}: {counted} |")
+
+
+def summary(rows: list[str]) -> str:
+    """The summary table of every committed reproduction (one `summary_row` each)."""
+    return "\n".join([SUMMARY_HEAD, _sep(7), *rows]) + "\n"
