@@ -397,6 +397,11 @@ def test_the_summary_row_is_the_first_claim_and_tallies_them_all(tmp_path):
     verdict = first.split(" | ")[-1].rstrip(" |")
     assert row.startswith(f"| dyn_d2p | reduced | 2 | {better} > {worse} | ε=1: {cells[0]}; "
                           f"ε=3: {cells[1]} | {verdict} | {len(table.orderings)}: ")
+    assert "judged on part" not in row
+    half = reproduce(repro, scale, (0, 1), tmp_path / "half", columns=(1.0,))
+    # the private rows at eps 1 only: every claim rests on one of its two columns, and says so
+    assert summary_row(repro, scale, half).endswith(
+        f"; {len(table.orderings)} judged on part of its columns |")
 
 
 def _digits(name: str, eps: tuple[float, ...], **run) -> tuple:

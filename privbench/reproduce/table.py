@@ -254,15 +254,16 @@ def summary_row(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]
         return f"| {repro.name} | {scale.name} | {seeds} | – | – | – | – |"
     claims = [_claim(table, records, a, b) for a, b in table.orderings]
     (better, worse), (cells, verdict) = table.orderings[0], claims[0]
-    per = "; ".join(f"{table.grid_symbol}={e:g}: {c}" for e, c in zip(table.eps, cells,
-                                                                       strict=True)
-                    if c != "not run")
+    columns = zip(table.eps, cells, strict=True)
+    per = "; ".join(f"{table.grid_symbol}={e:g}: {c}" for e, c in columns if c != "not run")
     tally: dict[str, int] = {}
     for _, v in claims:
-        word = v.split(" (")[0]  # "reproduced (2 of 4 ε run)" counts as reproduced
+        word = v.split(" (")[0]  # "reproduced (2 of 4 ε run)": reproduced, on part of the grid
         tally[word] = tally.get(word, 0) + 1
     order = ("reproduced", "partly", "refuted", "not resolved", UNTESTED)
     counted = ", ".join(f"{tally[w]} {w}" for w in order if w in tally)
+    part = sum(v.endswith("ε run)") for _, v in claims)
+    counted += f"; {part} judged on part of its columns" if part else ""
     return (f"| {repro.name} | {scale.name} | {seeds} | {better} > {worse} | {per} | "
             f"{verdict} | {len(claims)}: {counted} |")
 
