@@ -290,7 +290,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
         grid = jobs(table, seeds)
-        todo, done_here = [], []
+        todo, reused = [], 0
         for job in (j for j in grid if (not rows or j.method.label in rows)
                     and (not columns or j.eps in columns)):
             old = done.get(job.key)
@@ -298,7 +298,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
                 todo.append(job)
             else:
                 _check_same(old, repro, scale, job, path)
-                done_here.append(job)
+                reused += 1
 
         def keep(k: int, job: Job, rec: dict[str, Any]) -> None:
             _append(path, rec)
@@ -310,7 +310,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         beat = None if progress is None else HEARTBEAT_SECONDS
         if progress is not None:
             side = f", {min(workers, len(todo))} side by side" if workers > 1 and todo else ""
-            progress(f"{len(todo)} run{'s' * (len(todo) != 1)} to train, {len(done_here)} "
+            progress(f"{len(todo)} run{'s' * (len(todo) != 1)} to train, {reused} "
                      f"already in {path}{side}")
         if workers == 1:
             for k, job in enumerate(todo, 1):
