@@ -63,7 +63,8 @@ def test_another_setting_in_the_same_folder_is_refused(tmp_path):
     reproduce(repro, scale, (0,), tmp_path)
     before = (tmp_path / RUNS_FILE).read_bytes()
     repro2, scale2 = _tiny(lr=0.1)
-    with pytest.raises(PrivbenchError, match=r"run.lr = 0.2 there, 0.1 now"):
+    with pytest.raises(PrivbenchError, match=r"runs.jsonl holds Non-private seed 0 made with "
+                                             r"another setting \(run.lr = 0.2 there, 0.1 now\)"):
         reproduce(repro2, scale2, (0,), tmp_path)
     assert (tmp_path / RUNS_FILE).read_bytes() == before
 
@@ -149,11 +150,11 @@ def test_runs_from_another_folder_or_machine_merge_once_and_render(tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (lambda r: {**r, "accuracy": r["accuracy"] + 0.01},
-     r"Const-D2P at 3 seed 0 is already there with another result \(accuracy"),
+     r"Const-D2P epsilon=3 seed 0 is already there with another result \(accuracy"),
     (lambda r: {**r, "fields": {**r["fields"], "run.lr": 0.5}},
-     r"Const-D2P at 3 seed 0 was made with another setting \(run.lr = 0.5 there, 0.2 now\)"),
+     r"Const-D2P epsilon=3 seed 0 was made with another setting \(run.lr = 0.5 there, 0.2 now\)"),
     (lambda r: {**r, "eps": 1.0},
-     r"Const-D2P at 1 seed 0 is not a run of dyn_d2p's 'headline' grid"),
+     r"Const-D2P epsilon=1 seed 0 is not a run of dyn_d2p's 'headline' grid"),
     (lambda r: {**r, "scale": "reduced"}, r"holds a run of 'dyn_d2p' at scale 'reduced'"),
 ])
 def test_a_merge_that_would_mix_or_replace_results_writes_nothing(tmp_path, change, message):
@@ -178,7 +179,7 @@ def test_a_merge_names_a_twice_given_key_and_a_missing_file(tmp_path, capsys):
     text = (tmp_path / "a" / RUNS_FILE).read_text()
     twice.write_text(text + text.splitlines()[0].replace('"accuracy": ', '"accuracy": 1') + "\n")
     with pytest.raises(PrivbenchError,
-                       match=r"twice.jsonl: Const-D2P at 3 seed 0 is already there"):
+                       match=r"twice.jsonl: Const-D2P epsilon=3 seed 0 is already there"):
         runs_mod.merge(repro, head, [twice], tmp_path / "b")
     assert not (tmp_path / "b" / RUNS_FILE).exists()
     out = str(tmp_path / "c")
@@ -478,7 +479,7 @@ def test_a_line_of_another_split_than_the_code_builds_now_is_refused(tmp_path, m
         old = reproduce(repro, scale, (0,), tmp_path / "old", rows=("PartPSP-1",))
     assert old[0]["structure"]["shared"] == 1354
     assert old[0]["fingerprint"] == now[0]["fingerprint"]  # the same configuration
-    refused = r"PartPSP-1 at 1 seed 0 was trained on another model or split than this code " \
+    refused = r"PartPSP-1 b=1 seed 0 was trained on another model or split than this code " \
               r"builds from its setting \(layers = \[1354, 650\] there, \[650, 704, 650\] now\)"
     with pytest.raises(PrivbenchError, match=refused):
         reproduce(repro, scale, (0,), tmp_path / "old", rows=("PartPSP-1",))
@@ -606,7 +607,7 @@ def test_a_failed_job_among_parallel_ones_is_named_and_the_others_kept(tmp_path)
     broken = Method("Broken", "const_d2p", (("no_such_field", 1.0),), grid=(1.0,))
     repro = dataclasses.replace(repro, methods=(*repro.methods[:2], broken), orderings=(),
                                 paper=repro.paper[:2])
-    with pytest.raises(PrivbenchError, match=r"1 of 4 runs failed .*Broken eps=1.0 seed 0"):
+    with pytest.raises(PrivbenchError, match=r"1 of 4 runs failed .*Broken epsilon=1 seed 0"):
         reproduce(repro, scale, (0,), tmp_path, workers=2)
     kept = read_runs(tmp_path / RUNS_FILE)
     assert sorted((r["method"], r["eps"] or 0.0) for r in kept) == \

@@ -75,9 +75,8 @@ class Job:
 
     @property
     def name(self) -> str:
-        """"PartPSP-1 b=3 seed 0": the job in progress lines."""
-        eps = "non-private" if self.eps is None else f"{self.grid_field}={self.eps:g}"
-        return f"{self.method.label} {eps} seed {self.seed}"
+        """"PartPSP-1 b=3 seed 0": the job in progress lines and errors."""
+        return _named(self.key, self.grid_field)
 
 
 class _Heartbeat:
@@ -184,7 +183,7 @@ def _check_structure(rec: dict[str, Any], scale: Scale, job: Job, where: str) ->
         return
     diff = first_difference(rec["structure"], job_structure(scale, job))
     if diff is not None:
-        raise PrivbenchError(f"{where}: {_named(_line_key(rec))} was trained on another model "
+        raise PrivbenchError(f"{where}: {job.name} was trained on another model "
                              f"or split than this code builds from its setting ({diff}); "
                              "delete the line to recompute it")
 
@@ -367,7 +366,8 @@ def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
                     already += 1
                 else:
                     raise PrivbenchError(
-                        f"--merge {src}: {_named(key)} is already there with another result "
+                        f"--merge {src}: {_named(key, repro.grid_field)} is already there with "
+                        "another result "
                         f"(accuracy {twin['accuracy']:.4f} against {rec['accuracy']:.4f}); "
                         "delete the one not to keep")
         for rec in new.values():
@@ -375,9 +375,11 @@ def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
     return len(new), already
 
 
-def _named(key: tuple[str, float | None, int]) -> str:
+def _named(key: tuple[str, float | None, int], grid_field: str) -> str:
+    """"Const-D2P epsilon=3 seed 0", "PartPSP-1 b=3 seed 0", "SGPDP NoDP seed 1" (a row without
+    a grid value): a line's or job's name in every message (`grid_field`: what a column sets)."""
     label, eps, seed = key
-    return f"{label} {'non-private' if eps is None else f'at {eps:g}'} seed {seed}"
+    return f"{label} seed {seed}" if eps is None else f"{label} {grid_field}={eps:g} seed {seed}"
 
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -394,12 +396,12 @@ def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, 
     """One-line error unless `rec` is the run `job` of this grid, made with its setting."""
     key = _line_key(rec)
     if job is None:
-        raise PrivbenchError(f"--merge {src}: {_named(key)} is not a run of {repro.name}'s "
-                             f"{scale.name!r} grid")
+        raise PrivbenchError(f"--merge {src}: {_named(key, repro.grid_field)} is not a run of "
+                             f"{repro.name}'s {scale.name!r} grid")
     want = job_fingerprint(repro, scale, job, run_config(scale, job))["fields"]
     diff = first_difference(_setting(rec["fields"]), _setting(want))
     if diff is not None:
-        raise PrivbenchError(f"--merge {src}: {_named(key)} was made with another setting "
+        raise PrivbenchError(f"--merge {src}: {job.name} was made with another setting "
                              f"({diff}); it cannot join this table")
     _check_structure(rec, scale, job, f"--merge {src}")
 
@@ -434,8 +436,7 @@ def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: i
                 try:
                     rec = fut.result()
                 except Exception as exc:  # keep the others' lines; name every failure at the end
-                    failed.append(f"{job.method.label} eps={job.eps} seed {job.seed}: "
-                                  f"{type(exc).__name__}: {exc}")
+                    failed.append(f"{job.name}: {type(exc).__name__}: {exc}")
                     continue
                 keep(k, job, rec)
     except BaseException:
@@ -515,7 +516,6 @@ def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job
     new = job_fingerprint(repro, scale, job, run)
     if old["fingerprint"] != new["sha256"]:
         diff = first_difference(old.get("fields", {}), new["fields"]) or "the fingerprint"
-        raise PrivbenchError(f"{path} holds {job.method.label} eps={job.eps} seed {job.seed} "
-                             f"made with another setting ({diff}); use another --out, or delete "
-                             "the line to recompute it")
+        raise PrivbenchError(f"{path} holds {job.name} made with another setting ({diff}); "
+                             "use another --out, or delete the line to recompute it")
     _check_structure(old, scale, job, str(path))
