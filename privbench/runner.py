@@ -141,10 +141,15 @@ def check_split(built: Built, folder: str | Path) -> None:
 
 
 def environment(device: torch.device) -> dict[str, str]:
-    """Versions and device, for reproducibility sections of results and reports."""
+    """Versions, the code's commit and the device, for reproducibility sections of results and
+    reports."""
     import numpy
 
-    return {"python": platform.python_version(), "torch": torch.__version__,
+    from privbench import __version__
+    from privbench.provenance import code_revision
+
+    return {"privbench": __version__, "code": code_revision(),
+            "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "device": device_description(device),
             "platform": platform.platform()}
 

@@ -1,0 +1,69 @@
+"""A result names the code that made it: the git commit, and whether privbench's code differed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from privbench.provenance import NOT_A_CHECKOUT, code_revision, revision
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> tuple[Path, str]:
+    """A one-commit repository with a code file and a README."""
+    root = tmp_path / "repo"
+    (root / "privbench").mkdir(parents=True)
+    (root / "privbench" / "engine.py").write_text("STEP = 1\n")
+    (root / "README.md").write_text("numbers\n")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    return root, _git(root, "rev-parse", "HEAD")
+
+
+def test_a_clean_checkout_is_its_commit_and_a_changed_readme_leaves_it_clean(checkout):
+    root, commit = checkout
+    assert revision(root) == f"git {commit}"
+    (root / "README.md").write_text("other numbers\n")  # not code: cannot change a result
+    assert revision(root) == f"git {commit}"
+
+
+def test_changed_and_new_code_is_named(checkout):
+    root, commit = checkout
+    (root / "privbench" / "engine.py").write_text("STEP = 2\n")  # first status column blank
+    assert revision(root) == f"git {commit} + uncommitted changes to privbench"
+    (root / "defenses").mkdir()
+    (root / "defenses" / "new.py").write_text("")  # untracked: a new module changes results
+    assert revision(root) == f"git {commit} + uncommitted changes to defenses, privbench"
+
+
+def test_a_folder_that_is_not_the_top_of_a_checkout_says_so(checkout, tmp_path):
+    root, _ = checkout
+    assert revision(root / "privbench") == NOT_A_CHECKOUT  # e.g. a venv inside a repository
+    assert revision(tmp_path) == NOT_A_CHECKOUT
+    assert revision(tmp_path / "missing") == NOT_A_CHECKOUT
+
+
+def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
+    import torch
+
+    import privbench
+    from privbench.runner import environment
+
+    root = Path(privbench.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("privbench is not imported from a git checkout here")
+    env = environment(torch.device("cpu"))
+    assert env["code"] == code_revision()
+    assert env["code"].startswith(f"git {_git(root, 'rev-parse', 'HEAD')}")
+    assert env["privbench"] == privbench.__version__
