@@ -744,6 +744,18 @@ def _names(items: list[str] | None) -> list[str] | None:
     return [p.strip() for p in ",".join(items).split(",") if p.strip()]
 
 
+class _Version(argparse.Action):
+    """`--version`: the version and the commit of the checkout (`privbench.provenance`), the
+    commit looked up only when asked for (a `git` call at every parse would slow each command)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from privbench import __version__
+        from privbench.provenance import code_revision
+
+        print(f"privbench {__version__} ({code_revision()})")
+        parser.exit()
+
+
 def build_parser(account: bool = True) -> argparse.ArgumentParser:
     """The full command-line parser.
 
@@ -751,11 +763,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
         account: declare `privbench account`'s options (they import the accountants); `main`
             does so only when that command is run, so `--help` and `--version` stay instant.
     """
-    from privbench import __version__
-
     parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
                      "differentially private decentralized learning.")
-    parser.add_argument("--version", action="version", version=f"privbench {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print privbench's version and the code's commit, and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -93,7 +94,8 @@ def test_help_and_version_do_not_import_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "heavy: []" in proc.stdout
-    assert "privbench 0." in proc.stdout  # --version
+    assert "privbench 0." in proc.stdout  # --version, with the code's commit
+    assert re.search(r"privbench 0\.\S+ \((git [0-9a-f]{40}|not a git checkout)", proc.stdout)
 
 
 def test_attack_help_shows_the_presets_run_values(capsys):
