@@ -67,7 +67,7 @@ from privbench.data import Dataset, load_dataset, load_digits, split_nodes
 from privbench.device import device_description, resolve_device
 from privbench.errors import ConfigError
 from privbench.models import FlatModel, build_model
-from privbench.provenance import code_revision
+from privbench.provenance import code_provenance
 from privbench.registry import DATASETS
 from privbench.results import write_json
 from privbench.topology import build_topology
@@ -765,7 +765,7 @@ def run_bench(args: argparse.Namespace) -> int:
         resource.setrlimit(resource.RLIMIT_AS, before)  # in-process callers (tests) get it back
     if args.json_out:
         write_json(args.json_out, {"section": args.section, "device": device_description(device),
-                                   "torch": torch.__version__, "code": code_revision(),
+                                   "torch": torch.__version__, "code": code_provenance(),
                                    "threads": torch.get_num_threads(),
                                    "load_average": list(os.getloadavg()), **payload})
         print(f"wrote {args.json_out}")

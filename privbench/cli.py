@@ -750,9 +750,9 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         from privbench import __version__
-        from privbench.provenance import code_revision
+        from privbench.provenance import code_digest, code_revision
 
-        print(f"privbench {__version__} ({code_revision()})")
+        print(f"privbench {__version__} ({code_revision()}; code sha256 {code_digest()})")
         parser.exit()
 
 

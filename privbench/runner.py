@@ -146,9 +146,9 @@ def environment(device: torch.device) -> dict[str, str]:
     import numpy
 
     from privbench import __version__
-    from privbench.provenance import code_revision
+    from privbench.provenance import code_digest, code_revision
 
-    return {"privbench": __version__, "code": code_revision(),
+    return {"privbench": __version__, "code": code_revision(), "code_sha256": code_digest(),
             "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "device": device_description(device),
             "platform": platform.platform()}

@@ -95,7 +95,8 @@ def test_help_and_version_do_not_import_torch():
     assert proc.returncode == 0, proc.stderr
     assert "heavy: []" in proc.stdout
     assert "privbench 0." in proc.stdout  # --version, with the code's commit
-    assert re.search(r"privbench 0\.\S+ \((git [0-9a-f]{40}|not a git checkout)", proc.stdout)
+    assert re.search(r"privbench 0\.\S+ \((git [0-9a-f]{40}|not a git checkout).*; "
+                     r"code sha256 [0-9a-f]{64}\)", proc.stdout)
 
 
 def test_attack_help_shows_the_presets_run_values(capsys):

@@ -1,4 +1,5 @@
-"""A result names the code that made it: the git commit, and whether privbench's code differed."""
+"""A result names the code that made it: the git commit, whether privbench's code differed, and
+a digest of the code that is the same wherever the same code runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from privbench.provenance import NOT_A_CHECKOUT, code_revision, revision
+from privbench.provenance import NOT_A_CHECKOUT, code_digest, code_revision, digest, revision
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -54,6 +55,23 @@ def test_a_folder_that_is_not_the_top_of_a_checkout_says_so(checkout, tmp_path):
     assert revision(tmp_path / "missing") == NOT_A_CHECKOUT
 
 
+def test_the_digest_is_of_the_code_not_of_the_folder_or_its_caches(checkout, tmp_path):
+    root, _ = checkout
+    copy = tmp_path / "copy"  # a work tree copied without .git, as on a lent GPU machine
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git"))
+    assert revision(copy) == NOT_A_CHECKOUT
+    assert digest(copy) == digest(root)
+    (copy / "README.md").write_text("not code\n")
+    (copy / "privbench" / "__pycache__").mkdir()
+    (copy / "privbench" / "__pycache__" / "engine.cpython-313.pyc").write_bytes(b"\0")
+    assert digest(copy) == digest(root)
+    (copy / "privbench" / "engine.py").write_text("STEP = 2\n")
+    assert digest(copy) != digest(root)
+    (copy / "privbench" / "engine.py").write_text("STEP = 1\n")
+    (copy / "privbench" / "engine.py").rename(copy / "privbench" / "step.py")
+    assert digest(copy) != digest(root)  # the same bytes under another module name
+
+
 def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
     import torch
 
@@ -65,5 +83,6 @@ def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
         pytest.skip("privbench is not imported from a git checkout here")
     env = environment(torch.device("cpu"))
     assert env["code"] == code_revision()
+    assert env["code_sha256"] == code_digest() == digest(root)
     assert env["code"].startswith(f"git {_git(root, 'rev-parse', 'HEAD')}")
     assert env["privbench"] == privbench.__version__

@@ -13,10 +13,10 @@ the model's parameter and layer counts, a split's shared coordinates), checked t
 resume and merge: a code change that makes another model or split of an unchanged configuration
 (the fingerprint hashes the configuration, not the code) is refused, not mixed in. Lines written
 before structures were recorded have none, and are checked by their fingerprint alone.
-A line names the code that made it (`code`: the git commit, and whether privbench's code
-differed from it; `privbench.provenance`), outside the fingerprint: a change of meaning that
-keeps both the configuration and the structure is still withdrawn by hand, and the commit says
-which lines predate it.
+A line names the code that made it (`code`: the git commit, whether privbench's code differed
+from it, and a digest of the code; `privbench.provenance`), outside the fingerprint: a change of
+meaning that keeps both the configuration and the structure is still withdrawn by hand, and the
+code says which lines predate it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
 from privbench.messages import RecordPolicy
-from privbench.provenance import code_revision
+from privbench.provenance import code_provenance
 from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results import claimed_eps, strict, unstrict
 
@@ -169,7 +169,7 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
             "epsilon_paper": claimed_eps(claims, "paper"),
             "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
-            "device": str(built.ctx.device), "code": code_revision(),
+            "device": str(built.ctx.device), "code": code_provenance(),
             "fingerprint": fp["sha256"],
             "structure": structure,
             "config": {"run": to_dict(run), "defense": job.overrides},
