@@ -649,7 +649,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from privbench.reproduce import REPRODUCTIONS, load
     from privbench.reproduce.runs import RUNS_FILE, index, merge, read_runs, reproduce
     from privbench.reproduce.table import render
-    from privbench.results import atomic_write_text
+    from privbench.results import atomic_write_text, counted
 
     load()
     if args.summary:
@@ -678,7 +678,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         scale = repro.scale(args.scale)
         _check_writable(out)
         added, already = merge(repro, scale, [Path(f) for f in args.merge], out)
-        print(f"merged {added} runs into {out / RUNS_FILE} ({already} already there)",
+        print(f"merged {counted(added, 'run')} into {out / RUNS_FILE} ({already} already there)",
               file=sys.stderr)
         records = list(index(read_runs(out / RUNS_FILE), repro, scale).values())
     elif args.render:
@@ -697,7 +697,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                             rows=_row_labels(args.rows, repro.at(scale)),
                             columns=tuple(_floats(args.eps, "--eps") or ()))
     atomic_write_text(out / "table.md", render(repro, scale, records))
-    print(f"wrote {out / 'table.md'} from {len(records)} runs in {out / RUNS_FILE}")
+    print(f"wrote {out / 'table.md'} from {counted(len(records), 'run')} in {out / RUNS_FILE}")
     return 0
 
 

@@ -241,6 +241,11 @@ def fmt_num(x: Any, digits: int = 2, missing: str = "–") -> str:
     return f"{v:.{digits}e}" if abs(v) >= SCIENTIFIC_FROM else f"{v:.{digits}f}"
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 run", "2 runs": a count with its noun (a regular plural)."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def eps_text(eps: Any) -> str:
     """A target ε for people: "ε=1", "ε=1.03e+06", or "no DP" when there is none."""
     if not isinstance(eps, (int, float)):

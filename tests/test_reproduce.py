@@ -581,6 +581,8 @@ def test_a_table_says_which_machines_its_runs_came_from(tmp_path):
     repro, scale = _tiny()
     recs = reproduce(repro, scale, (0,), tmp_path)
     assert "runs on" not in render(repro, scale, recs)  # all on this CPU: nothing to say
+    assert f"seeds 0 ({len(recs)} runs)" in render(repro, scale, recs)
+    assert "seeds 0 (1 run)" in render(repro, scale, recs[:1])
     moved = [dict(recs[0], device="cuda:0",
                   fields={**recs[0]["fields"], "versions.torch": "2.11.0+cu130"}), *recs[1:]]
     setting = next(ln for ln in render(repro, scale, moved).splitlines()

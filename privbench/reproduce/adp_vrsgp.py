@@ -83,8 +83,8 @@ ADP_VRSGP = REPRODUCTIONS.register("adp_vrsgp")(Reproduction(
               note="the card's setting (the 2-conv CNN, T = 1,000; privbench's FedAvg CNN "
                    "with 'same' padding, 1.66 M parameters, where the card proposes 'valid' "
                    "padding, 582 k: the paper states no widths) for the headline rows only "
-                   "(ADP-VRSGP against DP-SGP and DFedSAM, and the non-private SGP), run on a "
-                   "GPU and a CPU, at the step sizes tuned for the MLP (K = 100, DP-SGP lr 8, "
+                   "(ADP-VRSGP against DP-SGP and DFedSAM, and the non-private SGP), at the "
+                   "step sizes tuned for the MLP (K = 100, DP-SGP lr 8, "
                    "DFedSAM lr 16 with rho 4, SGP lr 0.2), and DFedSAM also at lr 8, its step "
                    "validated on this CNN (0.823 against lr 16's 0.804 at rho 4, epsilon 4)"),
     ),

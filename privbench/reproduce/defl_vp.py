@@ -96,6 +96,6 @@ DEFL_VP = REPRODUCTIONS.register("defl_vp")(Reproduction(
               note="the card's setting with privbench's CNN (T = 200 rounds of one local "
                    "epoch) for the headline rows only (DeFL-VP against D-PSGD+RR and DFL+VR, "
                    "and the non-private D-PSGD) at epsilon = 4, the one budget where the paper "
-                   "reports D-PSGD+RR, run on a GPU, at the sign step tuned for the MLP"),
+                   "reports D-PSGD+RR, at the sign step tuned for the MLP"),
     ),
 ))

@@ -76,7 +76,7 @@ DPPS = REPRODUCTIONS.register("dpps")(Reproduction(
               note="the card's setting with privbench's small ResNet (3 stages, GroupNorm) "
                    "from scratch, not the ImageNet-pretrained ResNet-18 (no weights offline), "
                    "for the headline rows only (PartPSP-1 against SGPDP, with and without "
-                   "noise), run on a GPU"),
+                   "noise)"),
     ),
     grid_field="b",
     grid_symbol="b",

@@ -62,6 +62,6 @@ DYN_D2P = REPRODUCTIONS.register("dyn_d2p")(Reproduction(
               seeds=(0, 1, 2, 3, 4), rows=("Non-private", "Const-D2P", "Dyn-D2P"),
               note="the card's setting (shallow CNN with 'same' padding, K = 1,875, the "
                    "card's lr 0.03) for the headline rows only (Dyn-D2P against Const-D2P, "
-                   "and the non-private SGP), run on a GPU"),
+                   "and the non-private SGP)"),
     ),
 ))

@@ -42,7 +42,7 @@ from privbench.fingerprint import dataset_identity, fingerprint, first_differenc
 from privbench.messages import RecordPolicy
 from privbench.provenance import code_provenance
 from privbench.reproduce.spec import Method, Reproduction, Scale
-from privbench.results import claimed_eps, strict, unstrict
+from privbench.results import claimed_eps, counted, strict, unstrict
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -315,8 +315,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         beat = None if progress is None else HEARTBEAT_SECONDS
         if progress is not None:
             side = f", {min(workers, len(todo))} side by side" if workers > 1 and todo else ""
-            progress(f"{len(todo)} run{'s' * (len(todo) != 1)} to train, {reused} "
-                     f"already in {path}{side}")
+            progress(f"{counted(len(todo), 'run')} to train, {reused} already in {path}{side}")
         if workers == 1:
             for k, job in enumerate(todo, 1):
                 keep(k, job, run_job(repro, scale, job, beat))

@@ -17,6 +17,7 @@ import statistics
 from typing import Any
 
 from privbench.reproduce.spec import METRICS, Reproduction, Scale
+from privbench.results import counted
 
 
 def _eps_head(repro: Reproduction) -> str:
@@ -182,7 +183,7 @@ def _claim(repro: Reproduction, records: list[dict[str, Any]], better: str, wors
         d = [a - b for a, b in pairs if a is not None and b is not None]
         v = verdict_at(d)
         lost = len(pairs) - len(d)  # seeds where either row diverged
-        note = f" ({lost} seed{'s' * (lost > 1)} diverged)" if lost else ""
+        note = f" ({counted(lost, 'seed')} diverged)" if lost else ""
         verdicts.append(v if d or lost else UNTESTED)  # diverged seeds were tested
         if not d:
             cells.append("–" + note)
@@ -207,8 +208,8 @@ def _setting(scale: Scale, records: list[dict[str, Any]]) -> str:
     keys = ("dataset", "model", "nodes", "topology", "partition", "rounds", "batch_size", "lr",
             "delta")
     text = ", ".join(f"{k} {run[k]}" for k in keys if k in run)
-    return f"{text}; seeds {', '.join(map(str, seeds)) or '–'} ({len(records)} runs)" + \
-        _devices(records)
+    return f"{text}; seeds {', '.join(map(str, seeds)) or '–'} " \
+        f"({counted(len(records), 'run')})" + _devices(records)
 
 
 def _devices(records: list[dict[str, Any]]) -> str:
