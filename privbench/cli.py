@@ -647,16 +647,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     table.md from runs.jsonl alone, without training; `--merge` appends other runs files'
     lines (each checked against this grid first) and renders."""
     from privbench.reproduce import REPRODUCTIONS, load
+    from privbench.reproduce.missing import block
     from privbench.reproduce.runs import RUNS_FILE, index, merge, read_runs, reproduce
     from privbench.reproduce.table import render
     from privbench.results import atomic_write_text, counted
 
     load()
     if args.summary:
-        if args.name or args.render or args.merge or args.seeds or args.rows or args.eps:
-            raise PrivbenchError("--summary takes no paper, --render, --merge, --seeds, --rows "
-                                 "or --eps: it reads every runs.jsonl under --out (default "
-                                 "reports/reproduce) and trains nothing")
+        if args.name or args.render or args.merge or args.seeds or args.rows or args.eps \
+                or args.missing:
+            raise PrivbenchError("--summary takes no paper, --render, --merge, --missing, "
+                                 "--seeds, --rows or --eps: it reads every runs.jsonl under "
+                                 "--out (default reports/reproduce) and trains nothing")
         return _reproduce_summary(Path(args.out or "reports/reproduce"))
     if args.name is None:
         for name in REPRODUCTIONS.names():
@@ -671,6 +673,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise PrivbenchError("--merge takes no --render, --seeds, --rows, --eps or --jobs: it "
                              "trains nothing, it appends the files' runs to the folder's "
                              "runs.jsonl, then renders its table")
+    if args.missing:
+        if args.render or args.merge or args.seeds or args.rows or args.eps or args.jobs != 1:
+            raise PrivbenchError("--missing takes no --render, --merge, --seeds, --rows, --eps "
+                                 "or --jobs: it reads the folder's runs.jsonl and trains nothing")
+        scale = repro.scale(args.scale)
+        records = list(index(read_runs(out / RUNS_FILE), repro, scale).values())
+        print(block(repro, scale, records, f"more/{repro.name}/{scale.name}"))
+        return 0
     if args.render and (args.rows or args.eps):
         raise PrivbenchError("--render takes no --rows or --eps: it trains nothing, it "
                              "re-renders every row of the folder's runs.jsonl")
@@ -703,8 +713,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def _reproduce_summary(root: Path) -> int:
     """`privbench reproduce --summary`: one line per committed table (paper, scale) with its
-    headline claim, from the runs.jsonl files under `root`; writes root/summary.md."""
+    headline claim, from the runs.jsonl files under `root`; writes root/summary.md, and
+    root/missing.md with each table's runs not yet run (`privbench.reproduce.missing`)."""
     from privbench.reproduce import REPRODUCTIONS
+    from privbench.reproduce.missing import block, missing_file
     from privbench.reproduce.runs import RUNS_FILE, index, read_runs
     from privbench.reproduce.table import summary, summary_row
     from privbench.results import atomic_write_text
@@ -722,11 +734,15 @@ def _reproduce_summary(root: Path) -> int:
     if not found:
         raise PrivbenchError(f"no {RUNS_FILE} under {root}: run `privbench reproduce NAME` "
                              "first, or give the folder that holds them with --out")
-    rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in sorted(
-        found, key=lambda f: f[0])]
+    found.sort(key=lambda f: f[0])
+    rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in found]
+    blocks = [block(repro, scale, recs, f"more/{repro.name}/{scale.name}")
+              for _, repro, scale, recs in found]
     _check_writable(root)
     atomic_write_text(root / "summary.md", summary(rows))
-    print(f"wrote {root / 'summary.md'} from {len(rows)} tables under {root}")
+    atomic_write_text(root / "missing.md", missing_file(blocks))
+    print(f"wrote {root / 'summary.md'} and {root / 'missing.md'} from {len(rows)} tables "
+          f"under {root}")
     return 0
 
 
@@ -889,7 +905,13 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "folder's runs.jsonl")
     p.add_argument("--summary", action="store_true", help="one line per table under --out "
                    "(default reports/reproduce): its headline claim per column and verdict, "
-                   "and the tally of all its claims; writes summary.md there, trains nothing")
+                   "and the tally of all its claims; writes summary.md there, and missing.md "
+                   "(each table's runs not yet run, as the commands that train them); trains "
+                   "nothing")
+    p.add_argument("--missing", action="store_true", help="print the commands that train the "
+                   "runs the folder's table lacks (its scale's rows, grid values and seeds), "
+                   "each into a folder of its own, and the --merge that adds them; trains "
+                   "nothing")
     p.add_argument("--merge", nargs="+", metavar="RUNS_JSONL", help="append these runs files' "
                    "lines (trained with another --out or on another machine) to the folder's "
                    "runs.jsonl and render its table; every line is checked first (this "

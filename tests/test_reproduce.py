@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -376,8 +377,52 @@ def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it
     text = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert text == (REPORTS / "summary.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) == 2 + len(paths)
-    assert text in (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    assert text in readme
+    # and what is not yet run: the README's list is the one the committed lines give
+    lacking = (tmp_path / "missing.md").read_text(encoding="utf-8")
+    assert lacking == (REPORTS / "missing.md").read_text(encoding="utf-8")
+    assert lacking.count("**, scale '") == len(paths)
+    assert lacking in readme
     capsys.readouterr()
+
+
+def test_the_missing_commands_train_exactly_the_missing_runs(tmp_path, monkeypatch, capsys):
+    """`--missing` on a table with a seed complete and another with one run: its commands,
+    run as printed (into another folder), train each missing run once and nothing else, and
+    its merge line completes the table."""
+    repro, scale = _tiny()
+    repro = dataclasses.replace(repro, name="missing_test")
+    monkeypatch.setitem(REPRODUCTIONS._items, "missing_test", repro)
+    table, more = tmp_path / "table", tmp_path / "more"
+    reproduce(repro, scale, (0,), table)
+    reproduce(repro, scale, (1,), table, rows=("Dyn-D2P",), columns=(1.0,))
+    grid = {j.key for j in runs_mod.jobs(repro.at(scale), scale.seeds)}
+    have = {(r["method"], r["eps"], r["seed"]) for r in read_runs(table / RUNS_FILE)}
+    assert main(["reproduce", "missing_test", "--missing", "--out", str(table)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{len(grid - have)} of {len(grid)} runs missing" in printed
+    lines = [ln for ln in printed.splitlines() if ln.startswith(("OMP_", "privbench"))]
+    assert len(lines) >= 3 and "--eps 3" in printed  # a partly run row gets its values only
+    for line in lines[:-1]:  # as printed, less the env, the program and the side-by-side jobs
+        argv = shlex.split(line)[2:]
+        k = argv.index("--out")
+        argv[k + 1] = str(more)
+        if "--jobs" in argv:
+            del argv[argv.index("--jobs"):argv.index("--jobs") + 2]
+        assert main(argv) == 0, line
+    trained = [(r["method"], r["eps"], r["seed"]) for r in read_runs(more / RUNS_FILE)]
+    assert sorted(trained, key=str) == sorted(grid - have, key=str)  # each once, no other
+    merge_argv = shlex.split(lines[-1])[1:]
+    merge_argv[-1] = str(more / RUNS_FILE)
+    assert main([*merge_argv, "--out", str(table)]) == 0
+    assert {(r["method"], r["eps"], r["seed"]) for r in read_runs(table / RUNS_FILE)} == grid
+    capsys.readouterr()
+    assert main(["reproduce", "missing_test", "--missing", "--out", str(table)]) == 0
+    assert capsys.readouterr().out.strip() == \
+        f"**missing_test**, scale 'reduced': complete ({len(grid)} runs)."
+    assert main(["reproduce", "missing_test", "--missing", "--seeds", "1"]) == 2
+    assert "--missing takes no" in capsys.readouterr().err
 
 
 def test_a_summary_of_nothing_or_of_one_paper_is_a_one_line_error(tmp_path, capsys):

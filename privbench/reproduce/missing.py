@@ -1,0 +1,96 @@
+"""The runs a table still lacks, as the commands that train exactly those.
+
+A table's grid at a scale is every row it runs, at each of its grid values, for each of the
+scale's seeds (`runs.jobs`). `missing` lists the grid's jobs with no line among the records;
+`commands` groups them into `privbench reproduce` commands (rows lacking the same grid values
+for the same seeds share one), each training into a folder of its own, and the `--merge` that
+adds their lines to the table's folder afterwards (on another machine, e.g. a lent GPU, the
+lines are merged here). `privbench reproduce --summary` writes them for every committed table
+to `missing.md`, which the README quotes and a test regenerates: the list of what is not run
+cannot drift from the committed lines.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from privbench.reproduce.runs import Job, jobs
+from privbench.reproduce.spec import Reproduction, Scale
+from privbench.results import counted
+
+MISSING_HEAD = (
+    "The runs the committed tables lack, from their committed lines (`privbench reproduce "
+    "--summary` writes this\nfile, `reports/reproduce/missing.md`; `privbench reproduce NAME "
+    "--scale SCALE --missing` prints one table's).\nEach command trains only those runs, into "
+    "a folder of its own (on a GPU machine or here), and the last line\nof each block merges "
+    "them into the committed table, whose `--render` then shows them.")
+
+
+def missing(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> list[Job]:
+    """The jobs of the scale's grid (its seeds) that have no line in `records`, in grid order."""
+    have = {(r["method"], r["eps"], r["seed"]) for r in records}
+    return [j for j in jobs(repro.at(scale), scale.seeds) if j.key not in have]
+
+
+def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str) -> list[str]:
+    """`privbench reproduce` lines that train exactly `todo` into `out`, then the merge line
+    (none when nothing is missing). A group's rows miss the same grid values for the same
+    seeds: `--eps` is given only when that is not every value the row is run at (without it a
+    row trains all of its values; with it a non-private row, which has none, trains nothing)."""
+    if not todo:
+        return []
+    table = repro.at(scale)
+    order = [m.label for m in table.methods]
+    lacks: dict[tuple[str, int], list[float | None]] = {}  # (row, seed) -> its missing values
+    for job in todo:
+        lacks.setdefault((job.method.label, job.seed), []).append(job.eps)
+    groups: dict[tuple[tuple[float | None, ...], tuple[int, ...]], list[str]] = {}
+    for label in order:
+        own = tuple(table.eps) if table.method(label).private else (None,)
+        own = tuple(e for e in own if e is None or table.runs_at(label, e))
+        by_values: dict[tuple[float | None, ...], list[int]] = {}
+        for (row, seed), values in lacks.items():
+            if row == label:
+                flag = () if tuple(values) == own else tuple(values)
+                by_values.setdefault(flag, []).append(seed)
+        for flag, seeds in by_values.items():
+            groups.setdefault((flag, tuple(sorted(seeds))), []).append(label)
+    lines = [_command(repro, scale, table, rows, flag, seeds, out, todo)
+             for (flag, seeds), rows in sorted(groups.items(), key=lambda g: (
+                 g[0][1], order.index(g[1][0])))]
+    return [*lines, f"privbench reproduce {repro.name} --scale {scale.name} "
+                    f"--merge {out}/runs.jsonl"]
+
+
+def _command(repro: Reproduction, scale: Scale, table: Reproduction, rows: list[str],
+             flag: tuple[float | None, ...], seeds: tuple[int, ...], out: str,
+             todo: list[Job]) -> str:
+    n = sum(1 for j in todo if j.method.label in rows and j.seed in seeds
+            and (not flag or j.eps in flag))
+    parts = ["OMP_NUM_THREADS=1 privbench reproduce", repro.name, "--scale", scale.name]
+    if len(rows) < len(table.methods):
+        parts += [f"--rows {shlex.quote(label)}" for label in rows]
+    if flag:
+        parts.append("--eps " + ",".join(f"{e:g}" for e in flag if e is not None))
+    parts.append("--seeds " + ",".join(map(str, seeds)))
+    if n > 1:
+        parts.append(f"--jobs {n}")
+    return " ".join([*parts, "--out", out])
+
+
+def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out: str) -> str:
+    """One table's part of missing.md: how many of its grid's runs are missing, and the
+    commands that train them (a single line when none is)."""
+    todo = missing(repro, scale, records)
+    total = len(jobs(repro.at(scale), scale.seeds))
+    name = f"**{repro.name}**, scale '{scale.name}'"
+    if not todo:
+        return f"{name}: complete ({counted(total, 'run')})."
+    head = f"{name}: {len(todo)} of {counted(total, 'run')} missing:"
+    return "\n".join([head, "", "```bash", *commands(repro, scale, todo, out), "```"])
+
+
+def missing_file(blocks: list[str]) -> str:
+    """missing.md: the header, then one block per committed table."""
+    return "\n\n".join([MISSING_HEAD, *blocks]) + "\n"
