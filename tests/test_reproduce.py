@@ -404,6 +404,8 @@ def test_the_missing_commands_train_exactly_the_missing_runs(tmp_path, monkeypat
     assert f"{len(grid - have)} of {len(grid)} runs missing" in printed
     lines = [ln for ln in printed.splitlines() if ln.startswith(("OMP_", "privbench"))]
     assert len(lines) >= 3 and "--eps 3" in printed  # a partly run row gets its values only
+    notes = [ln for ln in printed.splitlines() if ln.startswith("# ")]
+    assert len(notes) == len(lines) - 1 and all(" min on cpu (" in n for n in notes)
     for line in lines[:-1]:  # as printed, less the env, the program and the side-by-side jobs
         argv = shlex.split(line)[2:]
         k = argv.index("--out")

@@ -13,6 +13,7 @@ cannot drift from the committed lines.
 from __future__ import annotations
 
 import shlex
+import statistics
 from typing import Any
 
 from privbench.reproduce.runs import Job, jobs
@@ -33,11 +34,14 @@ def missing(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) ->
     return [j for j in jobs(repro.at(scale), scale.seeds) if j.key not in have]
 
 
-def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str) -> list[str]:
+def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
+             records: list[dict[str, Any]]) -> list[str]:
     """`privbench reproduce` lines that train exactly `todo` into `out`, then the merge line
     (none when nothing is missing). A group's rows miss the same grid values for the same
     seeds: `--eps` is given only when that is not every value the row is run at (without it a
-    row trains all of its values; with it a non-private row, which has none, trains nothing)."""
+    row trains all of its values; with it a non-private row, which has none, trains nothing).
+    Each line follows a comment with its run count and what the table's `records` of those
+    rows took per run on each kind of device (to plan a lent GPU's minutes)."""
     if not todo:
         return []
     table = repro.at(scale)
@@ -47,27 +51,42 @@ def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str) -> li
         lacks.setdefault((job.method.label, job.seed), []).append(job.eps)
     groups: dict[tuple[tuple[float | None, ...], tuple[int, ...]], list[str]] = {}
     for label in order:
-        own = tuple(table.eps) if table.method(label).private else (None,)
-        own = tuple(e for e in own if e is None or table.runs_at(label, e))
+        own = tuple(e for e in table.eps if table.runs_at(label, e)) \
+            if table.method(label).private else (None,)
         by_values: dict[tuple[float | None, ...], list[int]] = {}
         for (row, seed), values in lacks.items():
             if row == label:
-                flag = () if tuple(values) == own else tuple(values)
-                by_values.setdefault(flag, []).append(seed)
+                by_values.setdefault(() if tuple(values) == own else tuple(values),
+                                     []).append(seed)
         for flag, seeds in by_values.items():
             groups.setdefault((flag, tuple(sorted(seeds))), []).append(label)
-    lines = [_command(repro, scale, table, rows, flag, seeds, out, todo)
-             for (flag, seeds), rows in sorted(groups.items(), key=lambda g: (
-                 g[0][1], order.index(g[1][0])))]
+    lines = []
+    for (flag, seeds), rows in sorted(groups.items(),
+                                      key=lambda g: (g[0][1], order.index(g[1][0]))):
+        n = sum(1 for j in todo if j.method.label in rows and j.seed in seeds
+                and (not flag or j.eps in flag))
+        lines += [f"# {counted(n, 'run')}; {_took(records, rows)}",
+                  _command(repro, scale, table, rows, flag, seeds, n, out)]
     return [*lines, f"privbench reproduce {repro.name} --scale {scale.name} "
                     f"--merge {out}/runs.jsonl"]
 
 
+def _took(records: list[dict[str, Any]], rows: list[str]) -> str:
+    """"their rows' lines took 74 min per run on cpu (4 lines), 0.6 min on cuda (3)": the
+    median seconds of the committed lines of `rows`, per kind of device."""
+    secs: dict[str, list[float]] = {}
+    for r in records:
+        if r["method"] in rows:
+            secs.setdefault(str(r["device"]).split(":")[0], []).append(float(r["seconds"]))
+    if not secs:
+        return "no line of these rows yet"
+    parts = [f"{statistics.median(v) / 60:.{1 if statistics.median(v) < 600 else 0}f} min on "
+             f"{kind} ({counted(len(v), 'line')})" for kind, v in sorted(secs.items())]
+    return "these rows' lines took, per run (median), " + ", ".join(parts)
+
+
 def _command(repro: Reproduction, scale: Scale, table: Reproduction, rows: list[str],
-             flag: tuple[float | None, ...], seeds: tuple[int, ...], out: str,
-             todo: list[Job]) -> str:
-    n = sum(1 for j in todo if j.method.label in rows and j.seed in seeds
-            and (not flag or j.eps in flag))
+             flag: tuple[float | None, ...], seeds: tuple[int, ...], n: int, out: str) -> str:
     parts = ["OMP_NUM_THREADS=1 privbench reproduce", repro.name, "--scale", scale.name]
     if len(rows) < len(table.methods):
         parts += [f"--rows {shlex.quote(label)}" for label in rows]
@@ -88,7 +107,8 @@ def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out:
     if not todo:
         return f"{name}: complete ({counted(total, 'run')})."
     head = f"{name}: {len(todo)} of {counted(total, 'run')} missing:"
-    return "\n".join([head, "", "```bash", *commands(repro, scale, todo, out), "```"])
+    return "\n".join([head, "", "```bash", *commands(repro, scale, todo, out, records),
+                      "```"])
 
 
 def missing_file(blocks: list[str]) -> str:
