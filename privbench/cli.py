@@ -647,7 +647,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     table.md from runs.jsonl alone, without training; `--merge` appends other runs files'
     lines (each checked against this grid first) and renders."""
     from privbench.reproduce import REPRODUCTIONS, load
-    from privbench.reproduce.missing import block
+    from privbench.reproduce.missing import block, missing_file
     from privbench.reproduce.runs import RUNS_FILE, index, merge, read_runs, reproduce
     from privbench.reproduce.table import render
     from privbench.results import atomic_write_text, counted
@@ -660,6 +660,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                  "--seeds, --rows or --eps: it reads every runs.jsonl under "
                                  "--out (default reports/reproduce) and trains nothing")
         return _reproduce_summary(Path(args.out or "reports/reproduce"))
+    if args.missing and args.name is None:
+        if args.render or args.merge or args.seeds or args.rows or args.eps or args.scale:
+            raise PrivbenchError("--missing without a paper takes no --scale, --render, "
+                                 "--merge, --seeds, --rows or --eps: it reads every runs.jsonl "
+                                 "under --out (default reports/reproduce) and trains nothing")
+        print(missing_file(_missing_blocks(_committed_tables(
+            Path(args.out or "reports/reproduce")))), end="")
+        return 0
     if args.name is None:
         for name in REPRODUCTIONS.names():
             r = REPRODUCTIONS.get(name)
@@ -679,7 +687,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                  "or --jobs: it reads the folder's runs.jsonl and trains nothing")
         scale = repro.scale(args.scale)
         records = list(index(read_runs(out / RUNS_FILE), repro, scale).values())
-        print(block(repro, scale, records, f"more/{repro.name}/{scale.name}"))
+        print(block(repro, scale, records, f"more/{repro.name}/{scale.name}", str(out)))
         return 0
     if args.render and (args.rows or args.eps):
         raise PrivbenchError("--render takes no --rows or --eps: it trains nothing, it "
@@ -715,11 +723,25 @@ def _reproduce_summary(root: Path) -> int:
     """`privbench reproduce --summary`: one line per committed table (paper, scale) with its
     headline claim, from the runs.jsonl files under `root`; writes root/summary.md, and
     root/missing.md with each table's runs not yet run (`privbench.reproduce.missing`)."""
-    from privbench.reproduce import REPRODUCTIONS
-    from privbench.reproduce.missing import block, missing_file
-    from privbench.reproduce.runs import RUNS_FILE, index, read_runs
+    from privbench.reproduce.missing import missing_file
     from privbench.reproduce.table import summary, summary_row
     from privbench.results import atomic_write_text
+
+    found = _committed_tables(root)
+    rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in found]
+    _check_writable(root)
+    atomic_write_text(root / "summary.md", summary(rows))
+    atomic_write_text(root / "missing.md", missing_file(_missing_blocks(found)))
+    print(f"wrote {root / 'summary.md'} and {root / 'missing.md'} from {len(rows)} tables "
+          f"under {root}")
+    return 0
+
+
+def _committed_tables(root: Path) -> list[tuple[Path, Reproduction, Any, list[dict[str, Any]]]]:
+    """(folder, reproduction, scale, its lines) for each runs.jsonl under `root`, in paper
+    then scale order; one-line error when there is none."""
+    from privbench.reproduce import REPRODUCTIONS
+    from privbench.reproduce.runs import RUNS_FILE, index, read_runs
 
     found = []
     for path in sorted(root.rglob(RUNS_FILE)):
@@ -728,22 +750,20 @@ def _reproduce_summary(root: Path) -> int:
             continue
         repro = REPRODUCTIONS.get(records[0]["reproduction"])
         scale = repro.scale(records[0]["scale"])
-        order = [s.name for s in repro.scales].index(scale.name)
-        found.append(((repro.name, order), repro, scale,
-                      list(index(records, repro, scale).values())))
+        found.append((path.parent, repro, scale, list(index(records, repro, scale).values())))
     if not found:
         raise PrivbenchError(f"no {RUNS_FILE} under {root}: run `privbench reproduce NAME` "
                              "first, or give the folder that holds them with --out")
-    found.sort(key=lambda f: f[0])
-    rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in found]
-    blocks = [block(repro, scale, recs, f"more/{repro.name}/{scale.name}")
-              for _, repro, scale, recs in found]
-    _check_writable(root)
-    atomic_write_text(root / "summary.md", summary(rows))
-    atomic_write_text(root / "missing.md", missing_file(blocks))
-    print(f"wrote {root / 'summary.md'} and {root / 'missing.md'} from {len(rows)} tables "
-          f"under {root}")
-    return 0
+    return sorted(found, key=lambda f: (f[1].name, f[1].scales.index(f[2])))
+
+
+def _missing_blocks(found: list[tuple[Path, Reproduction, Any, list[dict[str, Any]]]]
+                    ) -> list[str]:
+    """Each table's part of missing.md (`privbench.reproduce.missing.block`)."""
+    from privbench.reproduce.missing import block
+
+    return [block(repro, scale, recs, f"more/{repro.name}/{scale.name}", str(folder))
+            for folder, repro, scale, recs in found]
 
 
 def _row_labels(items: list[str] | None, table: Reproduction) -> tuple[str, ...]:
@@ -910,8 +930,8 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "nothing")
     p.add_argument("--missing", action="store_true", help="print the commands that train the "
                    "runs the folder's table lacks (its scale's rows, grid values and seeds), "
-                   "each into a folder of its own, and the --merge that adds them; trains "
-                   "nothing")
+                   "each into a folder of its own, and the --merge that adds them (no paper: "
+                   "every table under --out, as --summary writes missing.md); trains nothing")
     p.add_argument("--merge", nargs="+", metavar="RUNS_JSONL", help="append these runs files' "
                    "lines (trained with another --out or on another machine) to the folder's "
                    "runs.jsonl and render its table; every line is checked first (this "

@@ -363,17 +363,23 @@ def test_the_readme_quotes_the_committed_tables():
         assert not missing, f"README lacks {folder.name}'s committed rows: {missing[:2]}"
 
 
-def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it(tmp_path,
-                                                                                capsys):
+def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it(
+        tmp_path, monkeypatch, capsys):
     """`privbench reproduce --summary` over a copy of the committed runs files (their folders
-    kept) gives the committed summary.md byte for byte, one line per table, and the README
-    holds it."""
+    kept, from a copy of the repository's root) gives the committed summary.md and
+    missing.md byte for byte, one entry per table, and the README holds both."""
     paths = sorted(REPORTS.rglob(RUNS_FILE))
+    root = tmp_path / "reports" / "reproduce"
     for path in paths:
-        copy = tmp_path / path.relative_to(REPORTS)
+        copy = root / path.relative_to(REPORTS)
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_bytes(path.read_bytes())
-    assert main(["reproduce", "--summary", "--out", str(tmp_path)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "--summary"]) == 0
+    capsys.readouterr()
+    assert main(["reproduce", "--missing"]) == 0  # the same list, printed
+    assert capsys.readouterr().out == (root / "missing.md").read_text(encoding="utf-8")
+    tmp_path = root
     text = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert text == (REPORTS / "summary.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) == 2 + len(paths)
@@ -416,8 +422,9 @@ def test_the_missing_commands_train_exactly_the_missing_runs(tmp_path, monkeypat
     trained = [(r["method"], r["eps"], r["seed"]) for r in read_runs(more / RUNS_FILE)]
     assert sorted(trained, key=str) == sorted(grid - have, key=str)  # each once, no other
     merge_argv = shlex.split(lines[-1])[1:]
-    merge_argv[-1] = str(more / RUNS_FILE)
-    assert main([*merge_argv, "--out", str(table)]) == 0
+    assert merge_argv[-2:] == ["--out", str(table)]  # into the table's folder, named
+    merge_argv[merge_argv.index("--merge") + 1] = str(more / RUNS_FILE)
+    assert main(merge_argv) == 0
     assert {(r["method"], r["eps"], r["seed"]) for r in read_runs(table / RUNS_FILE)} == grid
     capsys.readouterr()
     assert main(["reproduce", "missing_test", "--missing", "--out", str(table)]) == 0

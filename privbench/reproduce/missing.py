@@ -35,11 +35,12 @@ def missing(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) ->
 
 
 def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
-             records: list[dict[str, Any]]) -> list[str]:
-    """`privbench reproduce` lines that train exactly `todo` into `out`, then the merge line
-    (none when nothing is missing). A group's rows miss the same grid values for the same
-    seeds: `--eps` is given only when that is not every value the row is run at (without it a
-    row trains all of its values; with it a non-private row, which has none, trains nothing).
+             records: list[dict[str, Any]], folder: str) -> list[str]:
+    """`privbench reproduce` lines that train exactly `todo` into `out`, then the line that
+    merges them into the table's `folder` (none when nothing is missing). A group's rows miss
+    the same grid values for the same seeds: `--eps` is given only when that is not every
+    value the row is run at (without it a row trains all of its values; with it a
+    non-private row, which has none, trains nothing).
     Each line follows a comment with its run count and what the table's `records` of those
     rows took per run on each kind of device (to plan a lent GPU's minutes)."""
     if not todo:
@@ -68,7 +69,7 @@ def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
         lines += [f"# {counted(n, 'run')}; {_took(records, rows)}",
                   _command(repro, scale, table, rows, flag, seeds, n, out)]
     return [*lines, f"privbench reproduce {repro.name} --scale {scale.name} "
-                    f"--merge {out}/runs.jsonl"]
+                    f"--merge {out}/runs.jsonl --out {folder}"]
 
 
 def _took(records: list[dict[str, Any]], rows: list[str]) -> str:
@@ -98,16 +99,18 @@ def _command(repro: Reproduction, scale: Scale, table: Reproduction, rows: list[
     return " ".join([*parts, "--out", out])
 
 
-def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out: str) -> str:
-    """One table's part of missing.md: how many of its grid's runs are missing, and the
-    commands that train them (a single line when none is)."""
+def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out: str,
+          folder: str) -> str:
+    """One table's part of missing.md: how many of its grid's runs are missing from its
+    `records` (the lines in `folder`), and the commands that train them into `out` and merge
+    them into `folder` (a single line when none is missing)."""
     todo = missing(repro, scale, records)
     total = len(jobs(repro.at(scale), scale.seeds))
     name = f"**{repro.name}**, scale '{scale.name}'"
     if not todo:
         return f"{name}: complete ({counted(total, 'run')})."
     head = f"{name}: {len(todo)} of {counted(total, 'run')} missing:"
-    return "\n".join([head, "", "```bash", *commands(repro, scale, todo, out, records),
+    return "\n".join([head, "", "```bash", *commands(repro, scale, todo, out, records, folder),
                       "```"])
 
 
