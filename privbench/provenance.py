@@ -24,7 +24,7 @@ from pathlib import Path
 # The paths whose changes can change a result (reports, tests and the README cannot).
 CODE_PATHS = ("privbench", "attacks", "defenses", "pyproject.toml")
 PACKAGES = ("privbench", "attacks", "defenses")  # what an installed copy has of them
-NOT_A_CHECKOUT = "not a git checkout (an installed copy: see the privbench version)"
+NOT_A_CHECKOUT = "not a git checkout (an installed or copied tree: see the code digest)"
 
 
 def revision(root: Path) -> str:

@@ -69,12 +69,12 @@ def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
         lines += [f"# {counted(n, 'run')}; {_took(records, rows)}",
                   _command(repro, scale, table, rows, flag, seeds, n, out)]
     return [*lines, f"privbench reproduce {repro.name} --scale {scale.name} "
-                    f"--merge {out}/runs.jsonl --out {folder}"]
+                    f"--merge {shlex.quote(out + '/runs.jsonl')} --out {shlex.quote(folder)}"]
 
 
 def _took(records: list[dict[str, Any]], rows: list[str]) -> str:
-    """"their rows' lines took 74 min per run on cpu (4 lines), 0.6 min on cuda (3)": the
-    median seconds of the committed lines of `rows`, per kind of device."""
+    """"these rows' lines took, per run (median), 74 min on cpu (4 lines), 0.6 min on cuda
+    (3 lines)": the median seconds of the lines of `rows` in `records`, per kind of device."""
     secs: dict[str, list[float]] = {}
     for r in records:
         if r["method"] in rows:
@@ -96,7 +96,7 @@ def _command(repro: Reproduction, scale: Scale, table: Reproduction, rows: list[
     parts.append("--seeds " + ",".join(map(str, seeds)))
     if n > 1:
         parts.append(f"--jobs {n}")
-    return " ".join([*parts, "--out", out])
+    return " ".join([*parts, "--out", shlex.quote(out)])
 
 
 def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out: str,
