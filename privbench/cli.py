@@ -654,17 +654,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     load()
     if args.summary:
-        if args.name or args.render or args.merge or args.seeds or args.rows or args.eps \
-                or args.missing:
-            raise PrivbenchError("--summary takes no paper, --render, --merge, --missing, "
-                                 "--seeds, --rows or --eps: it reads every runs.jsonl under "
-                                 "--out (default reports/reproduce) and trains nothing")
+        _takes_only(args, "--summary", ("summary",), _READS_ALL)
         return _reproduce_summary(Path(args.out or "reports/reproduce"))
     if args.missing and args.name is None:
-        if args.render or args.merge or args.seeds or args.rows or args.eps or args.scale:
-            raise PrivbenchError("--missing without a paper takes no --scale, --render, "
-                                 "--merge, --seeds, --rows or --eps: it reads every runs.jsonl "
-                                 "under --out (default reports/reproduce) and trains nothing")
+        _takes_only(args, "--missing without a paper", ("missing",), _READS_ALL)
         print(missing_file(_missing_blocks(_committed_tables(
             Path(args.out or "reports/reproduce")))), end="")
         return 0
@@ -677,22 +670,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     # the default scale's folder is the paper's; any other scale has its own subfolder
     own = "" if args.scale in (None, repro.scales[0].name) else f"/{repro.scale(args.scale).name}"
     out = Path(args.out or f"reports/reproduce/{repro.name}{own}")
-    if args.merge and (args.render or args.seeds or args.jobs != 1 or args.rows or args.eps):
-        raise PrivbenchError("--merge takes no --render, --seeds, --rows, --eps or --jobs: it "
-                             "trains nothing, it appends the files' runs to the folder's "
-                             "runs.jsonl, then renders its table")
     if args.missing:
-        if args.render or args.merge or args.seeds or args.rows or args.eps or args.jobs != 1:
-            raise PrivbenchError("--missing takes no --render, --merge, --seeds, --rows, --eps "
-                                 "or --jobs: it reads the folder's runs.jsonl and trains nothing")
+        _takes_only(args, "--missing", ("name", "scale", "missing"),
+                    "it reads the folder's runs.jsonl and trains nothing")
         scale = repro.scale(args.scale)
         records = list(index(read_runs(out / RUNS_FILE), repro, scale).values())
         print(block(repro, scale, records, f"more/{repro.name}/{scale.name}", str(out)))
         return 0
-    if args.render and (args.rows or args.eps):
-        raise PrivbenchError("--render takes no --rows or --eps: it trains nothing, it "
-                             "re-renders every row of the folder's runs.jsonl")
     if args.merge:
+        _takes_only(args, "--merge", ("name", "scale", "merge"), "it trains nothing, it "
+                    "appends the files' runs to the folder's runs.jsonl, then renders its table")
         scale = repro.scale(args.scale)
         _check_writable(out)
         added, already = merge(repro, scale, [Path(f) for f in args.merge], out)
@@ -700,6 +687,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
               file=sys.stderr)
         records = list(index(read_runs(out / RUNS_FILE), repro, scale).values())
     elif args.render:
+        _takes_only(args, "--render", ("name", "scale", "render"), "it trains nothing, it "
+                    "re-renders every row of the folder's runs.jsonl")
         records = read_runs(out / RUNS_FILE)
         if not records:
             raise PrivbenchError(f"{out / RUNS_FILE} holds no runs to render; run `privbench "
@@ -717,6 +706,27 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {counted(len(records), 'run')} in {out / RUNS_FILE}")
     return 0
+
+
+# `privbench reproduce`'s options that select what it does, as a user writes them; each mode
+# refuses the ones it does not take (`_takes_only`) instead of ignoring them.
+_REPRODUCE_OPTIONS = (("name", "paper name"), ("scale", "--scale"), ("summary", "--summary"),
+                      ("missing", "--missing"), ("merge", "--merge"), ("render", "--render"),
+                      ("seeds", "--seeds"), ("rows", "--rows"), ("eps", "--eps"),
+                      ("jobs", "--jobs"))
+_READS_ALL = "it reads every runs.jsonl under --out (default reports/reproduce) and trains nothing"
+
+
+def _takes_only(args: argparse.Namespace, mode: str, takes: tuple[str, ...], why: str) -> None:
+    """One-line error naming every option given that `mode` does not take, and why."""
+    given = [flag for key, flag in _REPRODUCE_OPTIONS if key not in takes
+             and (args.jobs != 1 if key == "jobs" else bool(getattr(args, key)))]
+    if given:
+        raise PrivbenchError(f"{mode} takes no {_or_list(given)}: {why}")
+
+
+def _or_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def _reproduce_summary(root: Path) -> int:

@@ -195,7 +195,7 @@ def test_a_merge_names_a_twice_given_key_and_a_missing_file(tmp_path, capsys):
         assert main(["reproduce", "dyn_d2p", "--merge", str(tmp_path / bad), "--out", out]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith("nope.jsonl: no such runs file") and len(err) == 5
-    assert "--merge takes no --render, --seeds, --rows, --eps or --jobs" in err[1]
+    assert "--merge takes no --render: it trains nothing" in err[1]
     assert err[2].endswith("bin.jsonl (not UTF-8 text); a reproduction's runs file is expected")
     assert "short.jsonl line 1 lacks reproduction, scale, method" in err[3]
     assert err[4].endswith("a: a folder; give its runs.jsonl")
@@ -244,7 +244,10 @@ def test_a_new_row_joins_lines_made_on_another_machine_without_retraining_them(
             reproduce(repro, head, (0,), tmp_path, rows=(bad,))
     assert main(["reproduce", "dyn_d2p", "--render", "--rows", "Dyn-D2P", "--out",
                  str(tmp_path)]) == 2
-    assert "--render takes no --rows or --eps" in capsys.readouterr().err
+    assert "--render takes no --rows: it trains nothing" in capsys.readouterr().err
+    assert main(["reproduce", "dyn_d2p", "--render", "--seeds", "1", "--jobs", "2", "--eps",
+                 "1", "--out", str(tmp_path)]) == 2  # once ignored, now named
+    assert "--render takes no --seeds, --eps or --jobs: " in capsys.readouterr().err
 
 
 def test_eps_trains_those_columns_only_and_leaves_the_others_lines_unchecked(
@@ -431,7 +434,8 @@ def test_the_missing_commands_train_exactly_the_missing_runs(tmp_path, monkeypat
     assert capsys.readouterr().out.strip() == \
         f"**missing_test**, scale 'reduced': complete ({len(grid)} runs)."
     assert main(["reproduce", "missing_test", "--missing", "--seeds", "1"]) == 2
-    assert "--missing takes no" in capsys.readouterr().err
+    assert "--missing takes no --seeds: it reads the folder's runs.jsonl" in \
+        capsys.readouterr().err
 
 
 def test_a_summary_of_nothing_or_of_one_paper_is_a_one_line_error(tmp_path, capsys):
