@@ -21,11 +21,11 @@ from privbench.reproduce.spec import Reproduction, Scale
 from privbench.results import counted
 
 MISSING_HEAD = (
-    "The runs the committed tables lack, from their committed lines (`privbench reproduce "
-    "--summary` writes this\nfile, `reports/reproduce/missing.md`; `privbench reproduce NAME "
-    "--scale SCALE --missing` prints one table's).\nEach command trains only those runs, into "
-    "a folder of its own (on a GPU machine or here), and the last line\nof each block merges "
-    "them into the committed table, whose `--render` then shows them.")
+    "The runs the committed tables lack, computed from their committed lines by `privbench "
+    "reproduce --summary`\n(which writes this file, `reports/reproduce/missing.md`; "
+    "`--missing` prints it, or one table's with a\npaper's name). Each command trains only "
+    "those runs, into a folder of its own, here or on a GPU machine;\nthe last line of each "
+    "block merges them into the table.")
 
 
 def missing(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> list[Job]:
