@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from privbench.errors import ConfigError, PrivbenchError, Terminated
 
 if TYPE_CHECKING:
-    from privbench.reproduce.spec import Reproduction
+    from privbench.reproduce.spec import Reproduction, Scale
+
+    # a committed table: its folder, reproduction, scale and lines
+    Table = tuple[Path, Reproduction, Scale, list[dict[str, Any]]]
 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
@@ -747,7 +750,7 @@ def _reproduce_summary(root: Path) -> int:
     return 0
 
 
-def _committed_tables(root: Path) -> list[tuple[Path, Reproduction, Any, list[dict[str, Any]]]]:
+def _committed_tables(root: Path) -> list[Table]:
     """(folder, reproduction, scale, its lines) for each runs.jsonl under `root`, in paper
     then scale order; one-line error when there is none."""
     from privbench.reproduce import REPRODUCTIONS
@@ -767,8 +770,7 @@ def _committed_tables(root: Path) -> list[tuple[Path, Reproduction, Any, list[di
     return sorted(found, key=lambda f: (f[1].name, f[1].scales.index(f[2])))
 
 
-def _missing_blocks(found: list[tuple[Path, Reproduction, Any, list[dict[str, Any]]]]
-                    ) -> list[str]:
+def _missing_blocks(found: list[Table]) -> list[str]:
     """Each table's part of missing.md (`privbench.reproduce.missing.block`)."""
     from privbench.reproduce.missing import block
 
@@ -812,7 +814,8 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
                      "differentially private decentralized learning.")
     parser.add_argument("--version", action=_Version, nargs=0,
-                        help="print privbench's version and the code's commit, and exit")
+                        help="print privbench's version and its code's commit and digest, and "
+                        "exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {}
 

@@ -371,10 +371,9 @@ def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
                     already += 1
                 else:
                     raise PrivbenchError(
-                        f"--merge {src}: {_named(key, repro.grid_field)} is already there with "
-                        "another result "
-                        f"(accuracy {twin['accuracy']:.4f} against {rec['accuracy']:.4f}); "
-                        "delete the one not to keep")
+                        f"--merge {src}: {_named(key, repro.grid_field)} is already there "
+                        f"with another result (accuracy {twin['accuracy']:.4f} against "
+                        f"{rec['accuracy']:.4f}); delete the one not to keep")
         for rec in new.values():
             _append(path, rec)
     return len(new), already
