@@ -399,8 +399,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """`privbench tune`: grid search on a validation split carved from the members."""
     from privbench import sweep, tuning
     from privbench.config import to_dict
+    from privbench.device import resolve_device
     from privbench.registry import load_plugins
     from privbench.results import write_json
+    from privbench.runner import environment
 
     load_plugins()
     run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
@@ -415,7 +417,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                              progress=not args.quiet, test=not args.skip_test)
         command = _command_line(args)
         write_json(out / "tune.json", {**result, "command": command, "preset": args.preset,
-                                       "run": to_dict(run), "defense_overrides": overrides})
+                                       "run": to_dict(run), "defense_overrides": overrides,
+                                       "environment": environment(resolve_device(run.device))})
     _print_tune(result)
     if args.save and result["best"] is not None:
         text = tuning.toml_entry(args.preset, args.defense, run, result, command)

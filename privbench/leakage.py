@@ -40,7 +40,7 @@ from privbench.membership import ci_level, claims, membership_scores
 from privbench.membership import grade as grade_membership
 from privbench.network_dp import pairwise_epsilon
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
-from privbench.runner import Built, build
+from privbench.runner import Built, build, environment
 from privbench.threat import NotApplicable, ThreatModel, observe, placed
 
 LEAKAGE_FORMAT = "privbench-leakage/1"
@@ -267,6 +267,7 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
             if progress:
                 progress(f"{d} eps={eps:g}: {time.perf_counter() - start:.0f} s")
     return {"format": LEAKAGE_FORMAT, "config": to_dict(cfg),
+            "environment": environment(torch.device("cpu")),  # every cell trains on the CPU
             "placements": [{"label": lab, "spec": s, "distance": h, "size": m}
                            for lab, s, h, m in placements(cfg)],
             "cells": cells}

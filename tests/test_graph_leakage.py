@@ -17,6 +17,7 @@ from privbench.errors import ConfigError
 from privbench.gossip_inversion import BestViews, GossipViews, LinearGossip, build_system
 from privbench.inversion import grade, invert
 from privbench.network_dp import pairwise_epsilon
+from privbench.provenance import code_digest
 from privbench.registry import DEFENSES
 from privbench.runner import build
 from privbench.threat import NotApplicable, ThreatModel, hop_distances, observe, placed
@@ -194,6 +195,7 @@ def test_leakage_command_writes_map_and_refuses_to_overwrite(tmp_path, capsys) -
             "--quiet"]
     assert main(args) == 0
     res = json.loads((out / "leakage.json").read_text())
+    assert res["environment"]["code_sha256"] == code_digest()  # which code drew the map
     rows = {r["placement"]: r for r in res["cells"][0]["rows"]}
     assert rows["2 hops"]["inversion"]["via"] == "gossip inversion"
     assert rows["2 hops"]["inversion"]["psnr"] >= 20.0

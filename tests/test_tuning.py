@@ -16,6 +16,7 @@ from privbench.cli import main
 from privbench.config import RunConfig, replace_checked
 from privbench.data import carve_validation, split_nodes
 from privbench.errors import ConfigError
+from privbench.provenance import code_revision
 from privbench.registry import load_plugins
 from privbench.testing import TINY_RUN
 
@@ -133,6 +134,7 @@ def test_tune_cli_writes_every_candidate(tmp_path, capsys):
     assert code == 0 and "Papernot & Steinke 2022" in out and "best on validation" in out
     saved = json.loads((tmp_path / "tune.json").read_text())
     assert [c["label"] for c in saved["candidates"]] == ["lr=0.1", "lr=0.3"]
+    assert saved["environment"]["code"] == code_revision()  # which code tuned it
     assert main(["tune", "--defense", "sgp", "--grid", "nope=1", "--out", str(tmp_path)]) == 2
 
 
