@@ -86,3 +86,40 @@ def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
     assert env["code_sha256"] == code_digest() == digest(root)
     assert env["code"].startswith(f"git {_git(root, 'rev-parse', 'HEAD')}")
     assert env["privbench"] == privbench.__version__
+
+
+@pytest.fixture
+def fresh_provenance():
+    """The per-process provenance cache emptied before and after (a test patches `revision`)."""
+    from privbench import provenance
+
+    for f in (provenance.code_revision, provenance.code_digest):
+        f.cache_clear()
+    yield provenance
+    for f in (provenance.code_revision, provenance.code_digest):
+        f.cache_clear()
+
+
+def test_a_result_names_the_code_imported_not_what_the_tree_holds_when_written(
+        tmp_path, monkeypatch, fresh_provenance):
+    """A commit made while a run trains must not be what its results.json names: the command
+    line reads the code's identity before the command runs."""
+    import json
+
+    from privbench import runner
+    from privbench.cli import main
+
+    committed = {"during the run": False}
+    monkeypatch.setattr(fresh_provenance, "revision", lambda root: "git after" if
+                        committed["during the run"] else "git before")
+    real = runner.train_result
+
+    def commit_meanwhile(*args, **kwargs):  # training done, results not yet written
+        committed["during the run"] = True
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "train_result", commit_meanwhile)
+    out = tmp_path / "run"
+    assert main(["train", "--nodes", "3", "--rounds", "2", "--quiet", "--out", str(out)]) == 0
+    assert committed["during the run"]
+    assert json.loads((out / "results.json").read_text())["environment"]["code"] == "git before"

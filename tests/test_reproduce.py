@@ -61,6 +61,27 @@ def test_grid_lines_resume_and_render(tmp_path, monkeypatch):
     assert "| Dyn-D2P > Const-D2P |" in text and "seeds 0, 1 (18 runs)" in text
 
 
+def test_a_line_names_the_code_before_its_run_trains(tmp_path, monkeypatch):
+    """A commit made while a job trains is not what its line names (`code` is read first)."""
+    from privbench import engine
+
+    repro, scale = _tiny()
+    state = {"trained": False}
+    monkeypatch.setattr(runs_mod, "code_provenance", lambda: {"revision": "after" if
+                        state["trained"] else "before", "sha256": "x"})
+    real = engine.train
+
+    def train_then_commit(*args, **kwargs):
+        out = real(*args, **kwargs)
+        state["trained"] = True
+        return out
+
+    monkeypatch.setattr(engine, "train", train_then_commit)
+    job = runs_mod.jobs(repro.at(scale), (0,))[0]
+    assert runs_mod.run_job(repro, scale, job)["code"]["revision"] == "before"
+    assert state["trained"]
+
+
 def test_another_setting_in_the_same_folder_is_refused(tmp_path):
     repro, scale = _tiny()
     reproduce(repro, scale, (0,), tmp_path)

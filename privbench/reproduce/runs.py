@@ -154,6 +154,7 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
 
     run = run_config(scale, job)
     fp = job_fingerprint(repro, scale, job, run)
+    code = code_provenance()  # before training: the code this process imported (cached)
     # A table needs accuracy and epsilon only: recording every message of a 1,000-round run
     # (DPDL's cross-gradients: ~12 MB per round) would hold tens of GB.
     built = build(run, job.method.defense, job.overrides, policy=RecordPolicy.none())
@@ -169,7 +170,7 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
             "epsilon_paper": claimed_eps(claims, "paper"),
             "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
-            "device": str(built.ctx.device), "code": code_provenance(),
+            "device": str(built.ctx.device), "code": code,
             "fingerprint": fp["sha256"],
             "structure": structure,
             "config": {"run": to_dict(run), "defense": job.overrides},
