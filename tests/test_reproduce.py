@@ -403,14 +403,13 @@ def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it
     capsys.readouterr()
     assert main(["reproduce", "--missing"]) == 0  # the same list, printed
     assert capsys.readouterr().out == (root / "missing.md").read_text(encoding="utf-8")
-    tmp_path = root
-    text = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    text = (root / "summary.md").read_text(encoding="utf-8")
     assert text == (REPORTS / "summary.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) == 2 + len(paths)
     readme = (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
     assert text in readme
     # and what is not yet run: the README's list is the one the committed lines give
-    lacking = (tmp_path / "missing.md").read_text(encoding="utf-8")
+    lacking = (root / "missing.md").read_text(encoding="utf-8")
     assert lacking == (REPORTS / "missing.md").read_text(encoding="utf-8")
     assert lacking.count("**, scale '") == len(paths)
     assert lacking in readme
