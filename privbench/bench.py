@@ -747,6 +747,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP-order warnings
     device = resolve_device(args.device)
+    # before measuring: the code this process imported, for the JSON
+    code = code_provenance() if args.json_out else None
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
     global ROUND_BUDGET_S
@@ -765,7 +767,7 @@ def run_bench(args: argparse.Namespace) -> int:
         resource.setrlimit(resource.RLIMIT_AS, before)  # in-process callers (tests) get it back
     if args.json_out:
         write_json(args.json_out, {"section": args.section, "device": device_description(device),
-                                   "torch": torch.__version__, "code": code_provenance(),
+                                   "torch": torch.__version__, "code": code,
                                    "threads": torch.get_num_threads(),
                                    "load_average": list(os.getloadavg()), **payload})
         print(f"wrote {args.json_out}")

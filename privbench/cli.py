@@ -1003,11 +1003,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(account=bool(given) and given[0] == "account").parse_args(given)
         _check_text(args)
         args._argv = given
-        # the code's identity, read now: a result written at the end of an hour-long run names
-        # the code this process imported, not what the tree holds by then
-        from privbench.provenance import code_provenance
-
-        code_provenance()
         return args._commands[args.command](args)
     except PrivbenchError as exc:
         print(f"privbench: error: {exc}", file=sys.stderr)

@@ -70,9 +70,9 @@ def _root() -> Path:
 @functools.lru_cache(maxsize=1)
 def code_revision() -> str:
     """`revision` of the checkout this privbench package was imported from, read once per
-    process: the command line reads it before it runs a command and a reproduction before it
-    trains, so a result written at the end of a long run names the code the process imported,
-    not commits made meanwhile."""
+    process: `runner.build` reads it before anything trains (and a bench before it measures),
+    so a result written at the end of a long run names the code the process imported, not
+    commits made meanwhile."""
     return revision(_root())
 
 

@@ -23,6 +23,7 @@ from privbench.engine import Context, Trainer, TrainResult, node_models
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.messages import GroundTruth, MessageBus, MessageLog, RecordPolicy
 from privbench.models import build_model
+from privbench.provenance import code_provenance
 from privbench.registry import DEFENSES, load_plugins
 from privbench.results import SCHEMA_VERSION, write_json
 from privbench.seeding import Streams, derive_seed
@@ -98,6 +99,9 @@ def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
             that replaces the test set (tuning; `data.carve_validation`).
     """
     load_plugins()
+    # the code's identity, read before anything trains (cached per process): a result written
+    # at the end of an hour-long run names the code this process imported, not a later commit
+    code_provenance()
     comm = comm or Comm()
     cls = DEFENSES.get(defense)
     cfg = replace_checked(cls.Config(), overrides or {}, where="defense")
@@ -146,9 +150,9 @@ def environment(device: torch.device) -> dict[str, str]:
     import numpy
 
     from privbench import __version__
-    from privbench.provenance import code_digest, code_revision
 
-    return {"privbench": __version__, "code": code_revision(), "code_sha256": code_digest(),
+    code = code_provenance()
+    return {"privbench": __version__, "code": code["revision"], "code_sha256": code["sha256"],
             "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "device": device_description(device),
             "platform": platform.platform()}

@@ -102,8 +102,8 @@ def fresh_provenance():
 
 def test_a_result_names_the_code_imported_not_what_the_tree_holds_when_written(
         tmp_path, monkeypatch, fresh_provenance):
-    """A commit made while a run trains must not be what its results.json names: the command
-    line reads the code's identity before the command runs."""
+    """A commit made while a run trains must not be what its results.json names: `build` reads
+    the code's identity before anything trains."""
     import json
 
     from privbench import runner

@@ -1,8 +1,8 @@
 """The runs a table still lacks, as the commands that train exactly those.
 
 A table's grid at a scale is every row it runs, at each of its grid values, for each of the
-scale's seeds (`runs.jobs`). `missing` lists the grid's jobs with no line among the records;
-`commands` groups them into `privbench reproduce` commands (rows lacking the same grid values
+scale's seeds (`runs.jobs`); its jobs with no line among the records are missing. `commands`
+groups them into `privbench reproduce` commands (rows lacking the same grid values
 for the same seeds share one), each training into a folder of its own, and the `--merge` that
 adds their lines to the table's folder afterwards (on another machine, e.g. a lent GPU, the
 lines are merged here). `privbench reproduce --summary` writes them for every committed table
@@ -16,7 +16,7 @@ import shlex
 import statistics
 from typing import Any
 
-from privbench.reproduce.runs import Job, jobs
+from privbench.reproduce.runs import Job, jobs, line_key
 from privbench.reproduce.spec import Reproduction, Scale
 from privbench.results import counted
 
@@ -26,12 +26,6 @@ MISSING_HEAD = (
     "`--missing` prints it, or one table's with a\npaper's name). Each command trains only "
     "those runs, into a folder of its own, here or on a GPU machine;\nthe last line of each "
     "block merges them into the table.")
-
-
-def missing(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> list[Job]:
-    """The jobs of the scale's grid (its seeds) that have no line in `records`, in grid order."""
-    have = {(r["method"], r["eps"], r["seed"]) for r in records}
-    return [j for j in jobs(repro.at(scale), scale.seeds) if j.key not in have]
 
 
 def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
@@ -104,12 +98,13 @@ def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out:
     """One table's part of missing.md: how many of its grid's runs are missing from its
     `records` (the lines in `folder`), and the commands that train them into `out` and merge
     them into `folder` (a single line when none is missing)."""
-    todo = missing(repro, scale, records)
-    total = len(jobs(repro.at(scale), scale.seeds))
+    grid = jobs(repro.at(scale), scale.seeds)
+    have = {line_key(r) for r in records}
+    todo = [j for j in grid if j.key not in have]
     name = f"**{repro.name}**, scale '{scale.name}'"
     if not todo:
-        return f"{name}: complete ({counted(total, 'run')})."
-    head = f"{name}: {len(todo)} of {counted(total, 'run')} missing:"
+        return f"{name}: complete ({counted(len(grid), 'run')})."
+    head = f"{name}: {len(todo)} of {counted(len(grid), 'run')} missing:"
     return "\n".join([head, "", "```bash", *commands(repro, scale, todo, out, records, folder),
                       "```"])
 

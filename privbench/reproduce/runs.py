@@ -227,7 +227,7 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _line_key(rec: dict[str, Any]) -> tuple[str, float | None, int]:
+def line_key(rec: dict[str, Any]) -> tuple[str, float | None, int]:
     """A line's (method, epsilon or grid value, seed): its `Job.key`."""
     return (rec["method"], rec["eps"], rec["seed"])
 
@@ -249,7 +249,7 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
             raise PrivbenchError(f"the runs file holds a run of {rec['reproduction']!r} at scale "
                                  f"{rec['scale']!r}, not {repro.name!r} at {scale.name!r}: use "
                                  "another --out")
-        out[_line_key(rec)] = rec
+        out[line_key(rec)] = rec
     return out
 
 
@@ -361,7 +361,7 @@ def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
             records = read_runs(src)
             index(records, repro, scale)  # one-line error on a line of another table
             for rec in records:  # not the index: a key twice in one file is checked too
-                key = _line_key(rec)
+                key = line_key(rec)
                 seed_jobs = grids.setdefault(key[2], {j.key: j for j in
                                                       jobs(repro.at(scale), (key[2],))})
                 _check_mergeable(rec, seed_jobs.get(key), repro, scale, src)
@@ -399,7 +399,7 @@ def _setting(fields: dict[str, Any]) -> dict[str, Any]:
 def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, scale: Scale,
                      src: Path) -> None:
     """One-line error unless `rec` is the run `job` of this grid, made with its setting."""
-    key = _line_key(rec)
+    key = line_key(rec)
     if job is None:
         raise PrivbenchError(f"--merge {src}: {_named(key, repro.grid_field)} is not a run of "
                              f"{repro.name}'s {scale.name!r} grid")

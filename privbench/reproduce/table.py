@@ -262,11 +262,11 @@ def summary_row(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]
         word = v.split(" (")[0]  # "reproduced (2 of 4 ε run)": reproduced, on part of the grid
         tally[word] = tally.get(word, 0) + 1
     order = ("reproduced", "partly", "refuted", "not resolved", UNTESTED)
-    counted = ", ".join(f"{tally[w]} {w}" for w in order if w in tally)
+    tallied = ", ".join(f"{tally[w]} {w}" for w in order if w in tally)
     part = sum(v.endswith("ε run)") for _, v in claims)
-    counted += f"; {part} judged on part of its columns" if part else ""
+    tallied += f"; {part} judged on part of its columns" if part else ""
     return (f"| {repro.name} | {scale.name} | {seeds} | {better} > {worse} | {per} | "
-            f"{verdict} | {len(claims)}: {counted} |")
+            f"{verdict} | {len(claims)}: {tallied} |")
 
 
 def summary(rows: list[str]) -> str:
