@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -708,7 +709,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
                             (lambda line: print(line, file=sys.stderr)), workers=args.jobs,
                             rows=_row_labels(args.rows, repro.at(scale)),
-                            columns=tuple(_floats(args.eps, "--eps") or ()))
+                            columns=tuple(_floats(args.eps, "--eps") or ()),
+                            checkpoint_every=_checkpoint_seconds(args.checkpoint_every))
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {counted(len(records), 'run')} in {out / RUNS_FILE}")
     return 0
@@ -719,7 +721,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 _REPRODUCE_OPTIONS = (("name", "paper name"), ("scale", "--scale"), ("summary", "--summary"),
                       ("missing", "--missing"), ("merge", "--merge"), ("render", "--render"),
                       ("seeds", "--seeds"), ("rows", "--rows"), ("eps", "--eps"),
-                      ("jobs", "--jobs"))
+                      ("jobs", "--jobs"), ("checkpoint_every", "--checkpoint-every"))
 _READS_ALL = "it reads every runs.jsonl under --out (default reports/reproduce) and trains nothing"
 
 
@@ -729,6 +731,22 @@ def _takes_only(args: argparse.Namespace, mode: str, takes: tuple[str, ...], why
              and (args.jobs != 1 if key == "jobs" else bool(getattr(args, key)))]
     if given:
         raise PrivbenchError(f"{mode} takes no {_or_list(given)}: {why}")
+
+
+def _checkpoint_seconds(text: str | None) -> float:
+    """`--checkpoint-every MINUTES` in seconds (default: `runs.CHECKPOINT_SECONDS`)."""
+    from privbench.reproduce.runs import CHECKPOINT_SECONDS
+
+    if text is None:
+        return CHECKPOINT_SECONDS
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = float("nan")
+    if not math.isfinite(minutes) or minutes < 0:
+        raise PrivbenchError(f"--checkpoint-every {text!r}: accepted: minutes between a running "
+                             "job's checkpoints, a number >= 0 (0: none)")
+    return 60.0 * minutes
 
 
 def _or_list(items: list[str]) -> str:
@@ -956,6 +974,11 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side in separate "
                    "processes (default 1; e.g. one per core, or 8-16 sharing one GPU); set "
                    "OMP_NUM_THREADS=1 so they do not fight over cores")
+    p.add_argument("--checkpoint-every", metavar="MINUTES", help="save each running job's "
+                   "state in the folder's checkpoints/ at most this often (default 10; 0: "
+                   "never): a job stopped midway (a kill, a lease's end) continues from it when "
+                   "run again, to the same result, and its checkpoint is deleted once its "
+                   "line is written")
     p.add_argument("--quiet", action="store_true", help="no per-run lines")
     commands["reproduce"] = cmd_reproduce
 

@@ -411,6 +411,9 @@ class TrainResult:
     seconds: float = 0.0
     eval_seconds: float = 0.0
     diverged_round: int | None = None
+    # rounds at which the loop continued a run from a checkpoint (`train`'s `start`); empty
+    # for a run trained in one go
+    resumed_at: list[int] = field(default_factory=list)
 
 
 def node_models(trainer: Trainer) -> Tensor:
@@ -472,7 +475,8 @@ def all_finite(trainer: Trainer) -> bool:
 
 
 def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
-          rounds: int | None = None) -> TrainResult:
+          rounds: int | None = None, start: int = 0, result: TrainResult | None = None,
+          after_round: Callable[[int, TrainResult], None] | None = None) -> TrainResult:
     """The round loop: rounds, periodic evaluation, a finiteness check after every round.
 
     A run whose models stop being finite stops at that round (`diverged_round`, 0-based).
@@ -488,11 +492,18 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
         rounds: stop after this many of the configured rounds (None: all). The noise stays
             calibrated for the configured run: used to release the first rounds' messages of a
             run exactly as the full run would (the audit's inversion views).
+        start, result: continue a run whose first `start` rounds are done, with the loop's
+            result so far (`privbench.checkpoint.load` restores both and the trainer); its
+            seconds add up, and `start` is noted in `resumed_at`.
+        after_round: called with the rounds done and the result so far after every round that
+            did not diverge (a checkpoint's chance to save: `privbench.checkpoint.Saver`).
     """
     run = trainer.ctx.run
-    result = TrainResult()
-    start = time.perf_counter()
-    for t in range(run.rounds if rounds is None else min(rounds, run.rounds)):
+    result = result if result is not None else TrainResult()
+    if start:
+        result.resumed_at.append(start)
+    before, tic0 = result.seconds, time.perf_counter()
+    for t in range(start, run.rounds if rounds is None else min(rounds, run.rounds)):
         trainer.round(t)
         if progress is not None:
             progress(1)
@@ -512,5 +523,8 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
                                    "test_samples": _n_eval(subset, n_test),
                                    "node_test_samples": _n_eval(run.eval_subset, n_test)})
             result.node_accuracy, result.average_accuracy = node_acc.tolist(), avg_acc
-    result.seconds = time.perf_counter() - start
+        if after_round is not None:
+            result.seconds = before + time.perf_counter() - tic0
+            after_round(t + 1, result)
+    result.seconds = before + time.perf_counter() - tic0
     return result

@@ -26,6 +26,13 @@ def is_noise_generator(gen: torch.Generator | None) -> bool:
     return gen is not None and NOISE_GENERATORS.get(id(gen)) is gen
 
 
+def mark_noise(gen: torch.Generator) -> torch.Generator:
+    """Register `gen` as a "noise" stream's generator (one made by `Streams`, or restored from
+    a checkpoint of one) and return it."""
+    NOISE_GENERATORS[id(gen)] = gen
+    return gen
+
+
 def derive_seed(seed: int, *names: str | int) -> int:
     """A 63-bit seed derived from `seed` and a path of names (stable across runs and platforms)."""
     text = "/".join([str(seed), *map(str, names)])
@@ -53,9 +60,7 @@ class Streams:
         if key not in self._cache:
             gen = torch.Generator(device=dev)
             gen.manual_seed(derive_seed(self.seed, name, *sub))
-            self._cache[key] = gen
-            if name == "noise":
-                NOISE_GENERATORS[id(gen)] = gen
+            self._cache[key] = mark_noise(gen) if name == "noise" else gen
         return self._cache[key]
 
     def fresh(self, name: str, *sub: str | int,
@@ -63,6 +68,4 @@ class Streams:
         """A new generator for `name` at its initial state (not cached)."""
         gen = torch.Generator(device=torch.device(device) if device is not None else self.device)
         gen.manual_seed(derive_seed(self.seed, name, *sub))
-        if name == "noise":
-            NOISE_GENERATORS[id(gen)] = gen
-        return gen
+        return mark_noise(gen) if name == "noise" else gen

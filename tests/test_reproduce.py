@@ -127,6 +127,70 @@ def test_an_interrupted_reproduction_keeps_its_finished_runs(tmp_path, monkeypat
     assert len(read_runs(tmp_path / RUNS_FILE)) == 2
 
 
+def _killed_after_round(monkeypatch, at: int) -> None:
+    """Every job's checkpoint saved after each round, and a kill after round `at`'s."""
+    real = runs_mod.Saver
+
+    class KilledAfter(real):
+        def __call__(self, done, result):
+            super().__call__(done, result)
+            if done == at:
+                raise KeyboardInterrupt
+    monkeypatch.setattr(runs_mod, "Saver", KilledAfter)
+
+
+def test_a_stopped_job_continues_from_its_checkpoint_to_the_same_line(tmp_path, monkeypatch,
+                                                                    capsys):
+    repro, scale = _tiny(rounds=4)
+    one = {"rows": ("Const-D2P",), "columns": (1.0,)}
+    whole = reproduce(repro, scale, (0,), tmp_path / "whole", **one)[0]
+    assert whole["resumed_at"] == [] and not (tmp_path / "whole" / "checkpoints").exists()
+    with monkeypatch.context() as m:
+        _killed_after_round(m, 2)
+        with pytest.raises(KeyboardInterrupt):
+            reproduce(repro, scale, (0,), tmp_path, checkpoint_every=1e-9, **one)
+    assert not (tmp_path / RUNS_FILE).exists()
+    saved = tmp_path / "checkpoints" / f"{whole['fingerprint']}.ckpt"
+    assert saved.is_file()
+    capsys.readouterr()
+    line = reproduce(repro, scale, (0,), tmp_path, progress=lambda _x: None, **one)[0]
+    assert "  Const-D2P epsilon=1 seed 0: continues from round 2/4 (" in capsys.readouterr().err
+    assert line["resumed_at"] == [2]
+    for key in ("accuracy", "node_accuracy_mean", "epsilon_paper", "epsilon_calibrated",
+                "fingerprint", "diverged_round"):
+        assert line[key] == whole[key], key
+    assert not (tmp_path / "checkpoints").exists()  # deleted with its line written
+
+
+def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatch, capsys):
+    repro, scale = _tiny(rounds=4)
+    one = {"rows": ("Const-D2P",), "columns": (1.0,)}
+    with monkeypatch.context() as m:
+        _killed_after_round(m, 2)
+        with pytest.raises(KeyboardInterrupt):
+            reproduce(repro, scale, (0,), tmp_path, checkpoint_every=1e-9, **one)
+    monkeypatch.setattr(runs_mod, "code_provenance", lambda: {"revision": "git other",
+                                                              "sha256": "other"})
+    line = reproduce(repro, scale, (0,), tmp_path, progress=lambda _x: None, **one)[0]
+    assert line["resumed_at"] == []
+    err = capsys.readouterr().err
+    assert "Const-D2P epsilon=1 seed 0: starts over: the checkpoint " in err
+    assert "is not this run's: made with another code (" in err and ", other now)" in err
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "nan", "inf"])
+def test_a_bad_checkpoint_interval_is_a_one_line_error(tmp_path, capsys, value):
+    assert main(["reproduce", "dyn_d2p", f"--checkpoint-every={value}", "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"privbench: error: --checkpoint-every {value!r}: accepted: minutes between "
+                   "a running job's checkpoints, a number >= 0 (0: none)"]
+    assert not any(tmp_path.iterdir())
+    assert main(["reproduce", "dyn_d2p", "--render", "--checkpoint-every", "5", "--out",
+                 str(tmp_path)]) == 2
+    assert "--render takes no --checkpoint-every: it trains nothing" in capsys.readouterr().err
+
+
 def test_a_foreign_line_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / RUNS_FILE).write_text('{"format": "something else"}\n')
     assert main(["reproduce", "dyn_d2p", "--render", "--out", str(tmp_path)]) == 2

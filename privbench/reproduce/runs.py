@@ -17,10 +17,17 @@ A line names the code that made it (`code`: the git commit, whether privbench's 
 from it, and a digest of the code; `privbench.provenance`), outside the fingerprint: a change of
 meaning that keeps both the configuration and the structure is still withdrawn by hand, and the
 code says which lines predate it.
+A running job saves a checkpoint of its whole state every `CHECKPOINT_SECONDS` (10 minutes)
+into `checkpoints/<fingerprint>.ckpt` beside runs.jsonl (`privbench.checkpoint`); a job
+stopped midway (a kill, a session's or a lease's end) continues from it when the same run is
+trained again by the same code on the same kind of device, to the line it would have written
+in one go, and the checkpoint is deleted once its line is written. A resumed line says at
+which rounds it continued (`resumed_at`; empty: trained in one go).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from privbench import __version__
+from privbench.checkpoint import Saver, StaleCheckpointError
+from privbench.checkpoint import load as load_checkpoint
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
@@ -47,12 +56,18 @@ from privbench.results import claimed_eps, counted, strict, unstrict
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
+    from privbench.engine import TrainResult
+    from privbench.runner import Built
+
 RUNS_FILE = "runs.jsonl"
 FORMAT = "privbench-reproduce-run/1"
 # what reading, indexing and merging a line rely on
 _KEYS = ("reproduction", "scale", "method", "eps", "seed", "accuracy", "fingerprint", "fields")
 # a running job's progress line at most this often: a paper-scale run takes hours on a CPU
 HEARTBEAT_SECONDS = 300.0
+# a running job's checkpoint at most this often (0: none): a kill loses at most this much
+CHECKPOINT_SECONDS = 600.0
+CHECKPOINTS = "checkpoints"  # the folder beside runs.jsonl that holds the running jobs' states
 
 
 @dataclass(frozen=True)
@@ -89,9 +104,9 @@ class _Heartbeat:
     (the round, the time spent, an estimate of what is left), so an hour-long run does not
     stay silent until it ends; written by the process that trains it."""
 
-    def __init__(self, name: str, total: int, every: float) -> None:
+    def __init__(self, name: str, total: int, every: float, done: int = 0) -> None:
         self.name, self.total, self.every = name, total, every
-        self.done = 0
+        self.done = self.first = done  # rounds done before this process (a resumed job)
         self.start = self.last = time.monotonic()
 
     def __call__(self, rounds: int) -> None:
@@ -102,7 +117,7 @@ class _Heartbeat:
         self.last = now
         spent = now - self.start
         print(f"  {self.name}: round {self.done}/{self.total}, {_minutes(spent)} so far, about "
-              f"{_minutes(spent / self.done * (self.total - self.done))} left",
+              f"{_minutes(spent / (self.done - self.first) * (self.total - self.done))} left",
               file=sys.stderr, flush=True)
 
 
@@ -145,10 +160,18 @@ def job_fingerprint(repro: Reproduction, scale: Scale, job: Job, run: RunConfig
                         "threads": torch.get_num_threads()})
 
 
-def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None = None
+def checkpoint_path(folder: Path, fingerprint: str) -> Path:
+    """Where a job of this fingerprint keeps its checkpoint under `folder` (`CHECKPOINTS`)."""
+    return folder / f"{fingerprint}.ckpt"
+
+
+def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None = None,
+            checkpoints: Path | None = None, checkpoint_every: float = CHECKPOINT_SECONDS
             ) -> dict[str, Any]:
     """Train one job and return its JSON line (as a dict); with `heartbeat`, a progress line on
-    stderr at most that many seconds apart."""
+    stderr at most that many seconds apart; with `checkpoints` (a folder), continue from this
+    job's checkpoint there if it has one (and say so, with `heartbeat`), and save one at most
+    every `checkpoint_every` seconds (0: none)."""
     from privbench.engine import train
     from privbench.runner import build
 
@@ -159,8 +182,15 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
     # (DPDL's cross-gradients: ~12 MB per round) would hold tens of GB.
     built = build(run, job.method.defense, job.overrides, policy=RecordPolicy.none())
     structure = built.trainer.structure(built.ctx.fm, built.trainer.cfg)
+    start, so_far, saver = 0, None, None
+    if checkpoints is not None:
+        start, so_far, saver = _resume(built, job, checkpoint_path(checkpoints, fp["sha256"]),
+                                       {"run": fp["sha256"], "code": code["sha256"],
+                                        "device": str(built.ctx.device)},
+                                       checkpoint_every, heartbeat is not None)
     res = train(built.trainer, progress=None if heartbeat is None else
-                _Heartbeat(job.name, run.rounds, heartbeat))
+                _Heartbeat(job.name, run.rounds, heartbeat, start),
+                start=start, result=so_far, after_round=saver)
     claims = {"privacy": built.privacy()} if job.method.private else {}
     return {"format": FORMAT, "reproduction": repro.name, "scale": scale.name,
             "method": job.method.label, "defense": job.method.defense, "eps": job.eps,
@@ -170,11 +200,31 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
             "epsilon_paper": claimed_eps(claims, "paper"),
             "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
+            "resumed_at": res.resumed_at,
             "device": str(built.ctx.device), "code": code,
             "fingerprint": fp["sha256"],
             "structure": structure,
             "config": {"run": to_dict(run), "defense": job.overrides},
             "fields": fp["fields"]}
+
+
+def _resume(built: Built, job: Job, path: Path, key: dict[str, str], every: float, say: bool
+            ) -> tuple[int, TrainResult | None, Saver | None]:
+    """(rounds done, the loop's result so far, the checkpoint saver) of a job about to train:
+    restored into `built` from `path` when it holds this job's checkpoint, else from scratch;
+    a checkpoint of another run, code or device is replaced by this run's first one."""
+    start, so_far = 0, None
+    if path.exists():
+        try:
+            resumed = load_checkpoint(path, built, key)
+            start, so_far = resumed.rounds_done, resumed.result
+            note = (f"continues from round {start}/{built.ctx.run.rounds} "
+                    f"({_minutes(so_far.seconds)} trained before) from {path}")
+        except StaleCheckpointError as exc:
+            note = f"starts over: the checkpoint {path} is not this run's: {exc}"
+        if say:
+            print(f"  {job.name}: {note}", file=sys.stderr, flush=True)
+    return start, so_far, (Saver(path, built, key, every) if every > 0 else None)
 
 
 def job_structure(scale: Scale, job: Job) -> dict[str, Any]:
@@ -255,8 +305,8 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
 
 def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Path,
               progress: Callable[[str], None] | None = None, workers: int = 1,
-              rows: tuple[str, ...] = (), columns: tuple[float, ...] = ()
-              ) -> list[dict[str, Any]]:
+              rows: tuple[str, ...] = (), columns: tuple[float, ...] = (),
+              checkpoint_every: float = CHECKPOINT_SECONDS) -> list[dict[str, Any]]:
     """Run every job of the grid not yet in `out/runs.jsonl`; return the grid's lines there.
 
     Args:
@@ -270,6 +320,9 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         columns: train the private rows at these grid values only (empty: every one); the
             non-private rows, which have no grid value, are then not trained. With `rows`
             and the seeds, this names exactly the runs a lent GPU is to fill in.
+        checkpoint_every: each running job saves its state in `out/checkpoints/` at most
+            this many seconds apart (0: never) and continues from it when trained again; a
+            job's checkpoint is deleted once its line is written.
 
     Raises:
         PrivbenchError: a line of a row to train was made with another configuration, scale
@@ -306,9 +359,12 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
                 _check_same(old, repro, scale, job, path)
                 reused += 1
 
+        saved = out / CHECKPOINTS
+
         def keep(k: int, job: Job, rec: dict[str, Any]) -> None:
             _append(path, rec)
             done[job.key] = rec
+            _drop_checkpoint(saved, rec["fingerprint"])
             if progress is not None:
                 progress(f"[{k}/{len(todo)}] {job.name}: accuracy {rec['accuracy']:.4f} "
                          f"({rec['seconds']:.0f} s)")
@@ -319,10 +375,17 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
             progress(f"{counted(len(todo), 'run')} to train, {reused} already in {path}{side}")
         if workers == 1:
             for k, job in enumerate(todo, 1):
-                keep(k, job, run_job(repro, scale, job, beat))
+                keep(k, job, run_job(repro, scale, job, beat, saved, checkpoint_every))
         else:
-            _run_parallel(repro, scale, todo, workers, keep, beat)
+            _run_parallel(repro, scale, todo, workers, keep, beat, saved, checkpoint_every)
     return [done[j.key] for j in grid if j.key in done]
+
+
+def _drop_checkpoint(folder: Path, fingerprint: str) -> None:
+    """Delete a job's checkpoint once its line is written (and the folder, once empty)."""
+    checkpoint_path(folder, fingerprint).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # absent, or other jobs' checkpoints still there
+        folder.rmdir()
 
 
 # Fingerprint fields that say which machine ran a line, not what it ran: a line merged from
@@ -417,11 +480,12 @@ def _init_worker(threads: int) -> None:
 
 def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
                   keep: Callable[[int, Job, dict[str, Any]], None],
-                  heartbeat: float | None = None) -> None:
+                  heartbeat: float | None = None, checkpoints: Path | None = None,
+                  checkpoint_every: float = CHECKPOINT_SECONDS) -> None:
     """Train `todo` in `workers` spawned processes, keeping each line as it arrives; a failed
     job is reported after the others end. Stopped (Ctrl-C, SIGTERM, any error here), the runs
-    still pending are cancelled and the workers terminated: their runs in progress are lost,
-    the lines already kept are not."""
+    still pending are cancelled and the workers terminated: their runs in progress continue
+    from their last checkpoint next time (`checkpoints`), the lines already kept are kept."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -434,8 +498,8 @@ def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: i
     try:
         with sigterm_raises():
             with _held_back(signal.SIGINT):  # the pool spawns its workers as jobs are submitted
-                futures = {pool.submit(run_job, repro, scale, job, heartbeat): job
-                           for job in todo}
+                futures = {pool.submit(run_job, repro, scale, job, heartbeat, checkpoints,
+                                       checkpoint_every): job for job in todo}
             for k, fut in enumerate(as_completed(futures), 1):
                 job = futures[fut]
                 try:

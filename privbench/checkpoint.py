@@ -1,0 +1,170 @@
+"""Checkpoints of a run in training, so that a run stopped midway (a scheduler's kill, a
+session's end, a GPU lease running out) continues later to the very result it would have had
+in one go.
+
+A checkpoint holds the whole mutable state of a built run, pickled: the trainer (its stacked
+(n, d) node state, buffers and schedules), its context's random generators (each restored
+once however many objects share it, the noise stream's registered as noise again, so
+`privbench.testing.disable_noise` still finds them), the message bus and the ground truth,
+and the round loop's result so far. What training never changes (the nodes' data, the
+model's flat layout, both configurations, the process group) is not stored: it is rebuilt
+from the configuration and joined by reference on load, so a checkpoint is the size of the
+node state, not of the dataset.
+
+A checkpoint is resumed only by the run that wrote it: same `key` (the caller's fingerprint
+of everything that determines the result, the code's digest and the device), else `load`
+raises `StaleCheckpointError` saying which differs, and the caller starts over. A checkpoint is a
+pickle: load only your own. `tests/test_checkpoint.py` trains every registered defense in one
+go and stopped-and-resumed in a fresh build, and requires equal models, histories and privacy
+reports, bit for bit.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import os
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import torch
+
+from privbench.engine import TrainResult
+from privbench.seeding import is_noise_generator, mark_noise
+
+if TYPE_CHECKING:
+    from privbench.runner import Built
+
+FORMAT = "privbench-checkpoint/1"
+
+
+class StaleCheckpointError(Exception):
+    """A checkpoint that is not this run's (another run, code or device) or cannot be read."""
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where a restored run stands: its first `rounds_done` rounds trained, `result` the
+    round loop's result so far (history, seconds)."""
+
+    rounds_done: int
+    result: TrainResult
+
+
+def _static(built: Built) -> dict[str, Any]:
+    """What training leaves unchanged, by name: rebuilt from the configuration, not stored."""
+    ctx = built.ctx
+    return {"data": ctx.data, "fm": ctx.fm, "comm": ctx.comm, "run": ctx.run,
+            "cfg": built.trainer.cfg}
+
+
+def _read_only(items: dict[str, Any]) -> MappingProxyType:
+    return MappingProxyType(items)
+
+
+def _proxy(mapping: MappingProxyType) -> tuple[Callable[..., Any], tuple[dict[str, Any]]]:
+    # a frozen plan's read-only view of its noise parameters (the type itself cannot be
+    # pickled by name): the dict it wraps, wrapped again on load
+    return _read_only, (dict(mapping),)
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, fh: BinaryIO, static: dict[str, Any]) -> None:
+        super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = {**copyreg.dispatch_table, MappingProxyType: _proxy}
+        self.static = {id(obj): name for name, obj in static.items()}
+
+    def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
+        name = self.static.get(id(obj))
+        if name is not None:
+            return ("static", name)
+        if isinstance(obj, torch.Generator):
+            # by identity (one object however many hold it) with its state and its stream kind
+            return ("generator", id(obj), str(obj.device), obj.get_state(),
+                    is_noise_generator(obj))
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, fh: BinaryIO, static: dict[str, Any]) -> None:
+        super().__init__(fh)
+        self.static = static
+        self.generators: dict[int, torch.Generator] = {}
+
+    def persistent_load(self, pid: tuple[Any, ...]) -> Any:
+        if pid[0] == "static":
+            return self.static[pid[1]]
+        _, ident, device, state, noise = pid
+        if ident not in self.generators:
+            gen = torch.Generator(device=device)
+            gen.set_state(state)
+            self.generators[ident] = mark_noise(gen) if noise else gen
+        return self.generators[ident]
+
+
+def save(path: Path, built: Built, rounds_done: int, result: TrainResult,
+         key: dict[str, str]) -> None:
+    """Write `built`'s state after `rounds_done` rounds to `path` (atomically: a kill while
+    writing leaves the previous checkpoint)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    header = {"format": FORMAT, "key": key, "rounds_done": rounds_done,
+              "rounds": built.ctx.run.rounds, "seconds": result.seconds}
+    with open(tmp, "wb") as fh:
+        pickle.dump(header, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        _Pickler(fh, _static(built)).dump((built.trainer, built.ctx, result))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def header(path: Path) -> dict[str, Any]:
+    """A checkpoint's header: its format, key, rounds done (of how many) and seconds spent."""
+    try:
+        with open(path, "rb") as fh:
+            head = pickle.load(fh)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError) as exc:
+        raise StaleCheckpointError(f"unreadable ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise StaleCheckpointError(f"not a {FORMAT} file")
+    return head
+
+
+def load(path: Path, built: Built, key: dict[str, str]) -> Resumed:
+    """Restore the run saved at `path` into `built` (a fresh build of the same configuration:
+    its trainer and context are replaced by the saved ones, joined to its data and model).
+
+    Raises:
+        StaleCheckpointError: the file is unreadable, or its key differs from `key` (the message
+            names the first field that differs).
+    """
+    head = header(path)
+    for field, want in key.items():
+        have = head["key"].get(field)
+        if have != want:
+            raise StaleCheckpointError(f"made with another {field} ({have} there, {want} now)")
+    with open(path, "rb") as fh:
+        pickle.load(fh)  # the header, read above
+        trainer, ctx, result = _Unpickler(fh, _static(built)).load()
+    built.trainer, built.ctx = trainer, ctx
+    return Resumed(head["rounds_done"], result)
+
+
+class Saver:
+    """`engine.train`'s `after_round`: a checkpoint of `built` at most every `every` seconds
+    (none after the last round: the run's result follows at once)."""
+
+    def __init__(self, path: Path, built: Built, key: dict[str, str], every: float) -> None:
+        self.path, self.built, self.key, self.every = path, built, key, every
+        self.last = time.monotonic()
+
+    def __call__(self, rounds_done: int, result: TrainResult) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every or rounds_done >= self.built.ctx.run.rounds:
+            return
+        save(self.path, self.built, rounds_done, result, self.key)
+        self.last = time.monotonic()

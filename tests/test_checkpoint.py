@@ -1,0 +1,134 @@
+"""Checkpoints: a run stopped midway and continued from its checkpoint in a fresh build (as a
+new process would) ends exactly as the same run trained in one go, for every defense."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from privbench import checkpoint
+from privbench.config import RunConfig
+from privbench.engine import train
+from privbench.registry import DEFENSES, load_plugins
+from privbench.runner import Built, build
+from privbench.seeding import is_noise_generator
+
+load_plugins()
+KEY = {"run": "r", "code": "c", "device": "cpu"}
+
+
+class _KilledError(Exception):
+    """A kill after the checkpoint of round `at`."""
+
+
+def _run() -> RunConfig:
+    return replace(RunConfig(), nodes=4, rounds=4, eval_every=2, device="cpu")
+
+
+def _stopped(defense: str, path: Path, at: int = 2) -> None:
+    """Train `defense` with a checkpoint after every round, killed after round `at`."""
+    built = build(_run(), defense)
+    save = checkpoint.Saver(path, built, KEY, every=0.0)
+
+    def save_then_stop(done, result):
+        save(done, result)
+        if done == at:
+            raise _KilledError
+
+    with pytest.raises(_KilledError):
+        train(built.trainer, after_round=save_then_stop)
+
+
+def _resumed(defense: str, path: Path) -> tuple[Built, checkpoint.Resumed]:
+    built = build(_run(), defense)
+    return built, checkpoint.load(path, built, KEY)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit pattern: equal NaNs compare equal (a diverged run's models)."""
+    return x.contiguous().view(torch.uint8)
+
+
+def _same_log(a: Built, b: Built) -> bool:
+    ra, rb = a.ctx.bus.log.records, b.ctx.bus.log.records
+    return ra.keys() == rb.keys() and all(
+        torch.equal(_bits(ra[k].payload), _bits(rb[k].payload))
+        and torch.equal(ra[k].edges, rb[k].edges) for k in ra)
+
+
+@pytest.mark.parametrize("defense", sorted(DEFENSES))
+def test_a_resumed_run_ends_as_the_run_in_one_go(defense, tmp_path):
+    whole = build(_run(), defense)
+    expected = train(whole.trainer)
+    path = tmp_path / "run.ckpt"
+    _stopped(defense, path)
+    built, resumed = _resumed(defense, path)
+    assert resumed.rounds_done == 2
+    got = train(built.trainer, start=resumed.rounds_done, result=resumed.result)
+    assert torch.equal(_bits(built.trainer.models()), _bits(whole.trainer.models()))
+    assert got.history == expected.history and got.node_accuracy == expected.node_accuracy
+    assert got.diverged_round == expected.diverged_round
+    assert built.privacy() == whole.privacy()
+    # every message of all four rounds, and the batches the attacks are graded against
+    assert _same_log(built, whole)
+    assert built.ctx.truth.batches.keys() == whole.ctx.truth.batches.keys()
+    assert all(torch.equal(built.ctx.truth.batches[t][0], whole.ctx.truth.batches[t][0])
+               for t in whole.ctx.truth.batches)
+    assert got.resumed_at == [2] and expected.resumed_at == []
+    assert got.seconds >= resumed.result.seconds
+
+
+def test_the_stored_state_leaves_out_the_data_and_keeps_the_noise_stream(tmp_path):
+    """A checkpoint holds the node state, not the dataset (the fresh build's data and model
+    are joined by reference); the noise stream's generator is registered as noise again (the
+    test switch `disable_noise` finds it)."""
+    path = tmp_path / "run.ckpt"
+    _stopped("dp_sgp", path)
+    built = build(_run(), "dp_sgp")
+    data, fm, trainer = built.ctx.data, built.ctx.fm, built.trainer
+    checkpoint.load(path, built, KEY)
+    assert built.trainer is not trainer and built.ctx.data is data and built.ctx.fm is fm
+    assert built.trainer.ctx is built.ctx
+    stored = path.read_bytes()
+    assert data.x.contiguous().numpy().tobytes()[:4096] not in stored  # the images: not stored
+    assert is_noise_generator(built.ctx.streams.get("noise"))
+
+
+def test_a_generator_held_twice_comes_back_as_one(tmp_path):
+    built = build(_run(), "dp_sgp")
+    built.trainer.held = built.ctx.streams.get("noise")  # a second holder, as a trainer may be
+    train(built.trainer, rounds=1)
+    checkpoint.save(tmp_path / "run.ckpt", built, 1, train(built.trainer, rounds=0), KEY)
+    again = build(_run(), "dp_sgp")
+    checkpoint.load(tmp_path / "run.ckpt", again, KEY)
+    assert again.trainer.held is again.ctx.streams.get("noise")
+    assert torch.equal(again.trainer.held.get_state(), built.trainer.held.get_state())
+
+
+def test_a_checkpoint_of_another_run_code_or_device_is_stale(tmp_path):
+    path = tmp_path / "run.ckpt"
+    _stopped("sgp", path)
+    for field in KEY:
+        with pytest.raises(checkpoint.StaleCheckpointError,
+                           match=rf"made with another {field} \({KEY[field]} there, x now\)"):
+            checkpoint.load(path, build(_run(), "sgp"), {**KEY, field: "x"})
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(checkpoint.StaleCheckpointError, match="unreadable"):
+        checkpoint.load(path, build(_run(), "sgp"), KEY)
+    path.write_bytes(pickle.dumps({"format": "something else"}))
+    with pytest.raises(checkpoint.StaleCheckpointError, match="not a privbench-checkpoint/1 file"):
+        checkpoint.load(path, build(_run(), "sgp"), KEY)
+
+
+def test_a_saver_waits_its_interval_and_skips_the_last_round(tmp_path):
+    built = build(_run(), "sgp")
+    path = tmp_path / "run.ckpt"
+    train(built.trainer, after_round=checkpoint.Saver(path, built, KEY, every=3600.0))
+    assert not path.exists()
+    built = build(_run(), "sgp")
+    train(built.trainer, after_round=checkpoint.Saver(path, built, KEY, every=0.0))
+    assert checkpoint.header(path)["rounds_done"] == 3  # rounds 1-3; none after the 4th
