@@ -702,6 +702,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                  f"reproduce {repro.name}` first")
         scale = repro.scale(args.scale or records[0]["scale"])
         records = list(index(records, repro, scale).values())
+    elif args.verify:
+        return _reproduce_verify(args, repro, out)
     else:
         scale = repro.scale(args.scale)
         seeds = tuple(_ints(args.seeds, "--seeds") or scale.seeds)
@@ -716,12 +718,31 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce_verify(args: argparse.Namespace, repro: Any, out: Path) -> int:
+    """`privbench reproduce NAME --verify`: re-make the chosen committed lines here and compare;
+    exit 1 when the table, with the re-made lines in place, reads otherwise (a line that
+    differs below what the table prints is reported, with exit 0)."""
+    from privbench.reproduce.runs import HEARTBEAT_SECONDS
+    from privbench.reproduce.verify import summary, verify
+
+    _takes_only(args, "--verify", ("name", "scale", "verify", "seeds", "rows", "eps", "jobs"),
+                "it re-makes the folder's lines and writes nothing")
+    scale = repro.scale(args.scale)
+    found = verify(
+        repro, scale, out, tuple(_ints(args.seeds, "--seeds") or ()),
+        _row_labels(args.rows, repro.at(scale)), tuple(_floats(args.eps, "--eps") or ()),
+        args.jobs, progress=print, heartbeat=None if args.quiet else HEARTBEAT_SECONDS)
+    print(summary(found, out))
+    return 1 if found.table_diff else 0
+
+
 # `privbench reproduce`'s options that select what it does, as a user writes them; each mode
 # refuses the ones it does not take (`_takes_only`) instead of ignoring them.
 _REPRODUCE_OPTIONS = (("name", "paper name"), ("scale", "--scale"), ("summary", "--summary"),
                       ("missing", "--missing"), ("merge", "--merge"), ("render", "--render"),
                       ("seeds", "--seeds"), ("rows", "--rows"), ("eps", "--eps"),
-                      ("jobs", "--jobs"), ("checkpoint_every", "--checkpoint-every"))
+                      ("jobs", "--jobs"), ("checkpoint_every", "--checkpoint-every"),
+                      ("verify", "--verify"))
 _READS_ALL = "it reads every runs.jsonl under --out (default reports/reproduce) and trains nothing"
 
 
@@ -974,6 +995,11 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side in separate "
                    "processes (default 1; e.g. one per core, or 8-16 sharing one GPU); set "
                    "OMP_NUM_THREADS=1 so they do not fight over cores")
+    p.add_argument("--verify", action="store_true", help="re-make the folder's lines (those "
+                   "--seeds, --rows and --eps choose; default all) that this machine writes "
+                   "with the same fingerprint, with this code, and compare every number the "
+                   "table shows, exactly, and the table rendered with them; writes nothing, "
+                   "exits 1 when the table would read otherwise")
     p.add_argument("--checkpoint-every", metavar="MINUTES", help="save each running job's "
                    "state in the folder's checkpoints/ at most this often (default 10; 0: "
                    "never): a job stopped midway (a kill, a lease's end) continues from it when "

@@ -191,6 +191,61 @@ def test_a_bad_checkpoint_interval_is_a_one_line_error(tmp_path, capsys, value):
     assert "--render takes no --checkpoint-every: it trains nothing" in capsys.readouterr().err
 
 
+def test_verify_re_makes_committed_lines_and_names_what_moved(tmp_path):
+    """--verify: the same code gives the same lines (exit 0); a line whose number is not what
+    the code gives now is named with both values and the table lines it changes; a line of
+    another machine is left out with why; nothing is written into the folder."""
+    import json
+
+    import torch
+
+    from privbench.reproduce.verify import summary, verify
+
+    repro, scale = _tiny()
+    one = {"rows": ("Const-D2P", "Dyn-D2P"), "columns": (1.0,)}
+    reproduce(repro, scale, (0,), tmp_path, **one)
+    (tmp_path / "table.md").write_text(render(repro, scale, read_runs(tmp_path / RUNS_FILE)))
+    found = verify(repro, scale, tmp_path)
+    assert [v.name for v in found.verdicts] == ["Const-D2P epsilon=1 seed 0",
+                                                "Dyn-D2P epsilon=1 seed 0"]
+    assert not found.stale and not found.table_diff and not found.skipped
+    assert summary(found, tmp_path) == (f"verified 2 of the lines in {tmp_path / RUNS_FILE}: "
+                                        "2 the same, 0 differ")
+    # a committed number the code no longer gives, and a line of another thread count
+    _rewrite(tmp_path / RUNS_FILE, lambda r: {**r, "accuracy": r["accuracy"] + 0.125})
+    lines = (tmp_path / RUNS_FILE).read_text().splitlines()
+    other = json.loads(lines[1])
+    other["fields"]["threads"], other["fingerprint"] = 64, "f" * 64  # made with 64 threads
+    (tmp_path / RUNS_FILE).write_text(lines[0] + "\n" + json.dumps(other) + "\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    found = verify(repro, scale, tmp_path)
+    (moved,) = found.verdicts
+    assert moved.differences[0].startswith("accuracy ") and "(-12.50 points)" in \
+        moved.differences[0]
+    assert found.skipped == ["Dyn-D2P epsilon=1 seed 0 (threads = 64 there, "
+                             f"{torch.get_num_threads()} here)"]
+    assert found.stale and any(x.startswith("-| Const-D2P |") for x in found.table_diff)
+    text = summary(found, tmp_path)
+    assert "1 differ (accuracy by at most 12.50 points); 1 chosen made elsewhere" in text
+    assert f"{tmp_path / 'table.md'} changes:" in text
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    with pytest.raises(PrivbenchError, match=r"no line of .* chosen can be re-made here: "
+                                             r"Dyn-D2P epsilon=1 seed 0 \(threads = 64"):
+        verify(repro, scale, tmp_path, rows=("Dyn-D2P",))
+
+
+def test_verify_of_nothing_or_with_a_training_option_is_a_one_line_error(tmp_path, capsys):
+    assert main(["reproduce", "dyn_d2p", "--verify", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"privbench: error: {tmp_path / RUNS_FILE} holds no runs to verify"]
+    assert main(["reproduce", "dyn_d2p", "--verify", "--checkpoint-every", "3", "--out",
+                 str(tmp_path)]) == 2
+    assert "--verify takes no --checkpoint-every: it re-makes the folder's lines and writes " \
+        "nothing" in capsys.readouterr().err
+    assert main(["reproduce", "dyn_d2p", "--render", "--verify", "--out", str(tmp_path)]) == 2
+    assert "--render takes no --verify" in capsys.readouterr().err
+
+
 def test_a_foreign_line_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / RUNS_FILE).write_text('{"format": "something else"}\n')
     assert main(["reproduce", "dyn_d2p", "--render", "--out", str(tmp_path)]) == 2

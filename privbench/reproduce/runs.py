@@ -377,7 +377,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
             for k, job in enumerate(todo, 1):
                 keep(k, job, run_job(repro, scale, job, beat, saved, checkpoint_every))
         else:
-            _run_parallel(repro, scale, todo, workers, keep, beat, saved, checkpoint_every)
+            run_parallel(repro, scale, todo, workers, keep, beat, saved, checkpoint_every)
     return [done[j.key] for j in grid if j.key in done]
 
 
@@ -478,7 +478,7 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
+def run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
                   keep: Callable[[int, Job, dict[str, Any]], None],
                   heartbeat: float | None = None, checkpoints: Path | None = None,
                   checkpoint_every: float = CHECKPOINT_SECONDS) -> None:

@@ -1,0 +1,188 @@
+"""Is a committed table still what the code gives? Retrain chosen lines and compare.
+
+A line's fingerprint hashes its configuration and the machine's torch build and thread count,
+not the code (`runs` says why), so a change in what a trainer computes leaves an old line
+matching: a table can go stale without anything saying so. `verify` retrains the chosen
+lines of a runs file that this machine would write with the same fingerprint (a GPU's line
+is not re-made on a CPU: its numbers would differ for that reason alone), with today's code,
+and compares every number the table shows (the accuracies, both epsilons, the round it
+diverged in), exactly: the same seed and configuration on the same torch build and thread
+count give bit-equal results, so any difference is the code's (the dataset's digest is in
+the fingerprint). It writes nothing (no line, no checkpoint).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privbench.errors import PrivbenchError
+from privbench.reproduce.runs import (
+    RUNS_FILE,
+    Job,
+    index,
+    job_fingerprint,
+    jobs,
+    read_runs,
+    run_config,
+    run_job,
+    run_parallel,
+)
+from privbench.reproduce.spec import Reproduction, Scale
+from privbench.reproduce.table import render
+
+# what a table shows of a line, compared exactly
+COMPARED = ("accuracy", "node_accuracy_mean", "epsilon_paper", "epsilon_calibrated",
+            "diverged_round")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One committed line against the same run made now."""
+
+    name: str
+    then: dict[str, Any]
+    now: dict[str, Any]
+
+    @property
+    def differences(self) -> list[str]:
+        """"accuracy 0.8200 then, 0.8198 now (-0.02 points)", one per field that differs
+        (fields a line of an older format lacks are not compared)."""
+        return [_difference(k, self.then[k], self.now.get(k)) for k in COMPARED
+                if k in self.then and not _same(self.then[k], self.now.get(k))]
+
+    def line(self) -> str:
+        """The verdict as one line of output."""
+        if not self.differences:
+            return f"{self.name}: the same (accuracy {self.now['accuracy']:.4f})"
+        return (f"{self.name}: differs: {'; '.join(self.differences)} (made by "
+                f"{_code(self.then)}; now {_code(self.now)})")
+
+
+def _same(a: Any, b: Any) -> bool:
+    both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    return a == b or both_nan
+
+
+def _difference(key: str, a: Any, b: Any) -> str:
+    if "accuracy" in key and isinstance(a, float) and isinstance(b, float):
+        return f"{key} {a:.4f} then, {b:.4f} now ({100 * (b - a):+.2f} points)"
+    return f"{key} {a!r} then, {b!r} now"
+
+
+def _code(rec: dict[str, Any]) -> str:
+    code = rec.get("code")
+    return code["revision"] if code else "code not recorded (a line from before 2026-11-27)"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The verdicts (in grid order), the chosen lines not re-made here (each with why), and
+    the table's rendered lines that change with the re-made lines in place of the committed
+    ones (a unified diff, empty when the table reads the same)."""
+
+    verdicts: list[Verdict]
+    skipped: list[str]
+    table_diff: list[str]
+
+    @property
+    def stale(self) -> bool:
+        """Whether any re-made line differs from its committed one."""
+        return any(v.differences for v in self.verdicts)
+
+
+def summary(found: Verification, folder: Path) -> str:
+    """The last lines: how many are the same, how far the others moved, whether the table
+    reads the same, and what was left out."""
+    verdicts, skipped = found.verdicts, found.skipped
+    differ = [v for v in verdicts if v.differences]
+    moved = [abs(v.now["accuracy"] - v.then["accuracy"]) for v in differ
+             if isinstance(v.now.get("accuracy"), float) and isinstance(v.then["accuracy"], float)
+             and not math.isnan(v.now["accuracy"] - v.then["accuracy"])]
+    text = (f"verified {len(verdicts)} of the lines in {folder / RUNS_FILE}: "
+            f"{len(verdicts) - len(differ)} the same, {len(differ)} differ")
+    if moved:
+        text += f" (accuracy by at most {100 * max(moved):.2f} points)"
+    if skipped:
+        text += (f"; {len(skipped)} chosen made elsewhere, not re-made here (the first: "
+                 f"{skipped[0]})")
+    if not differ:
+        return text
+    if not found.table_diff:
+        return text + ("\nwith the re-made lines in place of the committed ones, "
+                       f"{folder / 'table.md'} reads the same")
+    return "\n".join([text + f"\nwith the re-made lines in place of the committed ones, "
+                      f"{folder / 'table.md'} changes:", *found.table_diff])
+
+
+def verifiable(repro: Reproduction, scale: Scale, records: dict[tuple, dict[str, Any]],
+               seeds: tuple[int, ...], rows: tuple[str, ...], columns: tuple[float, ...]
+               ) -> tuple[list[Job], list[str]]:
+    """(the chosen committed runs this machine can re-make with their fingerprint, and why
+    each other chosen line cannot be)."""
+    todo, skipped = [], []
+    for job in jobs(repro.at(scale), seeds):
+        if (rows and job.method.label not in rows) or (columns and job.eps not in columns):
+            continue
+        rec = records.get(job.key)
+        if rec is None:
+            continue
+        here = job_fingerprint(repro, scale, job, run_config(scale, job))
+        if rec["fingerprint"] == here["sha256"]:
+            todo.append(job)
+        else:
+            diff = next((f"{k} = {rec['fields'].get(k)!r} there, {v!r} here"
+                         for k, v in here["fields"].items() if rec["fields"].get(k) != v),
+                        "its fingerprint")
+            skipped.append(f"{job.name} ({diff})")
+    return todo, skipped
+
+
+def verify(repro: Reproduction, scale: Scale, folder: Path, seeds: tuple[int, ...] = (),
+           rows: tuple[str, ...] = (), columns: tuple[float, ...] = (), workers: int = 1,
+           progress: Callable[[str], None] | None = None, heartbeat: float | None = None
+           ) -> Verification:
+    """Retrain the chosen lines of `folder/runs.jsonl` (every seed, row and grid value of it
+    by default) that this machine would write with the same fingerprint and compare them
+    (`Verification`). `progress` gets each verdict as its run ends; `heartbeat` as for
+    `reproduce`.
+
+    Raises:
+        PrivbenchError: the folder holds no runs, or none of the chosen ones can be re-made
+            here (a check that checks nothing does not pass).
+    """
+    records = index(read_runs(folder / RUNS_FILE), repro, scale)
+    if not records:
+        raise PrivbenchError(f"{folder / RUNS_FILE} holds no runs to verify")
+    seeds = seeds or tuple(sorted({key[2] for key in records}))
+    todo, skipped = verifiable(repro, scale, records, seeds, rows, columns)
+    if not todo:
+        why = f": {'; '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''}" if skipped \
+            else " (no committed line of these rows, grid values and seeds)"
+        raise PrivbenchError(f"no line of {folder / RUNS_FILE} chosen can be re-made here{why}")
+    verdicts: list[Verdict] = []
+
+    def keep(k: int, job: Job, now: dict[str, Any]) -> None:
+        verdicts.append(Verdict(job.name, records[job.key], now))
+        if progress is not None:
+            progress(f"[{k}/{len(todo)}] {verdicts[-1].line()}")
+
+    if progress is not None:
+        progress(f"{len(todo)} of the chosen lines to re-make here, {len(skipped)} made "
+                 "elsewhere")
+    if workers == 1:  # no checkpoints, no lines: nothing is written
+        for k, job in enumerate(todo, 1):
+            keep(k, job, run_job(repro, scale, job, heartbeat))
+    else:
+        run_parallel(repro, scale, todo, workers, keep, heartbeat)
+    order = {job.name: k for k, job in enumerate(todo)}
+    verdicts.sort(key=lambda v: order[v.name])
+    now = {**records, **{job.key: v.now for job, v in zip(todo, verdicts, strict=True)}}
+    before = render(repro, scale, list(records.values())).splitlines()
+    after = render(repro, scale, list(now.values())).splitlines()
+    diff = list(difflib.unified_diff(before, after, "committed", "re-made", n=0, lineterm=""))
+    return Verification(verdicts, skipped, diff)
