@@ -29,9 +29,9 @@ def _run() -> RunConfig:
     return replace(RunConfig(), nodes=4, rounds=4, eval_every=2, device="cpu")
 
 
-def _stopped(defense: str, path: Path, at: int = 2) -> None:
+def _stopped(defense: str, path: Path, at: int = 2, run: RunConfig | None = None) -> None:
     """Train `defense` with a checkpoint after every round, killed after round `at`."""
-    built = build(_run(), defense)
+    built = build(run or _run(), defense)
     save = checkpoint.Saver(path, built, KEY, every=0.0)
 
     def save_then_stop(done, result):
@@ -80,6 +80,20 @@ def test_a_resumed_run_ends_as_the_run_in_one_go(defense, tmp_path):
                for t in whole.ctx.truth.batches)
     assert got.resumed_at == [2] and expected.resumed_at == []
     assert got.seconds >= resumed.result.seconds
+
+
+@pytest.mark.parametrize("model", ["cnn", "lenet", "lenet5", "psp_mlp", "resnet"])
+def test_every_model_resumes_as_in_one_go(model, tmp_path):
+    """The model's layout is joined by reference, not stored: no model may carry state that
+    training changes (running statistics) outside the stacked node state."""
+    run = replace(_run(), model=model, rounds=3, batch_size=4)
+    whole = build(run, "dp_sgp")
+    train(whole.trainer)
+    _stopped("dp_sgp", tmp_path / "run.ckpt", at=1, run=run)
+    again = build(run, "dp_sgp")
+    resumed = checkpoint.load(tmp_path / "run.ckpt", again, KEY)
+    train(again.trainer, start=resumed.rounds_done, result=resumed.result)
+    assert torch.equal(_bits(again.trainer.models()), _bits(whole.trainer.models()))
 
 
 def test_the_stored_state_leaves_out_the_data_and_keeps_the_noise_stream(tmp_path):
