@@ -226,12 +226,29 @@ def test_verify_re_makes_committed_lines_and_names_what_moved(tmp_path):
                              f"{torch.get_num_threads()} here)"]
     assert found.stale and any(x.startswith("-| Const-D2P |") for x in found.table_diff)
     text = summary(found, tmp_path)
-    assert "1 differ (accuracy by at most 12.50 points); 1 chosen made elsewhere" in text
+    assert "1 differ (accuracy in 1, by at most 12.50 points); 1 chosen made elsewhere" in text
     assert f"{tmp_path / 'table.md'} changes:" in text
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     with pytest.raises(PrivbenchError, match=r"no line of .* chosen can be re-made here: "
                                              r"Dyn-D2P epsilon=1 seed 0 \(threads = 64"):
         verify(repro, scale, tmp_path, rows=("Dyn-D2P",))
+
+
+def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
+    from privbench.reproduce.verify import Verdict, Verification, summary
+
+    then = {"accuracy": 0.5, "epsilon_calibrated": 1.25, "diverged_round": None}
+    eps_only = Verdict("A seed 0", then, {**then, "epsilon_calibrated": 1.2500000001})
+    same = Verdict("B seed 0", then, dict(then))
+    assert eps_only.differences == ["epsilon_calibrated 1.25 then, 1.2500000001 now"]
+    assert eps_only.line().startswith("A seed 0: differs: epsilon_calibrated 1.25 then, "
+                                      "1.2500000001 now (made by code not recorded")
+    assert same.line() == "B seed 0: the same (accuracy 0.5000)"
+    assert summary(Verification([eps_only, same], [], []), tmp_path).splitlines() == [
+        f"verified 2 of the lines in {tmp_path / RUNS_FILE}: 1 the same, 1 differ "
+        "(epsilon_calibrated in 1)",
+        f"with the re-made lines in place of the committed ones, {tmp_path / 'table.md'} "
+        "reads the same"]
 
 
 def test_verify_of_nothing_or_with_a_training_option_is_a_one_line_error(tmp_path, capsys):

@@ -95,18 +95,32 @@ class Verification:
         return any(v.differences for v in self.verdicts)
 
 
+def _moved(differ: list[Verdict]) -> str:
+    """Which fields moved in how many lines: "accuracy in 1, by at most 0.02 points;
+    epsilon_calibrated in 4"."""
+    parts = []
+    for key in COMPARED:
+        hit = [v for v in differ if key in v.then and not _same(v.then[key], v.now.get(key))]
+        if not hit:
+            continue
+        part = f"{key} in {len(hit)}"
+        gaps = [abs(v.now[key] - v.then[key]) for v in hit if "accuracy" in key
+                and isinstance(v.now.get(key), float) and isinstance(v.then[key], float)]
+        if gaps and not any(math.isnan(g) for g in gaps):
+            part += f", by at most {100 * max(gaps):.2f} points"
+        parts.append(part)
+    return "; ".join(parts)
+
+
 def summary(found: Verification, folder: Path) -> str:
     """The last lines: how many are the same, how far the others moved, whether the table
     reads the same, and what was left out."""
     verdicts, skipped = found.verdicts, found.skipped
     differ = [v for v in verdicts if v.differences]
-    moved = [abs(v.now["accuracy"] - v.then["accuracy"]) for v in differ
-             if isinstance(v.now.get("accuracy"), float) and isinstance(v.then["accuracy"], float)
-             and not math.isnan(v.now["accuracy"] - v.then["accuracy"])]
     text = (f"verified {len(verdicts)} of the lines in {folder / RUNS_FILE}: "
             f"{len(verdicts) - len(differ)} the same, {len(differ)} differ")
-    if moved:
-        text += f" (accuracy by at most {100 * max(moved):.2f} points)"
+    if differ:
+        text += f" ({_moved(differ)})"
     if skipped:
         text += (f"; {len(skipped)} chosen made elsewhere, not re-made here (the first: "
                  f"{skipped[0]})")
