@@ -153,7 +153,10 @@ def test_a_stopped_job_continues_from_its_checkpoint_to_the_same_line(tmp_path, 
     saved = tmp_path / "checkpoints" / f"{whole['fingerprint']}.ckpt"
     assert saved.is_file()
     capsys.readouterr()
-    line = reproduce(repro, scale, (0,), tmp_path, progress=lambda _x: None, **one)[0]
+    said: list[str] = []
+    line = reproduce(repro, scale, (0,), tmp_path, progress=said.append, **one)[0]
+    assert said[0] == (f"1 run to train (1 of them from a checkpoint in {tmp_path / 'checkpoints'})"
+                       f", 0 already in {tmp_path / RUNS_FILE}")
     assert "  Const-D2P epsilon=1 seed 0: continues from round 2/4 (" in capsys.readouterr().err
     assert line["resumed_at"] == [2]
     for key in ("accuracy", "node_accuracy_mean", "epsilon_paper", "epsilon_calibrated",

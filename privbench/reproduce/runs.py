@@ -372,7 +372,11 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         beat = None if progress is None else HEARTBEAT_SECONDS
         if progress is not None:
             side = f", {min(workers, len(todo))} side by side" if workers > 1 and todo else ""
-            progress(f"{counted(len(todo), 'run')} to train, {reused} already in {path}{side}")
+            saves = sum(checkpoint_path(saved, job_fingerprint(
+                repro, scale, job, run_config(scale, job))["sha256"]).exists() for job in todo)
+            resumes = f" ({saves} of them from a checkpoint in {saved})" if saves else ""
+            progress(f"{counted(len(todo), 'run')} to train{resumes}, {reused} already in "
+                     f"{path}{side}")
         if workers == 1:
             for k, job in enumerate(todo, 1):
                 keep(k, job, run_job(repro, scale, job, beat, saved, checkpoint_every))
