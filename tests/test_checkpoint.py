@@ -146,3 +146,22 @@ def test_a_saver_waits_its_interval_and_skips_the_last_round(tmp_path):
     built = build(_run(), "sgp")
     train(built.trainer, after_round=checkpoint.Saver(path, built, KEY, every=0.0))
     assert checkpoint.header(path)["rounds_done"] == 3  # rounds 1-3; none after the 4th
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("defense", ["sgp", "dp_sgp", "dpps"])
+def test_a_cuda_run_resumes_as_in_one_go(defense, tmp_path):
+    """CUDA tensors and CUDA generators (their states) survive a checkpoint."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    run = replace(_run(), device="cuda")
+    whole = build(run, defense)
+    train(whole.trainer)
+    _stopped(defense, tmp_path / "run.ckpt", run=run)
+    again = build(run, defense)
+    resumed = checkpoint.load(tmp_path / "run.ckpt", again, KEY)
+    train(again.trainer, start=resumed.rounds_done, result=resumed.result)
+    assert again.ctx.device.type == "cuda"
+    # CUDA may order a reduction differently from run to run: close, not bit-equal
+    torch.testing.assert_close(again.trainer.models(), whole.trainer.models(), rtol=1e-4,
+                               atol=1e-5, equal_nan=True)
