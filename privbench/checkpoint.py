@@ -13,10 +13,11 @@ node state, not of the dataset.
 
 A checkpoint is resumed only by the run that wrote it: same `key` (the caller's fingerprint
 of everything that determines the result, the code's digest and the device), else `load`
-raises `StaleCheckpointError` saying which differs, and the caller starts over. A checkpoint is a
-pickle: load only your own. `tests/test_checkpoint.py` trains every registered defense in one
-go and stopped-and-resumed in a fresh build, and requires equal models, histories and privacy
-reports, bit for bit.
+raises `StaleCheckpointError` saying which differs (or that the file is damaged), and the
+caller starts over. A checkpoint is a pickle: load only your own. `tests/test_checkpoint.py`
+trains every registered defense (and every model) in one go and stopped-and-resumed in a
+fresh build, and requires bit-equal models and equal histories, privacy reports, message
+logs and ground truth.
 """
 
 from __future__ import annotations
@@ -122,12 +123,17 @@ def save(path: Path, built: Built, rounds_done: int, result: TrainResult,
     os.replace(tmp, path)
 
 
+# what reading a damaged or foreign file raises
+_UNREADABLE = (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError,
+               ValueError, TypeError, IndexError, KeyError)
+
+
 def header(path: Path) -> dict[str, Any]:
     """A checkpoint's header: its format, key, rounds done (of how many) and seconds spent."""
     try:
         with open(path, "rb") as fh:
             head = pickle.load(fh)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError) as exc:
+    except _UNREADABLE as exc:
         raise StaleCheckpointError(f"unreadable ({type(exc).__name__}: {exc})") from exc
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise StaleCheckpointError(f"not a {FORMAT} file")
@@ -139,17 +145,20 @@ def load(path: Path, built: Built, key: dict[str, str]) -> Resumed:
     its trainer and context are replaced by the saved ones, joined to its data and model).
 
     Raises:
-        StaleCheckpointError: the file is unreadable, or its key differs from `key` (the message
-            names the first field that differs).
+        StaleCheckpointError: the file is unreadable, or its key differs from `key` (the
+            message names the first field that differs).
     """
     head = header(path)
     for field, want in key.items():
         have = head["key"].get(field)
         if have != want:
             raise StaleCheckpointError(f"made with another {field} ({have} there, {want} now)")
-    with open(path, "rb") as fh:
-        pickle.load(fh)  # the header, read above
-        trainer, ctx, result = _Unpickler(fh, _static(built)).load()
+    try:
+        with open(path, "rb") as fh:
+            pickle.load(fh)  # the header, read above
+            trainer, ctx, result = _Unpickler(fh, _static(built)).load()
+    except _UNREADABLE as exc:  # damaged after its header: `built` is left as it was
+        raise StaleCheckpointError(f"unreadable ({type(exc).__name__}: {exc})") from exc
     built.trainer, built.ctx = trainer, ctx
     return Resumed(head["rounds_done"], result)
 
