@@ -247,6 +247,10 @@ def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
     assert eps_only.line().startswith("A seed 0: differs: epsilon_calibrated 1.25 then, "
                                       "1.2500000001 now (made by code not recorded")
     assert same.line() == "B seed 0: the same (accuracy 0.5000)"
+    rebuilt = Verdict("C seed 0", {**then, "structure": {"layers": [4848, 14528]}},
+                      {**then, "structure": {"layers": [144, 19232]}})
+    assert rebuilt.differences == ["structure {'layers': [4848, 14528]} then, "
+                                   "{'layers': [144, 19232]} now"]
     assert summary(Verification([eps_only, same], [], []), tmp_path).splitlines() == [
         f"verified 2 of the lines in {tmp_path / RUNS_FILE}: 1 the same, 1 differ "
         "(epsilon_calibrated in 1)",

@@ -2,13 +2,13 @@
 
 A line's fingerprint hashes its configuration and the machine's torch build and thread count,
 not the code (`runs` says why), so a change in what a trainer computes leaves an old line
-matching: a table can go stale without anything saying so. `verify` retrains the chosen
-lines of a runs file that this machine would write with the same fingerprint (a GPU's line
-is not re-made on a CPU: its numbers would differ for that reason alone), with today's code,
-and compares every number the table shows (the accuracies, both epsilons, the round it
-diverged in), exactly: the same seed and configuration on the same torch build and thread
-count give bit-equal results, so any difference is the code's (the dataset's digest is in
-the fingerprint). It writes nothing (no line, no checkpoint).
+matching: a table can go stale without anything saying so. `verify` retrains the chosen lines
+of a runs file that this machine would write with the same fingerprint (a GPU's line is not
+re-made on a CPU: its numbers would differ for that reason alone), with today's code, and compares
+every number the table shows (the accuracies, both epsilons, the round it diverged in) and the
+structure the code built (model and split sizes), exactly: the same seed and configuration on
+the same torch build and thread count give bit-equal results, so any difference is the code's
+(the dataset's digest is in the fingerprint). It writes nothing (no line, no checkpoint).
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from privbench.reproduce.runs import (
 from privbench.reproduce.spec import Reproduction, Scale
 from privbench.reproduce.table import render
 
-# what a table shows of a line, compared exactly
+# what a table shows of a line, compared exactly, and the structure the code built (a model
+# or split built otherwise explains any other difference)
 COMPARED = ("accuracy", "node_accuracy_mean", "epsilon_paper", "epsilon_calibrated",
-            "diverged_round")
+            "diverged_round", "structure")
 
 
 @dataclass(frozen=True)
