@@ -128,6 +128,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     run, overrides, tuned = _train_tuned(args, run, overrides)
     if args.backend == "local":
         return _train(args, run, overrides, None, None, tuned)
+    if args.checkpoint_every is not None:
+        raise PrivbenchError("--checkpoint-every: accepted with --backend local only (a rank "
+                             "holds its own nodes' state alone)")
     import os
 
     from privbench.comm import DistComm, partition, process_group
@@ -182,16 +185,58 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
     from privbench.runner import build, save_run
 
     rank0 = comm is None or comm.rank == 0
+    every = _checkpoint_seconds(args.checkpoint_every, default=0.0)
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
-    with tqdm(total=run.rounds, desc=f"train {args.defense}", unit="round",
+    start, so_far, saver = _train_checkpoint(args, built, out, every) if every else (0, None,
+                                                                                      None)
+    with tqdm(total=run.rounds, initial=start, desc=f"train {args.defense}", unit="round",
               disable=args.quiet or not rank0 or not sys.stderr.isatty(),
               file=sys.stderr) as bar:
-        res = train(built.trainer, progress=bar.update)
+        res = train(built.trainer, progress=bar.update, start=start, result=so_far,
+                    after_round=saver)
     result = save_run(built, res, out, extra={"tuned": tuned})
+    if saver is not None:  # the run's results are written: its checkpoint has served
+        saver.path.unlink(missing_ok=True)
     if rank0:
         _print_train(res, result, out, comm)
     return 0 if res.diverged_round is None else EXIT_DIVERGED
+
+
+def _train_checkpoint(args: argparse.Namespace, built: Any, out: Path, every: float
+                      ) -> tuple[int, Any, Any]:
+    """(rounds done, the loop's result so far, the saver) of `privbench train
+    --checkpoint-every`: continued from `out/checkpoint.ckpt` when it holds this run's state
+    (same defense, configurations, record policy, dataset, torch build, threads, code and
+    device), else from round 0 (saying why, when a checkpoint was there)."""
+    import torch
+
+    from privbench import __version__
+    from privbench.checkpoint import Saver, StaleCheckpointError, load
+    from privbench.config import to_dict
+    from privbench.fingerprint import dataset_identity, fingerprint
+    from privbench.provenance import code_provenance
+
+    run = built.ctx.run
+    fp = fingerprint({"command": "train", "defense": built.defense,
+                      "run": {k: v for k, v in to_dict(run).items() if k != "device"},
+                      "defense_config": to_dict(built.trainer.cfg), "record": args.record,
+                      "data": dataset_identity(run.dataset, run.data_root, run.download),
+                      "versions": {"privbench": __version__, "torch": torch.__version__},
+                      "threads": torch.get_num_threads()})
+    key = {"run": fp["sha256"], "code": code_provenance()["sha256"],
+           "device": str(built.ctx.device)}
+    path, start, so_far = out / "checkpoint.ckpt", 0, None
+    if path.exists():
+        try:
+            resumed = load(path, built, key)
+            start, so_far = resumed.rounds_done, resumed.result
+            note = f"continues from round {start}/{run.rounds} ({so_far.seconds:.0f} s before)"
+        except StaleCheckpointError as exc:
+            note = f"starts over: the checkpoint {path} is not this run's: {exc}"
+        if not args.quiet:
+            print(f"train {built.defense}: {note}", file=sys.stderr)
+    return start, so_far, Saver(path, built, key, every)
 
 
 def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
@@ -754,11 +799,14 @@ def _takes_only(args: argparse.Namespace, mode: str, takes: tuple[str, ...], why
         raise PrivbenchError(f"{mode} takes no {_or_list(given)}: {why}")
 
 
-def _checkpoint_seconds(text: str | None) -> float:
-    """`--checkpoint-every MINUTES` in seconds (default: `runs.CHECKPOINT_SECONDS`)."""
-    from privbench.reproduce.runs import CHECKPOINT_SECONDS
-
+def _checkpoint_seconds(text: str | None, default: float | None = None) -> float:
+    """`--checkpoint-every MINUTES` in seconds (absent: `default`, else reproduce's
+    `runs.CHECKPOINT_SECONDS`)."""
     if text is None:
+        if default is not None:
+            return default
+        from privbench.reproduce.runs import CHECKPOINT_SECONDS
+
         return CHECKPOINT_SECONDS
     try:
         minutes = float(text)
@@ -880,6 +928,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    help="seconds a rank waits for the others before stopping (default 300)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results already in --out (refused otherwise)")
+    p.add_argument("--checkpoint-every", metavar="MINUTES", help="save the run's state in "
+                   "--out/checkpoint.ckpt at most this often (default: never; --backend local "
+                   "only): the same command run again after a kill continues from it, to the "
+                   "same results; deleted once results.json is written")
     commands["train"] = cmd_train
 
     p = sub.add_parser("attack", help="audit: train each (defense, ε) once, run every attack, "

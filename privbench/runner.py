@@ -173,6 +173,7 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
         "accuracy": {"average_model": res.average_accuracy, "per_node": res.node_accuracy},
         "history": res.history,
         "diverged_round": res.diverged_round,
+        **({"resumed_at": res.resumed_at} if res.resumed_at else {}),  # continued from these
         "seconds": res.seconds,
         "timing": {"train_seconds": res.seconds - res.eval_seconds,
                    "eval_seconds": res.eval_seconds},

@@ -170,3 +170,57 @@ def test_a_cuda_run_resumes_as_in_one_go(defense, tmp_path):
     # CUDA may order a reduction differently from run to run: close, not bit-equal
     torch.testing.assert_close(again.trainer.models(), whole.trainer.models(), rtol=1e-4,
                                atol=1e-5, equal_nan=True)
+
+
+def test_privbench_train_continues_from_its_checkpoint(tmp_path, monkeypatch, capsys):
+    """`privbench train --checkpoint-every`: killed after round 2's checkpoint, the same command
+    continues to the results of the run in one go, and the checkpoint is then deleted."""
+    import json
+
+    from privbench.cli import main
+
+    args = ["train", "--defense", "dp_sgp", "--nodes", "4", "--rounds", "4", "--set",
+            "eval_every=2", "--device", "cpu", "--quiet", "--record", "all"]
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
+    real = checkpoint.Saver
+
+    class KilledAfter(real):
+        def __call__(self, done, result):
+            super().__call__(done, result)
+            if done == 2:
+                raise KeyboardInterrupt
+
+    out = tmp_path / "stopped"
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint, "Saver", KilledAfter)
+        assert main([*args, "--checkpoint-every", "0.000001", "--out", str(out)]) == 130
+    assert (out / "checkpoint.ckpt").is_file() and not (out / "results.json").exists()
+    assert main([*args, "--checkpoint-every", "10", "--out", str(out)]) == 0
+    assert not (out / "checkpoint.ckpt").exists()
+    whole = json.loads((tmp_path / "whole" / "results.json").read_text())
+    got = json.loads((out / "results.json").read_text())
+    assert got["resumed_at"] == [2] and "resumed_at" not in whole
+    for key in ("accuracy", "history", "privacy", "diverged_round", "run", "defense_config"):
+        assert got[key] == whole[key], key
+    assert (out / "messages.safetensors").read_bytes() == \
+        (tmp_path / "whole" / "messages.safetensors").read_bytes()
+
+
+def test_train_checkpoints_are_local_only_and_need_a_number(tmp_path, capsys):
+    from privbench.cli import main
+
+    assert main(["train", "--backend", "distributed", "--checkpoint-every", "5", "--out",
+                 str(tmp_path)]) == 2
+    assert "--checkpoint-every: accepted with --backend local only" in capsys.readouterr().err
+    assert main(["train", "--checkpoint-every", "-2", "--out", str(tmp_path)]) == 2
+    assert "--checkpoint-every '-2': accepted: minutes" in capsys.readouterr().err
+
+
+def test_train_starts_over_from_a_checkpoint_that_is_not_its_own(tmp_path, capsys):
+    from privbench.cli import main
+
+    (tmp_path / "checkpoint.ckpt").write_bytes(b"not a checkpoint")
+    assert main(["train", "--nodes", "3", "--rounds", "2", "--device", "cpu", "--checkpoint-every",
+                 "5", "--out", str(tmp_path)]) == 0
+    assert "train sgp: starts over: the checkpoint " in capsys.readouterr().err
+    assert not (tmp_path / "checkpoint.ckpt").exists() and (tmp_path / "results.json").exists()
