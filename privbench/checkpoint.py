@@ -163,6 +163,23 @@ def load(path: Path, built: Built, key: dict[str, str]) -> Resumed:
     return Resumed(head["rounds_done"], result)
 
 
+def resume(path: Path, built: Built, key: dict[str, str]
+           ) -> tuple[int, TrainResult | None, str | None]:
+    """(rounds done, the loop's result so far, what happened) for a run about to train:
+    restored into `built` from `path` when it holds this run's state, else (0, None) with why
+    (the note is None when there was no checkpoint at all)."""
+    if not path.exists():
+        return 0, None, None
+    try:
+        resumed = load(path, built, key)
+    except StaleCheckpointError as exc:
+        return 0, None, f"starts over: the checkpoint {path} is not this run's: {exc}"
+    done, so_far = resumed.rounds_done, resumed.result
+    spent = f"{so_far.seconds:.0f} s" if so_far.seconds < 90 else f"{so_far.seconds / 60:.0f} min"
+    return done, so_far, (f"continues from round {done}/{built.ctx.run.rounds} ({spent} "
+                          f"trained before) from {path}")
+
+
 class Saver:
     """`engine.train`'s `after_round`: a checkpoint of `built` at most every `every` seconds
     (none after the last round: the run's result follows at once)."""

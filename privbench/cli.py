@@ -212,7 +212,7 @@ def _train_checkpoint(args: argparse.Namespace, built: Any, out: Path, every: fl
     import torch
 
     from privbench import __version__
-    from privbench.checkpoint import Saver, StaleCheckpointError, load
+    from privbench.checkpoint import Saver, resume
     from privbench.config import to_dict
     from privbench.fingerprint import dataset_identity, fingerprint
     from privbench.provenance import code_provenance
@@ -226,16 +226,10 @@ def _train_checkpoint(args: argparse.Namespace, built: Any, out: Path, every: fl
                       "threads": torch.get_num_threads()})
     key = {"run": fp["sha256"], "code": code_provenance()["sha256"],
            "device": str(built.ctx.device)}
-    path, start, so_far = out / "checkpoint.ckpt", 0, None
-    if path.exists():
-        try:
-            resumed = load(path, built, key)
-            start, so_far = resumed.rounds_done, resumed.result
-            note = f"continues from round {start}/{run.rounds} ({so_far.seconds:.0f} s before)"
-        except StaleCheckpointError as exc:
-            note = f"starts over: the checkpoint {path} is not this run's: {exc}"
-        if not args.quiet:
-            print(f"train {built.defense}: {note}", file=sys.stderr)
+    path = out / "checkpoint.ckpt"
+    start, so_far, note = resume(path, built, key)
+    if note is not None and not args.quiet:
+        print(f"train {built.defense}: {note}", file=sys.stderr)
     return start, so_far, Saver(path, built, key, every)
 
 

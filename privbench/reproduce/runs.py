@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from privbench import __version__
-from privbench.checkpoint import Saver, StaleCheckpointError
-from privbench.checkpoint import load as load_checkpoint
+from privbench.checkpoint import Saver
+from privbench.checkpoint import resume as resume_checkpoint
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
@@ -210,20 +210,12 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
 
 def _resume(built: Built, job: Job, path: Path, key: dict[str, str], every: float, say: bool
             ) -> tuple[int, TrainResult | None, Saver | None]:
-    """(rounds done, the loop's result so far, the checkpoint saver) of a job about to train:
-    restored into `built` from `path` when it holds this job's checkpoint, else from scratch;
-    a checkpoint of another run, code or device is replaced by this run's first one."""
-    start, so_far = 0, None
-    if path.exists():
-        try:
-            resumed = load_checkpoint(path, built, key)
-            start, so_far = resumed.rounds_done, resumed.result
-            note = (f"continues from round {start}/{built.ctx.run.rounds} "
-                    f"({_minutes(so_far.seconds)} trained before) from {path}")
-        except StaleCheckpointError as exc:
-            note = f"starts over: the checkpoint {path} is not this run's: {exc}"
-        if say:
-            print(f"  {job.name}: {note}", file=sys.stderr, flush=True)
+    """(rounds done, the loop's result so far, the checkpoint saver) of a job about to train
+    (`checkpoint.resume`); a checkpoint of another run, code or device is replaced by this
+    run's first one."""
+    start, so_far, note = resume_checkpoint(path, built, key)
+    if say and note is not None:
+        print(f"  {job.name}: {note}", file=sys.stderr, flush=True)
     return start, so_far, (Saver(path, built, key, every) if every > 0 else None)
 
 
