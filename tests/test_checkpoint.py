@@ -82,15 +82,19 @@ def test_a_resumed_run_ends_as_the_run_in_one_go(defense, tmp_path):
     assert got.seconds >= resumed.result.seconds
 
 
-@pytest.mark.parametrize("model", ["cnn", "lenet", "lenet5", "psp_mlp", "resnet"])
-def test_every_model_resumes_as_in_one_go(model, tmp_path):
+@pytest.mark.parametrize(("model", "defense"), [
+    *[(m, "dp_sgp") for m in ("cnn", "lenet", "lenet5", "psp_mlp", "resnet")],
+    # the headline settings' pairs: DPPS's split ResNet, DeFL-VP's and Dyn-D2P's CNNs, DPDL's
+    # LeNet-5
+    ("resnet", "partpsp"), ("cnn", "defl_vp"), ("cnn", "dyn_d2p"), ("lenet5", "dpdl")])
+def test_every_model_resumes_as_in_one_go(model, defense, tmp_path):
     """The model's layout is joined by reference, not stored: no model may carry state that
     training changes (running statistics) outside the stacked node state."""
     run = replace(_run(), model=model, rounds=3, batch_size=4)
-    whole = build(run, "dp_sgp")
+    whole = build(run, defense)
     train(whole.trainer)
-    _stopped("dp_sgp", tmp_path / "run.ckpt", at=1, run=run)
-    again = build(run, "dp_sgp")
+    _stopped(defense, tmp_path / "run.ckpt", at=1, run=run)
+    again = build(run, defense)
     resumed = checkpoint.load(tmp_path / "run.ckpt", again, KEY)
     train(again.trainer, start=resumed.rounds_done, result=resumed.result)
     assert torch.equal(_bits(again.trainer.models()), _bits(whole.trainer.models()))
