@@ -188,8 +188,9 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
     every = _checkpoint_seconds(args.checkpoint_every, default=0.0)
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
-    start, so_far, saver = _train_checkpoint(args, built, out, every) if every else (0, None,
-                                                                                      None)
+    start, so_far, saver = 0, None, None
+    if every > 0:
+        start, so_far, saver = _train_checkpoint(args, built, out, every)
     with tqdm(total=run.rounds, initial=start, desc=f"train {args.defense}", unit="round",
               disable=args.quiet or not rank0 or not sys.stderr.isatty(),
               file=sys.stderr) as bar:
