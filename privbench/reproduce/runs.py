@@ -475,9 +475,9 @@ def _init_worker(threads: int) -> None:
 
 
 def run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
-                  keep: Callable[[int, Job, dict[str, Any]], None],
-                  heartbeat: float | None = None, checkpoints: Path | None = None,
-                  checkpoint_every: float = CHECKPOINT_SECONDS) -> None:
+                 keep: Callable[[int, Job, dict[str, Any]], None],
+                 heartbeat: float | None = None, checkpoints: Path | None = None,
+                 checkpoint_every: float = CHECKPOINT_SECONDS) -> None:
     """Train `todo` in `workers` spawned processes, keeping each line as it arrives; a failed
     job is reported after the others end. Stopped (Ctrl-C, SIGTERM, any error here), the runs
     still pending are cancelled and the workers terminated: their runs in progress continue
