@@ -31,7 +31,7 @@ def _die_after(rank: int, rnd: int) -> None:
         return
     real = privbench.engine.train
 
-    def train(trainer, progress=None):
+    def train(trainer, progress=None, **loop):
         done = [0]
 
         def tick(k: int) -> None:
@@ -41,7 +41,7 @@ def _die_after(rank: int, rnd: int) -> None:
             if progress is not None:
                 progress(k)
 
-        return real(trainer, progress=tick)
+        return real(trainer, progress=tick, **loop)  # the loop's other options as given
 
     privbench.engine.train = train
 
