@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import torch
 
 from privbench.engine import TrainResult
+from privbench.provenance import code_provenance
+from privbench.results import duration
 from privbench.seeding import is_noise_generator, mark_noise
 
 if TYPE_CHECKING:
@@ -175,9 +177,8 @@ def resume(path: Path, built: Built, key: dict[str, str]
     except StaleCheckpointError as exc:
         return 0, None, f"starts over: the checkpoint {path} is not this run's: {exc}"
     done, so_far = resumed.rounds_done, resumed.result
-    spent = f"{so_far.seconds:.0f} s" if so_far.seconds < 90 else f"{so_far.seconds / 60:.0f} min"
-    return done, so_far, (f"continues from round {done}/{built.ctx.run.rounds} ({spent} "
-                          f"trained before) from {path}")
+    return done, so_far, (f"continues from round {done}/{built.ctx.run.rounds} "
+                          f"({duration(so_far.seconds)} trained before) from {path}")
 
 
 class Saver:
@@ -194,3 +195,19 @@ class Saver:
             return
         save(self.path, self.built, rounds_done, result, self.key)
         self.last = time.monotonic()
+
+
+def prepare(path: Path, built: Built, run: str, every: float,
+            say: Callable[[str], None] | None = None
+            ) -> tuple[int, TrainResult | None, Saver | None]:
+    """(rounds done, the loop's result so far, the saver: `engine.train`'s `start`, `result`
+    and `after_round`) of a run about to train with its checkpoint at `path`: continued from
+    it when it holds this run's state, keyed by `run` (the caller's fingerprint of what
+    determines the result), the code's digest and the device; the saver None with `every`
+    0. `say` gets what happened to a checkpoint found there; one of another run, code or
+    device is replaced by this run's first."""
+    key = {"run": run, "code": code_provenance()["sha256"], "device": str(built.ctx.device)}
+    done, so_far, note = resume(path, built, key)
+    if note is not None and say is not None:
+        say(note)
+    return done, so_far, (Saver(path, built, key, every) if every > 0 else None)

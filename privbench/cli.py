@@ -180,6 +180,7 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
     """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
     from tqdm import tqdm
 
+    from privbench.checkpoint import prepare
     from privbench.engine import train
     from privbench.messages import parse_record_spec
     from privbench.runner import build, save_run
@@ -190,7 +191,10 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
                   comm=comm, device=device)
     start, so_far, saver = 0, None, None
     if every > 0:
-        start, so_far, saver = _train_checkpoint(args, built, out, every)
+        start, so_far, saver = prepare(
+            out / "checkpoint.ckpt", built, _train_fingerprint(args, built), every,
+            None if args.quiet else
+            (lambda note: print(f"train {built.defense}: {note}", file=sys.stderr)))
     with tqdm(total=run.rounds, initial=start, desc=f"train {args.defense}", unit="round",
               disable=args.quiet or not rank0 or not sys.stderr.isatty(),
               file=sys.stderr) as bar:
@@ -204,34 +208,23 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
     return 0 if res.diverged_round is None else EXIT_DIVERGED
 
 
-def _train_checkpoint(args: argparse.Namespace, built: Any, out: Path, every: float
-                      ) -> tuple[int, Any, Any]:
-    """(rounds done, the loop's result so far, the saver) of `privbench train
-    --checkpoint-every`: continued from `out/checkpoint.ckpt` when it holds this run's state
-    (same defense, configurations, record policy, dataset, torch build, threads, code and
-    device), else from round 0 (saying why, when a checkpoint was there)."""
+def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
+    """What determines a `privbench train` run's result, hashed: the key of its checkpoint
+    (with the code and device, `checkpoint.prepare`): defense, both configurations, the
+    `--record` rounds, the dataset, the privbench and torch versions and the thread count."""
     import torch
 
     from privbench import __version__
-    from privbench.checkpoint import Saver, resume
     from privbench.config import to_dict
     from privbench.fingerprint import dataset_identity, fingerprint
-    from privbench.provenance import code_provenance
 
     run = built.ctx.run
-    fp = fingerprint({"command": "train", "defense": built.defense,
-                      "run": {k: v for k, v in to_dict(run).items() if k != "device"},
-                      "defense_config": to_dict(built.trainer.cfg), "record": args.record,
-                      "data": dataset_identity(run.dataset, run.data_root, run.download),
-                      "versions": {"privbench": __version__, "torch": torch.__version__},
-                      "threads": torch.get_num_threads()})
-    key = {"run": fp["sha256"], "code": code_provenance()["sha256"],
-           "device": str(built.ctx.device)}
-    path = out / "checkpoint.ckpt"
-    start, so_far, note = resume(path, built, key)
-    if note is not None and not args.quiet:
-        print(f"train {built.defense}: {note}", file=sys.stderr)
-    return start, so_far, Saver(path, built, key, every)
+    return fingerprint({"command": "train", "defense": built.defense,
+                        "run": {k: v for k, v in to_dict(run).items() if k != "device"},
+                        "defense_config": to_dict(built.trainer.cfg), "record": args.record,
+                        "data": dataset_identity(run.dataset, run.data_root, run.download),
+                        "versions": {"privbench": __version__, "torch": torch.__version__},
+                        "threads": torch.get_num_threads()})["sha256"]
 
 
 def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:

@@ -246,6 +246,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
+def duration(seconds: float) -> str:
+    """"45 s", "12 min": a run's time for people (seconds up to a minute and a half)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def eps_text(eps: Any) -> str:
     """A target ε for people: "ε=1", "ε=1.03e+06", or "no DP" when there is none."""
     if not isinstance(eps, (int, float)):

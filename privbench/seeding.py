@@ -58,9 +58,7 @@ class Streams:
         dev = torch.device(device) if device is not None else self.device
         key = (name, *sub, str(dev))
         if key not in self._cache:
-            gen = torch.Generator(device=dev)
-            gen.manual_seed(derive_seed(self.seed, name, *sub))
-            self._cache[key] = mark_noise(gen) if name == "noise" else gen
+            self._cache[key] = self.fresh(name, *sub, device=dev)
         return self._cache[key]
 
     def fresh(self, name: str, *sub: str | int,

@@ -129,14 +129,14 @@ def test_an_interrupted_reproduction_keeps_its_finished_runs(tmp_path, monkeypat
 
 def _killed_after_round(monkeypatch, at: int) -> None:
     """Every job's checkpoint saved after each round, and a kill after round `at`'s."""
-    real = runs_mod.Saver
+    from privbench import checkpoint
 
-    class KilledAfter(real):
+    class KilledAfter(checkpoint.Saver):
         def __call__(self, done, result):
             super().__call__(done, result)
             if done == at:
                 raise KeyboardInterrupt
-    monkeypatch.setattr(runs_mod, "Saver", KilledAfter)
+    monkeypatch.setattr(checkpoint, "Saver", KilledAfter)
 
 
 def test_a_stopped_job_continues_from_its_checkpoint_to_the_same_line(tmp_path, monkeypatch,
@@ -172,8 +172,11 @@ def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatch, capsys
         _killed_after_round(m, 2)
         with pytest.raises(KeyboardInterrupt):
             reproduce(repro, scale, (0,), tmp_path, checkpoint_every=1e-9, **one)
-    monkeypatch.setattr(runs_mod, "code_provenance", lambda: {"revision": "git other",
-                                                              "sha256": "other"})
+    from privbench import checkpoint
+
+    other = {"revision": "git other", "sha256": "other"}
+    for module in (runs_mod, checkpoint):  # the line's code and the checkpoint key's
+        monkeypatch.setattr(module, "code_provenance", lambda: other)
     line = reproduce(repro, scale, (0,), tmp_path, progress=lambda _x: None, **one)[0]
     assert line["resumed_at"] == []
     err = capsys.readouterr().err
@@ -226,7 +229,7 @@ def test_verify_re_makes_committed_lines_and_names_what_moved(tmp_path):
     assert moved.differences[0].startswith("accuracy ") and "(-12.50 points)" in \
         moved.differences[0]
     assert found.skipped == ["Dyn-D2P epsilon=1 seed 0 (threads = 64 there, "
-                             f"{torch.get_num_threads()} here)"]
+                             f"{torch.get_num_threads()} now)"]
     assert found.stale and any(x.startswith("-| Const-D2P |") for x in found.table_diff)
     text = summary(found, tmp_path)
     assert "1 differ (accuracy in 1, by at most 12.50 points); 1 chosen made elsewhere" in text

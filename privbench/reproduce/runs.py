@@ -43,21 +43,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from privbench import __version__
-from privbench.checkpoint import Saver
-from privbench.checkpoint import resume as resume_checkpoint
+from privbench.checkpoint import prepare
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
 from privbench.messages import RecordPolicy
 from privbench.provenance import code_provenance
 from privbench.reproduce.spec import Method, Reproduction, Scale
-from privbench.results import claimed_eps, counted, strict, unstrict
+from privbench.results import claimed_eps, counted, duration, strict, unstrict
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
-    from privbench.engine import TrainResult
-    from privbench.runner import Built
 
 RUNS_FILE = "runs.jsonl"
 FORMAT = "privbench-reproduce-run/1"
@@ -116,13 +113,9 @@ class _Heartbeat:
             return
         self.last = now
         spent = now - self.start
-        print(f"  {self.name}: round {self.done}/{self.total}, {_minutes(spent)} so far, about "
-              f"{_minutes(spent / (self.done - self.first) * (self.total - self.done))} left",
+        print(f"  {self.name}: round {self.done}/{self.total}, {duration(spent)} so far, about "
+              f"{duration(spent / (self.done - self.first) * (self.total - self.done))} left",
               file=sys.stderr, flush=True)
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def jobs(repro: Reproduction, seeds: tuple[int, ...]) -> list[Job]:
@@ -135,6 +128,13 @@ def jobs(repro: Reproduction, seeds: tuple[int, ...]) -> list[Job]:
                 [Job(m, e, seed, repro.grid_field) for e in repro.eps
                  if repro.runs_at(m.label, e)]
     return out
+
+
+def chosen(grid: list[Job], rows: tuple[str, ...], columns: tuple[float, ...]) -> list[Job]:
+    """The jobs of `grid` in these rows and at these grid values (empty: every one; a
+    non-private row has no grid value, so `columns` leaves it out)."""
+    return [j for j in grid if (not rows or j.method.label in rows)
+            and (not columns or j.eps in columns)]
 
 
 def run_config(scale: Scale, job: Job) -> RunConfig:
@@ -184,10 +184,10 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
     structure = built.trainer.structure(built.ctx.fm, built.trainer.cfg)
     start, so_far, saver = 0, None, None
     if checkpoints is not None:
-        start, so_far, saver = _resume(built, job, checkpoint_path(checkpoints, fp["sha256"]),
-                                       {"run": fp["sha256"], "code": code["sha256"],
-                                        "device": str(built.ctx.device)},
-                                       checkpoint_every, heartbeat is not None)
+        start, so_far, saver = prepare(
+            checkpoint_path(checkpoints, fp["sha256"]), built, fp["sha256"], checkpoint_every,
+            None if heartbeat is None else
+            (lambda note: print(f"  {job.name}: {note}", file=sys.stderr, flush=True)))
     res = train(built.trainer, progress=None if heartbeat is None else
                 _Heartbeat(job.name, run.rounds, heartbeat, start),
                 start=start, result=so_far, after_round=saver)
@@ -206,17 +206,6 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
             "structure": structure,
             "config": {"run": to_dict(run), "defense": job.overrides},
             "fields": fp["fields"]}
-
-
-def _resume(built: Built, job: Job, path: Path, key: dict[str, str], every: float, say: bool
-            ) -> tuple[int, TrainResult | None, Saver | None]:
-    """(rounds done, the loop's result so far, the checkpoint saver) of a job about to train
-    (`checkpoint.resume`); a checkpoint of another run, code or device is replaced by this
-    run's first one."""
-    start, so_far, note = resume_checkpoint(path, built, key)
-    if say and note is not None:
-        print(f"  {job.name}: {note}", file=sys.stderr, flush=True)
-    return start, so_far, (Saver(path, built, key, every) if every > 0 else None)
 
 
 def job_structure(scale: Scale, job: Job) -> dict[str, Any]:
@@ -342,8 +331,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         done = index(read_runs(path), repro, scale)
         grid = jobs(table, seeds)
         todo, reused = [], 0
-        for job in (j for j in grid if (not rows or j.method.label in rows)
-                    and (not columns or j.eps in columns)):
+        for job in chosen(grid, rows, columns):
             old = done.get(job.key)
             if old is None:
                 todo.append(job)

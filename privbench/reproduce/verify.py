@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from privbench.errors import PrivbenchError
+from privbench.fingerprint import first_difference
 from privbench.reproduce.runs import (
     RUNS_FILE,
     Job,
+    chosen,
     index,
     job_fingerprint,
     jobs,
@@ -140,9 +142,7 @@ def verifiable(repro: Reproduction, scale: Scale, records: dict[tuple, dict[str,
     """(the chosen committed runs this machine can re-make with their fingerprint, and why
     each other chosen line cannot be)."""
     todo, skipped = [], []
-    for job in jobs(repro.at(scale), seeds):
-        if (rows and job.method.label not in rows) or (columns and job.eps not in columns):
-            continue
+    for job in chosen(jobs(repro.at(scale), seeds), rows, columns):
         rec = records.get(job.key)
         if rec is None:
             continue
@@ -150,10 +150,8 @@ def verifiable(repro: Reproduction, scale: Scale, records: dict[tuple, dict[str,
         if rec["fingerprint"] == here["sha256"]:
             todo.append(job)
         else:
-            diff = next((f"{k} = {rec['fields'].get(k)!r} there, {v!r} here"
-                         for k, v in here["fields"].items() if rec["fields"].get(k) != v),
-                        "its fingerprint")
-            skipped.append(f"{job.name} ({diff})")
+            diff = first_difference(rec.get("fields", {}), here["fields"])
+            skipped.append(f"{job.name} ({diff or 'its fingerprint'})")
     return todo, skipped
 
 
