@@ -165,6 +165,30 @@ def test_a_stopped_job_continues_from_its_checkpoint_to_the_same_line(tmp_path, 
     assert not (tmp_path / "checkpoints").exists()  # deleted with its line written
 
 
+def test_checkpoints_of_runs_already_written_are_removed(tmp_path):
+    """A checkpoint left beside its line (a kill between the two, a line merged meanwhile)
+    is deleted when the table is run again; another job's checkpoint stays."""
+    repro, scale = _tiny(rounds=2)
+    one = {"rows": ("Const-D2P",), "columns": (1.0,)}
+    line = reproduce(repro, scale, (0,), tmp_path, **one)[0]
+    saved = tmp_path / "checkpoints"
+    saved.mkdir()
+    left = saved / f"{line['fingerprint']}.ckpt"
+    other = saved / f"{'0' * 64}.ckpt"
+    left.write_bytes(b"state")
+    other.write_bytes(b"state")
+    said: list[str] = []
+    again = reproduce(repro, scale, (0,), tmp_path, progress=said.append, **one)[0]
+    assert again == line
+    assert said == [f"removed 1 checkpoint of runs already in {tmp_path / RUNS_FILE}",
+                    f"0 runs to train, 1 already in {tmp_path / RUNS_FILE}"]
+    assert not left.exists() and other.exists()
+    other.unlink()
+    left.write_bytes(b"state")
+    reproduce(repro, scale, (0,), tmp_path, **one)  # quietly, and the empty folder goes
+    assert not saved.exists()
+
+
 def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatch, capsys):
     repro, scale = _tiny(rounds=4)
     one = {"rows": ("Const-D2P",), "columns": (1.0,)}

@@ -330,16 +330,20 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
     with folder_lock(out):
         done = index(read_runs(path), repro, scale)
         grid = jobs(table, seeds)
-        todo, reused = [], 0
+        todo, have = [], []
         for job in chosen(grid, rows, columns):
             old = done.get(job.key)
             if old is None:
                 todo.append(job)
             else:
                 _check_same(old, repro, scale, job, path)
-                reused += 1
+                have.append(job)
+        reused = len(have)
 
         saved = out / CHECKPOINTS
+        stale = _drop_stale_checkpoints(repro, scale, have, saved)
+        if stale and progress is not None:
+            progress(f"removed {counted(stale, 'checkpoint')} of runs already in {path}")
 
         def keep(k: int, job: Job, rec: dict[str, Any]) -> None:
             _append(path, rec)
@@ -363,6 +367,22 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         else:
             run_parallel(repro, scale, todo, workers, keep, beat, saved, checkpoint_every)
     return [done[j.key] for j in grid if j.key in done]
+
+
+def _drop_stale_checkpoints(repro: Reproduction, scale: Scale, have: list[Job],
+                            folder: Path) -> int:
+    """Delete the checkpoints of jobs whose line is already there (a line merged from
+    another machine, or written by a run that was stopped before it could delete its
+    checkpoint): no run continues from them. Returns how many were deleted."""
+    if not folder.is_dir():
+        return 0
+    gone = 0
+    for job in have:
+        fp = job_fingerprint(repro, scale, job, run_config(scale, job))["sha256"]
+        if checkpoint_path(folder, fp).exists():
+            _drop_checkpoint(folder, fp)
+            gone += 1
+    return gone
 
 
 def _drop_checkpoint(folder: Path, fingerprint: str) -> None:
