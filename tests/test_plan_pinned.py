@@ -1,0 +1,146 @@
+"""The noise every privacy plan calibrates, pinned to its last digits.
+
+A committed result (a reproduction's `runs.jsonl` line, an audit's `results.json`) is re-made bit
+for bit only by code whose plans give the same noise. Commit 68c3145 (a faster PLD composition,
+equal to dp-accounting's `PLDAccountant` to 1e-12 per PMF) moved ADP-VRSGP's calibrated sigma-hat
+by 5e-10 relative, and 1,000 rounds turned that into 0.02 points of accuracy in a committed
+line: nothing noticed until `privbench reproduce --verify` and a `git bisect` (README, "What
+privbench guarantees"). Here every registered plan, at epsilon 1 and 8, in both calibration
+modes, is compared with `plans.json` beside this file to 1e-12 relative: its noise parameters,
+its per-round schedule (first, last, smallest, largest, sum, sum of squares) and every report's
+epsilon. A change that moves one fails here, naming the plan and both numbers. Then the
+committed lines made with that plan are no longer re-made bit for bit: say so where they are
+quoted (`privbench reproduce NAME --verify` shows which cells move), and pin the new values:
+
+    python -m tests.test_plan_pinned --write
+
+The pin holds for the dp-accounting and numpy it was made with (recorded in the file): with
+other versions the comparison is skipped, saying which (their numerics are theirs to change).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from privbench.accounting import gaussian
+from privbench.accounting.plans import PRIVACY_PLANS, make_plan
+from privbench.errors import ConfigError
+
+PINNED = Path(__file__).with_name("plans.json")
+REQUEST = {"delta": 1e-5, "rounds": 200, "sample_rate": 0.02}
+EPSILONS = (1.0, 8.0)
+MODES = ("calibrated", "paper")
+RTOL = 1e-12
+
+
+def versions() -> dict[str, str]:
+    """The libraries whose numerics the pinned values depend on, besides privbench."""
+    return {"dp-accounting": importlib.metadata.version("dp-accounting"),
+            "numpy": np.__version__}
+
+
+def _numbers(plan: Any) -> dict[str, float]:
+    """Every number of `plan` that decides the noise drawn or the epsilon reported."""
+    out = {f"noise.{k}": float(v) for k, v in plan.noise.items()}
+    s = np.asarray(plan.schedule, dtype=np.float64)  # (rounds,)
+    out.update({"schedule.first": s[0], "schedule.last": s[-1], "schedule.min": s.min(),
+                "schedule.max": s.max(), "schedule.sum": s.sum(),
+                "schedule.sum_sq": (s * s).sum()})
+    for k, r in enumerate(plan.reports):
+        out[f"reports[{k}].{r.mode}.epsilon"] = float(r.epsilon)
+    return {k: float(v) for k, v in out.items()}
+
+
+def compute() -> dict[str, dict[str, float]]:
+    """name/mode/epsilon -> numbers, for every registered plan (a mode a plan refuses: absent).
+    Composed afresh: the on-disk accountant cache is off and the in-process one cleared."""
+    gaussian._epsilon_cached.cache_clear()
+    got: dict[str, dict[str, float]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the paper modes' approximate-accounting warnings
+        for name in PRIVACY_PLANS.names():
+            for mode in MODES:
+                for eps in EPSILONS:
+                    try:
+                        plan = make_plan(name, eps, REQUEST["delta"], REQUEST["rounds"],
+                                         REQUEST["sample_rate"], calibrate_with=mode)
+                    except ConfigError:
+                        continue
+                    got[f"{name}/{mode}/{eps:g}"] = _numbers(plan)
+    gaussian._epsilon_cached.cache_clear()
+    return got
+
+
+def moved(pinned: dict[str, dict[str, float]], got: dict[str, dict[str, float]]) -> list[str]:
+    """One line per value that differs from its pin by more than RTOL (or is new / gone)."""
+    out = [f"{key}: pinned, no longer made" for key in sorted(set(pinned) - set(got))]
+    out += [f"{key}: made, not pinned" for key in sorted(set(got) - set(pinned))]
+    for key in sorted(set(pinned) & set(got)):
+        want, have = pinned[key], got[key]
+        out += [f"{key}: {f} pinned, not made" for f in sorted(set(want) - set(have))]
+        out += [f"{key}: {f} made, not pinned" for f in sorted(set(have) - set(want))]
+        for f in sorted(set(want) & set(have)):
+            a, b = want[f], have[f]
+            if not math.isclose(a, b, rel_tol=RTOL, abs_tol=0.0):
+                rel = abs(b - a) / abs(a) if a else math.inf
+                out.append(f"{key}: {f} {a!r} pinned, {b!r} now ({rel:.1e} relative)")
+    return out
+
+
+@pytest.fixture(scope="module")
+def pin() -> dict[str, Any]:
+    return json.loads(PINNED.read_text())
+
+
+def test_every_plan_calibrates_the_pinned_noise(pin, monkeypatch):
+    if pin["versions"] != versions():
+        pytest.skip(f"pinned with {pin['versions']}, here {versions()}: re-pin with "
+                    "`python -m tests.test_plan_pinned --write` once the committed results "
+                    "are checked (`privbench reproduce NAME --verify`)")
+    assert pin["request"] == REQUEST and pin["rtol"] == RTOL
+    monkeypatch.setenv("PRIVBENCH_CACHE_DIR", "off")
+    diff = moved(pin["plans"], compute())
+    assert not diff, ("the calibrated noise moved, so committed results made with these plans "
+                      "are no longer re-made bit for bit:\n" + "\n".join(diff))
+
+
+def test_the_pin_covers_every_plan_and_mode(pin):
+    names = {key.split("/")[0] for key in pin["plans"]}
+    assert names == set(PRIVACY_PLANS.names())
+    assert {key.split("/")[1] for key in pin["plans"]} == set(MODES)
+    assert all(len(numbers) >= 8 for numbers in pin["plans"].values())
+
+
+def test_a_move_the_size_of_68c3145s_is_caught():
+    """The bisected change: sigma-hat 0.2577387120744225 -> 0.2577387122048802."""
+    pinned = {"adp_vrsgp/calibrated/8": {"noise.sigma_hat": 0.2577387120744225}}
+    assert moved(pinned, {"adp_vrsgp/calibrated/8": {"noise.sigma_hat": 0.2577387122048802}}) \
+        == ["adp_vrsgp/calibrated/8: noise.sigma_hat 0.2577387120744225 pinned, "
+            "0.2577387122048802 now (5.1e-10 relative)"]
+    assert moved(pinned, {"adp_vrsgp/calibrated/8": {"noise.sigma_hat": 0.2577387120744225
+                                                      * (1 + 1e-14)}}) == []
+    assert moved(pinned, {}) == ["adp_vrsgp/calibrated/8: pinned, no longer made"]
+
+
+def _write() -> None:
+    import os
+
+    os.environ["PRIVBENCH_CACHE_DIR"] = "off"
+    data = {"request": REQUEST, "rtol": RTOL, "versions": versions(), "plans": compute()}
+    PINNED.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"pinned {len(data['plans'])} plans in {PINNED}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.test_plan_pinned --write")
+    _write()
