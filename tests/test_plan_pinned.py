@@ -8,9 +8,11 @@ line: nothing noticed until `privbench reproduce --verify` and a `git bisect` (R
 privbench guarantees"). Here every registered plan, at epsilon 1 and 8, in both calibration
 modes, is compared with `plans.json` beside this file to 1e-12 relative: its noise parameters,
 its per-round schedule (first, last, smallest, largest, sum, sum of squares) and every report's
-epsilon. A change that moves one fails here, naming the plan and both numbers. Then the
-committed lines made with that plan are no longer re-made bit for bit: say so where they are
-quoted (`privbench reproduce NAME --verify` shows which cells move), and pin the new values:
+epsilon; so are the noise multipliers `calibrate_sigmas` gives DPDL, DP-DPSGD, DP-CGA and
+Muffliato (both rules, both accountants). A change that moves one fails here, naming the plan
+and both numbers. Then the committed lines made with that plan are no longer re-made bit for
+bit: say so where they are quoted (`privbench reproduce NAME --verify` shows which cells
+move), and pin the new values:
 
     python -m tests.test_plan_pinned --write
 
@@ -31,12 +33,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from privbench.accounting import gaussian
+from defenses.dpdl import RDP_OPTIONS, calibrate_sigmas
+from privbench.accounting import AccountantOptions, gaussian
 from privbench.accounting.plans import PRIVACY_PLANS, make_plan
 from privbench.errors import ConfigError
 
 PINNED = Path(__file__).with_name("plans.json")
 REQUEST = {"delta": 1e-5, "rounds": 200, "sample_rate": 0.02}
+NODES = {"rates": [0.02, 0.05, 0.05], "ratios": [1.0, 0.5, 1.0]}  # calibrate_sigmas' nodes
 EPSILONS = (1.0, 8.0)
 MODES = ("calibrated", "paper")
 RTOL = 1e-12
@@ -76,6 +80,13 @@ def compute() -> dict[str, dict[str, float]]:
                     except ConfigError:
                         continue
                     got[f"{name}/{mode}/{eps:g}"] = _numbers(plan)
+        for rule in ("max", "per_node"):
+            for acc, opts in (("rdp", RDP_OPTIONS), ("pld", AccountantOptions())):
+                for eps in EPSILONS:
+                    sigma = calibrate_sigmas(rule, eps, REQUEST["delta"], REQUEST["rounds"],
+                                             NODES["rates"], NODES["ratios"], acc, opts)
+                    got[f"calibrate_sigmas/{rule}/{acc}/{eps:g}"] = {
+                        f"sigma[{i}]": float(v) for i, v in enumerate(sigma)}
     gaussian._epsilon_cached.cache_clear()
     return got
 
@@ -106,7 +117,7 @@ def test_every_plan_calibrates_the_pinned_noise(pin, monkeypatch):
         pytest.skip(f"pinned with {pin['versions']}, here {versions()}: re-pin with "
                     "`python -m tests.test_plan_pinned --write` once the committed results "
                     "are checked (`privbench reproduce NAME --verify`)")
-    assert pin["request"] == REQUEST and pin["rtol"] == RTOL
+    assert pin["request"] == REQUEST and pin["nodes"] == NODES and pin["rtol"] == RTOL
     monkeypatch.setenv("PRIVBENCH_CACHE_DIR", "off")
     diff = moved(pin["plans"], compute())
     assert not diff, ("the calibrated noise moved, so committed results made with these plans "
@@ -114,10 +125,11 @@ def test_every_plan_calibrates_the_pinned_noise(pin, monkeypatch):
 
 
 def test_the_pin_covers_every_plan_and_mode(pin):
-    names = {key.split("/")[0] for key in pin["plans"]}
-    assert names == set(PRIVACY_PLANS.names())
-    assert {key.split("/")[1] for key in pin["plans"]} == set(MODES)
-    assert all(len(numbers) >= 8 for numbers in pin["plans"].values())
+    plans = {k: v for k, v in pin["plans"].items() if not k.startswith("calibrate_sigmas/")}
+    assert {key.split("/")[0] for key in plans} == set(PRIVACY_PLANS.names())
+    assert {key.split("/")[1] for key in plans} == set(MODES)
+    assert all(len(numbers) >= 8 for numbers in plans.values())
+    assert len(pin["plans"]) - len(plans) == 2 * 2 * len(EPSILONS)  # rules x accountants
 
 
 def test_a_move_the_size_of_68c3145s_is_caught():
@@ -135,7 +147,8 @@ def _write() -> None:
     import os
 
     os.environ["PRIVBENCH_CACHE_DIR"] = "off"
-    data = {"request": REQUEST, "rtol": RTOL, "versions": versions(), "plans": compute()}
+    data = {"request": REQUEST, "nodes": NODES, "rtol": RTOL, "versions": versions(),
+            "plans": compute()}
     PINNED.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"pinned {len(data['plans'])} plans in {PINNED}")
 
