@@ -25,10 +25,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import math
+import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -69,7 +71,8 @@ def compute() -> dict[str, dict[str, float]]:
     Composed afresh: the on-disk accountant cache is off and the in-process one cleared."""
     gaussian._epsilon_cached.cache_clear()
     got: dict[str, dict[str, float]] = {}
-    with warnings.catch_warnings():
+    with mock.patch.dict(os.environ, {"PRIVBENCH_CACHE_DIR": "off"}), \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the paper modes' approximate-accounting warnings
         for name in PRIVACY_PLANS.names():
             for mode in MODES:
@@ -112,13 +115,12 @@ def pin() -> dict[str, Any]:
     return json.loads(PINNED.read_text())
 
 
-def test_every_plan_calibrates_the_pinned_noise(pin, monkeypatch):
+def test_every_plan_calibrates_the_pinned_noise(pin):
     if pin["versions"] != versions():
         pytest.skip(f"pinned with {pin['versions']}, here {versions()}: re-pin with "
                     "`python -m tests.test_plan_pinned --write` once the committed results "
                     "are checked (`privbench reproduce NAME --verify`)")
     assert pin["request"] == REQUEST and pin["nodes"] == NODES and pin["rtol"] == RTOL
-    monkeypatch.setenv("PRIVBENCH_CACHE_DIR", "off")
     diff = moved(pin["plans"], compute())
     assert not diff, ("the calibrated noise moved, so committed results made with these plans "
                       "are no longer re-made bit for bit:\n" + "\n".join(diff))
@@ -144,9 +146,6 @@ def test_a_move_the_size_of_68c3145s_is_caught():
 
 
 def _write() -> None:
-    import os
-
-    os.environ["PRIVBENCH_CACHE_DIR"] = "off"
     data = {"request": REQUEST, "nodes": NODES, "rtol": RTOL, "versions": versions(),
             "plans": compute()}
     PINNED.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

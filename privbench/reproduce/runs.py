@@ -336,12 +336,12 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
             if old is None:
                 todo.append(job)
             else:
-                _check_same(old, repro, scale, job, path)
-                have.append(job)
+                _check_same(old, repro, scale, job, path)  # so its fingerprint is the job's
+                have.append(old["fingerprint"])
         reused = len(have)
 
         saved = out / CHECKPOINTS
-        stale = _drop_stale_checkpoints(repro, scale, have, saved)
+        stale = _drop_stale_checkpoints(have, saved)
         if stale and progress is not None:
             progress(f"removed {counted(stale, 'checkpoint')} of runs already in {path}")
 
@@ -369,20 +369,14 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
     return [done[j.key] for j in grid if j.key in done]
 
 
-def _drop_stale_checkpoints(repro: Reproduction, scale: Scale, have: list[Job],
-                            folder: Path) -> int:
-    """Delete the checkpoints of jobs whose line is already there (a line merged from
-    another machine, or written by a run that was stopped before it could delete its
-    checkpoint): no run continues from them. Returns how many were deleted."""
-    if not folder.is_dir():
-        return 0
-    gone = 0
-    for job in have:
-        fp = job_fingerprint(repro, scale, job, run_config(scale, job))["sha256"]
-        if checkpoint_path(folder, fp).exists():
-            _drop_checkpoint(folder, fp)
-            gone += 1
-    return gone
+def _drop_stale_checkpoints(fingerprints: list[str], folder: Path) -> int:
+    """Delete the checkpoints of jobs whose line is already there, by the lines'
+    fingerprints (a line merged meanwhile, or written by a run stopped before it could
+    delete its checkpoint): no run continues from them. Returns how many were deleted."""
+    stale = [fp for fp in fingerprints if checkpoint_path(folder, fp).exists()]
+    for fp in stale:
+        _drop_checkpoint(folder, fp)
+    return len(stale)
 
 
 def _drop_checkpoint(folder: Path, fingerprint: str) -> None:
