@@ -12,7 +12,8 @@ from the configuration and joined by reference on load, so a checkpoint is the s
 node state, not of the dataset.
 
 A checkpoint is resumed only by the run that wrote it: same `key` (the caller's fingerprint
-of everything that determines the result, the code's digest and the device), else `load`
+of everything that determines the result, the code's digest and the kind of machine: the GPU,
+or the CPU's model and vector kernels, which alone move the numbers), else `load`
 raises `StaleCheckpointError` saying which differs (or that the file is damaged), and the
 caller starts over. A checkpoint is a pickle: load only your own. `tests/test_checkpoint.py`
 trains every registered defense (and every model) in one go and stopped-and-resumed in a
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
+from privbench.device import machine_kind
 from privbench.engine import TrainResult
 from privbench.provenance import code_provenance
 from privbench.results import duration
@@ -203,10 +205,13 @@ def prepare(path: Path, built: Built, run: str, every: float,
     """(rounds done, the loop's result so far, the saver: `engine.train`'s `start`, `result`
     and `after_round`) of a run about to train with its checkpoint at `path`: continued from
     it when it holds this run's state, keyed by `run` (the caller's fingerprint of what
-    determines the result), the code's digest and the device; the saver None with `every`
-    0. `say` gets what happened to a checkpoint found there; one of another run, code or
-    device is replaced by this run's first."""
-    key = {"run": run, "code": code_provenance()["sha256"], "device": str(built.ctx.device)}
+    determines the result), the code's digest and the kind of machine
+    (`privbench.device.machine_kind`: continued on other kernels, a run would not end where it
+    would have in one go); the saver None with `every` 0. `say` gets what happened to a
+    checkpoint found there; one of another run, code or machine is replaced by this run's
+    first."""
+    key = {"run": run, "code": code_provenance()["sha256"],
+           "device": machine_kind(built.ctx.device)}
     done, so_far, note = resume(path, built, key)
     if note is not None and say is not None:
         say(note)

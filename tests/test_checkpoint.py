@@ -147,6 +147,27 @@ def test_a_checkpoint_of_another_run_code_or_device_is_stale(tmp_path):
         checkpoint.load(path, build(_run(), "sgp"), KEY)
 
 
+def test_a_checkpoint_continues_only_on_the_same_kind_of_machine(tmp_path, monkeypatch):
+    """`prepare` keys a checkpoint on the kind of machine (CPU model and vector kernels, or
+    GPU): other kernels give other numbers, so a run continued there would not end where it
+    would have in one go; it starts over, saying why."""
+    from privbench.device import machine_kind
+
+    path, here = tmp_path / "run.ckpt", machine_kind(torch.device("cpu"))
+    built = build(_run(), "sgp")
+    _, _, saver = checkpoint.prepare(path, built, "r", every=1e-9)
+    train(built.trainer, rounds=2, after_round=saver)
+    assert checkpoint.header(path)["key"]["device"] == here
+    notes: list[str] = []
+    assert checkpoint.prepare(path, build(_run(), "sgp"), "r", 0.0, notes.append)[0] == 2
+    monkeypatch.setattr(checkpoint, "machine_kind", lambda dev: "cpu (Other CPU, AVX2)")
+    done, so_far, _ = checkpoint.prepare(path, build(_run(), "sgp"), "r", 0.0, notes.append)
+    assert (done, so_far) == (0, None)
+    assert notes[0].startswith("continues from round 2/4")
+    assert notes[1].endswith(f"made with another device ({here} there, cpu (Other CPU, AVX2) "
+                             "now)")
+
+
 def test_a_saver_waits_its_interval_and_skips_the_last_round(tmp_path):
     built = build(_run(), "sgp")
     path = tmp_path / "run.ckpt"

@@ -229,12 +229,15 @@ def test_verify_re_makes_committed_lines_and_names_what_moved(tmp_path):
 
     import torch
 
+    from privbench.device import machine_kind
     from privbench.reproduce.verify import summary, verify
 
     repro, scale = _tiny()
     one = {"rows": ("Const-D2P", "Dyn-D2P"), "columns": (1.0,)}
     reproduce(repro, scale, (0,), tmp_path, **one)
     (tmp_path / "table.md").write_text(render(repro, scale, read_runs(tmp_path / RUNS_FILE)))
+    assert {r["machine"] for r in read_runs(tmp_path / RUNS_FILE)} == {
+        machine_kind(torch.device("cpu"))}  # each line names the kind of machine it ran on
     found = verify(repro, scale, tmp_path)
     assert [v.name for v in found.verdicts] == ["Const-D2P epsilon=1 seed 0",
                                                 "Dyn-D2P epsilon=1 seed 0"]
@@ -267,12 +270,15 @@ def test_verify_re_makes_committed_lines_and_names_what_moved(tmp_path):
 def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
     from privbench.reproduce.verify import Verdict, Verification, summary
 
-    then = {"accuracy": 0.5, "epsilon_calibrated": 1.25, "diverged_round": None}
+    then = {"accuracy": 0.5, "epsilon_calibrated": 1.25, "diverged_round": None,
+            "machine": "cpu (AMD EPYC, AVX512)"}
     eps_only = Verdict("A seed 0", then, {**then, "epsilon_calibrated": 1.2500000001})
     same = Verdict("B seed 0", then, dict(then))
     assert eps_only.differences == ["epsilon_calibrated 1.25 then, 1.2500000001 now"]
     assert eps_only.line().startswith("A seed 0: differs: epsilon_calibrated 1.25 then, "
                                       "1.2500000001 now (made by code not recorded")
+    assert eps_only.line().endswith("on cpu (AMD EPYC, AVX512); now code not recorded (a line "
+                                    "from before 2026-11-27) on cpu (AMD EPYC, AVX512))")
     assert same.line() == "B seed 0: the same (accuracy 0.5000)"
     rebuilt = Verdict("C seed 0", {**then, "structure": {"layers": [4848, 14528]}},
                       {**then, "structure": {"layers": [144, 19232]}})
@@ -283,6 +289,20 @@ def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
         "(epsilon_calibrated in 1)",
         f"with the re-made lines in place of the committed ones, {tmp_path / 'table.md'} "
         "reads the same"]
+    # a difference on another kind of machine, or one a line does not name, may be the
+    # machine's own (its kernels), and the summary says how many are
+    avx2 = Verdict("D seed 0", {**then, "machine": "cpu (AMD EPYC, AVX2)"},
+                   {**then, "accuracy": 0.4998})
+    unnamed = Verdict("E seed 0", {k: v for k, v in then.items() if k != "machine"},
+                      {**then, "accuracy": 0.5001})
+    assert eps_only.same_machine and not avx2.same_machine and not unnamed.same_machine
+    assert "made by code not recorded (a line from before 2026-11-27) on cpu (AMD EPYC, AVX2);" \
+        in avx2.line()
+    assert "on a machine not recorded (a line from before 2026-11-28);" in unnamed.line()
+    assert summary(Verification([eps_only, avx2, unnamed], [], []), tmp_path).splitlines()[0] \
+        .endswith("0 the same, 3 differ (accuracy in 2, by at most 0.02 points; "
+                  "epsilon_calibrated in 1); 2 of the 3 made on another kind of machine or one "
+                  "not recorded, where other kernels alone can move a number")
 
 
 def test_verify_of_nothing_or_with_a_training_option_is_a_one_line_error(tmp_path, capsys):

@@ -16,11 +16,15 @@ before structures were recorded have none, and are checked by their fingerprint 
 A line names the code that made it (`code`: the git commit, whether privbench's code differed
 from it, and a digest of the code; `privbench.provenance`), outside the fingerprint: a change of
 meaning that keeps both the configuration and the structure is still withdrawn by hand, and the
-code says which lines predate it.
+code says which lines predate it. It names the kind of machine too (`machine`: the GPU, or the
+CPU's model and the vector kernels torch uses on it; `privbench.device.machine_kind`), also
+outside the fingerprint (a table joins lines of several machines), because the same code, torch
+build and thread count give other numbers on other kernels: `verify` says so beside a
+difference. Lines written before 2026-11-28 do not name it.
 A running job saves a checkpoint of its whole state every `CHECKPOINT_SECONDS` (10 minutes)
 into `checkpoints/<fingerprint>.ckpt` beside runs.jsonl (`privbench.checkpoint`); a job
 stopped midway (a kill, a session's or a lease's end) continues from it when the same run is
-trained again by the same code on the same kind of device, to the line it would have written
+trained again by the same code on the same kind of machine, to the line it would have written
 in one go, and the checkpoint is deleted once its line is written. A resumed line says at
 which rounds it continued (`resumed_at`; empty: trained in one go).
 """
@@ -45,6 +49,7 @@ import torch
 from privbench import __version__
 from privbench.checkpoint import prepare
 from privbench.config import RunConfig, replace_checked, to_dict
+from privbench.device import machine_kind
 from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
 from privbench.messages import RecordPolicy
@@ -201,7 +206,8 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
             "epsilon_calibrated": claimed_eps(claims, "calibrated"),
             "diverged_round": res.diverged_round, "seconds": round(res.seconds, 1),
             "resumed_at": res.resumed_at,
-            "device": str(built.ctx.device), "code": code,
+            "device": str(built.ctx.device), "machine": machine_kind(built.ctx.device),
+            "code": code,
             "fingerprint": fp["sha256"],
             "structure": structure,
             "config": {"run": to_dict(run), "defense": job.overrides},

@@ -6,9 +6,15 @@ matching: a table can go stale without anything saying so. `verify` retrains the
 of a runs file that this machine would write with the same fingerprint (a GPU's line is not
 re-made on a CPU: its numbers would differ for that reason alone), with today's code, and compares
 every number the table shows (the accuracies, both epsilons, the round it diverged in) and the
-structure the code built (model and split sizes), exactly: the same seed and configuration on
-the same torch build and thread count give bit-equal results, so any difference is the code's
-(the dataset's digest is in the fingerprint). It writes nothing (no line, no checkpoint).
+structure the code built (model and split sizes), exactly. The same seed and configuration give
+bit-equal results on the same torch build, thread count and kind of machine
+(`privbench.device.machine_kind`: the CPU's model and the vector kernels torch uses on it); on
+another kind they need not (measured: ADP-VRSGP reduced lines made on 2026-11-26 are not what
+the code that wrote them gives on today's machine, and forcing its kernels down from AVX-512 to
+AVX2 alone moves such a line by 0.06 to 0.1 points). So a difference is the code's only where
+both lines name the same kind of machine: each differing line says what made it and where, and
+the summary counts the differences that may be the machine's. The dataset's digest is in the
+fingerprint. It writes nothing (no line, no checkpoint).
 """
 
 from __future__ import annotations
@@ -63,7 +69,15 @@ class Verdict:
         if not self.differences:
             return f"{self.name}: the same (accuracy {self.now['accuracy']:.4f})"
         return (f"{self.name}: differs: {'; '.join(self.differences)} (made by "
-                f"{_code(self.then)}; now {_code(self.now)})")
+                f"{_code(self.then)} on {_machine(self.then)}; now {_code(self.now)} on "
+                f"{_machine(self.now)})")
+
+    @property
+    def same_machine(self) -> bool:
+        """Whether both lines name the same kind of machine (a line from before machines were
+        recorded names none)."""
+        return self.then.get("machine") is not None \
+            and self.then.get("machine") == self.now.get("machine")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -75,6 +89,10 @@ def _difference(key: str, a: Any, b: Any) -> str:
     if "accuracy" in key and isinstance(a, float) and isinstance(b, float):
         return f"{key} {a:.4f} then, {b:.4f} now ({100 * (b - a):+.2f} points)"
     return f"{key} {a!r} then, {b!r} now"
+
+
+def _machine(rec: dict[str, Any]) -> str:
+    return rec.get("machine") or "a machine not recorded (a line from before 2026-11-28)"
 
 
 def _code(rec: dict[str, Any]) -> str:
@@ -124,6 +142,10 @@ def summary(found: Verification, folder: Path) -> str:
             f"{len(verdicts) - len(differ)} the same, {len(differ)} differ")
     if differ:
         text += f" ({_moved(differ)})"
+        elsewhere = sum(not v.same_machine for v in differ)
+        if elsewhere:
+            text += (f"; {elsewhere} of the {len(differ)} made on another kind of machine or one "
+                     "not recorded, where other kernels alone can move a number")
     if skipped:
         text += (f"; {len(skipped)} chosen made elsewhere, not re-made here (the first: "
                  f"{skipped[0]})")
