@@ -18,7 +18,7 @@ import torch
 from privbench.comm import Comm
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.data import NodeData, carve_validation, load_dataset, split_nodes
-from privbench.device import device_description, resolve_device
+from privbench.device import device_description, machine_kind, resolve_device
 from privbench.engine import Context, Trainer, TrainResult, node_models
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.messages import GroundTruth, MessageBus, MessageLog, RecordPolicy
@@ -155,7 +155,7 @@ def environment(device: torch.device) -> dict[str, str]:
     return {"privbench": __version__, "code": code["revision"], "code_sha256": code["sha256"],
             "python": platform.python_version(), "torch": torch.__version__,
             "numpy": numpy.__version__, "device": device_description(device),
-            "platform": platform.platform()}
+            "machine": machine_kind(device), "platform": platform.platform()}
 
 
 def train_result(built: Built, res: TrainResult) -> dict[str, Any]:

@@ -76,6 +76,7 @@ def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
     import torch
 
     import privbench
+    from privbench.device import machine_kind
     from privbench.runner import environment
 
     root = Path(privbench.__file__).resolve().parent.parent
@@ -86,6 +87,7 @@ def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
     assert env["code_sha256"] == code_digest() == digest(root)
     assert env["code"].startswith(f"git {_git(root, 'rev-parse', 'HEAD')}")
     assert env["privbench"] == privbench.__version__
+    assert env["machine"] == machine_kind(torch.device("cpu"))  # e.g. "cpu (AMD EPYC, AVX512)"
 
 
 @pytest.fixture
