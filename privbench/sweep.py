@@ -31,6 +31,7 @@ import torch
 from privbench import fingerprint as fp
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data import recording_sampling
+from privbench.device import machine_kind
 from privbench.engine import train
 from privbench.errors import ConfigError, DataError, PrivbenchError
 from privbench.gossip_inversion import view_source
@@ -551,6 +552,8 @@ class Sweep:
             "dataset": fp.dataset_identity(run.dataset, run.data_root, run.download),
             "version": {"privbench": privbench.__version__, "torch": torch.__version__},
             "threads": torch.get_num_threads(),
+            # other vector kernels give other numbers at the same thread count
+            "machine": machine_kind(_cell_device(run.device)),
         }
         if self.messages_dir is not None:  # a saved log: its files determine the cell
             fields["source"] = {name: fp.file_sha256(self.messages_dir / name) for name in
@@ -805,8 +808,7 @@ class Sweep:
                            "audit": to_dict(self.audit), "threat": self.audit.threat,
                            "fingerprint": run_print, "threads": torch.get_num_threads(),
                            **({"tuned": self._tuned_summary(cells)} if self.tuned else {})},
-                "environment": environment(torch.device("cpu") if self.base.device == "cpu"
-                                           else _device(self.base.device)),
+                "environment": environment(_cell_device(self.base.device)),
                 "cells": cells}
 
     @staticmethod
@@ -855,6 +857,11 @@ def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any]) -> dict[str,
                       for k, v in sorted(overrides.items()))
     return {"name": PAPER, "label": f"paper {knobs}", "overrides": overrides,
             "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
+
+
+def _cell_device(name: str) -> torch.device:
+    """The device a cell's run trains on (`cpu` without probing CUDA)."""
+    return torch.device("cpu") if name == "cpu" else _device(name)
 
 
 def _device(name: str) -> torch.device:

@@ -117,6 +117,22 @@ def test_resume_after_the_code_builds_another_model_is_an_error(audit_dir, tmp_p
     _one_line(capsys, "is stale (structure.layers = [")
 
 
+def test_resume_on_another_kind_of_machine_is_an_error(audit_dir, tmp_path, capsys,
+                                                       monkeypatch):
+    """Cells made on other vector kernels (or another GPU) are not mixed into this machine's:
+    the kind of machine is in the fingerprint, as the thread count is."""
+    from privbench.device import machine_kind
+
+    _, out = audit_dir
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    here = machine_kind(sweep._cell_device("cpu"))
+    monkeypatch.setattr(sweep, "machine_kind", lambda dev: "cpu (Other CPU, AVX2)")
+    _no_training(monkeypatch)
+    assert _audit(tmp_path, copy, "--eps", "1", "--resume") == 2
+    _one_line(capsys, f"is stale (machine = '{here}' there, 'cpu (Other CPU, AVX2)' now)")
+
+
 def test_rerun_stale_recomputes_only_stale_cells(audit_dir, tmp_path, capsys):
     tmp, out = audit_dir
     copy = tmp_path / "run"
