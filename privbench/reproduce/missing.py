@@ -26,7 +26,8 @@ MISSING_HEAD = (
     "`--missing` prints it, or one table's with a\npaper's name). Each command trains only "
     "those runs, into a folder of its own, here or on a GPU machine;\nthe last line of each "
     "block merges them into the table. A command stopped midway continues its runs from\ntheir "
-    "checkpoints when run again in the same folder, with the same code.")
+    "checkpoints when run again in the same folder, with the same code on the same kind of "
+    "machine.")
 
 
 def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
