@@ -31,7 +31,7 @@ import torch
 from privbench import fingerprint as fp
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data import recording_sampling
-from privbench.device import machine_kind
+from privbench.device import machine_kind, resolve_device
 from privbench.engine import train
 from privbench.errors import ConfigError, DataError, PrivbenchError
 from privbench.gossip_inversion import view_source
@@ -861,13 +861,7 @@ def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any]) -> dict[str,
 
 def _cell_device(name: str) -> torch.device:
     """The device a cell's run trains on (`cpu` without probing CUDA)."""
-    return torch.device("cpu") if name == "cpu" else _device(name)
-
-
-def _device(name: str) -> torch.device:
-    from privbench.device import resolve_device
-
-    return resolve_device(name)
+    return torch.device("cpu") if name == "cpu" else resolve_device(name)
 
 
 def summary_table(results: dict[str, Any]) -> str:
