@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from privbench.errors import ConfigError
@@ -49,8 +51,10 @@ def machine_kind(dev: torch.device) -> str:
     return f"{dev.type} ({_cpu_model()}, {torch.backends.cpu.get_cpu_capability()})"
 
 
+@functools.cache
 def _cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo; else what `platform` knows)."""
+    """The CPU's model name (Linux's /proc/cpuinfo; else what `platform` knows), read once per
+    process: every reproduce line, checkpoint key and audit cell's fingerprint names it."""
     import platform
 
     try:
