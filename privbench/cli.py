@@ -11,6 +11,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -882,22 +883,8 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser(account: bool = True) -> argparse.ArgumentParser:
-    """The full command-line parser.
-
-    Args:
-        account: declare `privbench account`'s options (they import the accountants); `main`
-            does so only when that command is run, so `--help` and `--version` stay instant.
-    """
-    parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
-                     "differentially private decentralized learning.")
-    parser.add_argument("--version", action=_Version, nargs=0,
-                        help="print privbench's version and its code's commit and digest, and "
-                        "exit")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-    p = sub.add_parser("train", help="train one defense and write results + message log")
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench train`: the run's settings, where its results and messages go, the backend."""
     _add_run_arguments(p)
     p.add_argument("--out", default="reports/train", help="output folder (default reports/train)")
     p.add_argument("--record", default="0:10,-5:",
@@ -920,10 +907,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "--out/checkpoint.ckpt at most this often (default: never; --backend local "
                    "only): the same command run again after a kill continues from it, to the "
                    "same results; deleted once results.json is written")
-    commands["train"] = cmd_train
 
-    p = sub.add_parser("attack", help="audit: train each (defense, ε) once, run every attack, "
-                       "write results.json + index.html", formatter_class=_PresetHelp)
+
+def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench attack`: the run's settings, attacks, threat model, preset and resuming."""
     _add_run_arguments(p, sweep=True)
     p.add_argument("--attack", action="append", help="attack(s), repeatable or comma-separated; "
                    "'all' = every registered one (default: the preset's)")
@@ -943,10 +930,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--untuned", action="store_true",
                    help="ignore the preset's tuned values (privbench/presets/tuned.toml)")
-    commands["attack"] = cmd_attack
 
-    p = sub.add_parser("tune", help="grid-search a defense's step size / clip bound on a "
-                       "validation split carved from the nodes' members (never the test set)")
+
+def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench tune`: the run's settings, the grid and the validation split."""
     _add_run_arguments(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a run field (lr) or defense field (clip, lr_constant, ...) and its "
@@ -965,11 +952,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                         "uses them)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a tune.json already in --out (refused otherwise)")
-    commands["tune"] = cmd_tune
 
-    p = sub.add_parser("leakage", help="leakage map: inversion and membership attacks by a "
-                       "curious set 1, 2, 3 hops away, an eavesdropper and colluding sets "
-                       "(gossip inversion beyond the neighbours), with pairwise network DP")
+
+def _add_leakage_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench leakage`: the runs, the curious placements and the output."""
     g = p.add_argument_group("runs")
     g.add_argument("--defense", action="append", help="defense(s), repeatable or comma-separated "
                    "(default: the baselines and the papers' linear-gossip and other defenses)")
@@ -995,11 +981,10 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "reports/leakage): leakage.json, leakage.html, leakage.md")
     p.add_argument("--overwrite", action="store_true", help="replace an existing leakage.json")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    commands["leakage"] = cmd_leakage
 
-    p = sub.add_parser("reproduce", help="a paper's table on real data: train its grid "
-                       "(resuming), write runs.jsonl and table.md; --render re-renders the table "
-                       "from runs.jsonl without training")
+
+def _add_reproduce_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench reproduce`: which table, which runs, and what to do with them."""
     p.add_argument("name", nargs="?", help="the paper (omit to list them)")
     p.add_argument("--scale", help="the setting: each paper's 'reduced' (default: a 2-core CPU "
                    "finishes it), 'paper' (the card's) or, where declared, 'headline' (the "
@@ -1046,36 +1031,89 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
                    "run again, to the same result, and its checkpoint is deleted once its "
                    "line is written")
     p.add_argument("--quiet", action="store_true", help="no per-run lines")
-    commands["reproduce"] = cmd_reproduce
 
-    p = sub.add_parser("list", help="print every registry")
-    commands["list"] = cmd_list
 
-    p = sub.add_parser("report", help="render or merge audit results into one HTML report")
+def _add_report_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench report`: the results files and the HTML file."""
     p.add_argument("results", nargs="+", help="results.json file(s) written by `privbench attack`")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write")
-    commands["report"] = cmd_report
 
-    p = sub.add_parser("check", help="privacy regression gate: check results against a policy")
+
+def _add_check_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench check`: the results, the policy and the baseline."""
     p.add_argument("results", help="results.json written by `privbench attack`")
     p.add_argument("--policy", required=True, help="policy TOML ([[bound]] tables, [tolerance])")
     p.add_argument("--baseline", help="earlier results.json to compare against")
     p.add_argument("--tolerance", type=float, default=1.0,
                    help="scale of the policy's per-metric baseline tolerances (default 1)")
     p.add_argument("--junit", help="also write JUnit XML here")
-    commands["check"] = cmd_check
 
-    p = sub.add_parser("bench", help="speed benchmarks")
-    _add_bench_arguments(p)
-    commands["bench"] = cmd_bench
 
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    """`privbench list` takes none."""
+
+
+@dataclass(frozen=True)
+class _Command:
+    """One subcommand: its name, its line in `privbench --help`, what declares its options
+    and what runs it."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    formatter: type[argparse.HelpFormatter] = argparse.HelpFormatter
+
+
+# In `privbench --help`'s order; `account` follows them (its options import the accountants).
+_COMMANDS = (
+    _Command("train", "train one defense and write results + message log", _add_train_arguments,
+             cmd_train),
+    _Command("attack", "audit: train each (defense, ε) once, run every attack, write "
+             "results.json + index.html", _add_attack_arguments, cmd_attack, _PresetHelp),
+    _Command("tune", "grid-search a defense's step size / clip bound on a validation split "
+             "carved from the nodes' members (never the test set)", _add_tune_arguments,
+             cmd_tune),
+    _Command("leakage", "leakage map: inversion and membership attacks by a curious set 1, 2, 3 "
+             "hops away, an eavesdropper and colluding sets (gossip inversion beyond the "
+             "neighbours), with pairwise network DP", _add_leakage_arguments, cmd_leakage),
+    _Command("reproduce", "a paper's table on real data: train its grid (resuming), write "
+             "runs.jsonl and table.md; --render re-renders the table from runs.jsonl without "
+             "training", _add_reproduce_arguments, cmd_reproduce),
+    _Command("list", "print every registry", _no_arguments, cmd_list),
+    _Command("report", "render or merge audit results into one HTML report",
+             _add_report_arguments, cmd_report),
+    _Command("check", "privacy regression gate: check results against a policy",
+             _add_check_arguments, cmd_check),
+    _Command("bench", "speed benchmarks", _add_bench_arguments, cmd_bench),
+)
+
+
+def build_parser(account: bool = True) -> argparse.ArgumentParser:
+    """The full command-line parser.
+
+    Args:
+        account: declare `privbench account`'s options (they import the accountants); `main`
+            does so only when that command is run, so `--help` and `--version` stay instant.
+    """
+    parser = _Parser(prog="privbench", description="Attack-and-defense evaluation of "
+                     "differentially private decentralized learning.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print privbench's version and its code's commit and digest, and "
+                        "exit")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {}
+    for command in _COMMANDS:
+        command.add_arguments(sub.add_parser(command.name, help=command.help,
+                                             formatter_class=command.formatter))
+        commands[command.name] = command.run
     p = sub.add_parser("account", help="noise a defense uses for (eps, delta) and its epsilon")
     if account:
         from privbench.account_cli import add_account_arguments, run_account
 
         add_account_arguments(p)
         commands["account"] = run_account
-
     parser.set_defaults(_commands=commands)
     return parser
 
