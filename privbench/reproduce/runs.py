@@ -320,17 +320,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
     if workers < 1:
         raise PrivbenchError(f"--jobs {workers}: accepted: a positive number of processes")
     table = repro.at(scale)
-    labels = [m.label for m in table.methods]
-    unknown = [r for r in rows if r not in labels]
-    if unknown:
-        raise PrivbenchError(f"--rows {', '.join(map(repr, unknown))}: not a row of "
-                             f"{repro.name} at scale {scale.name!r}; accepted: "
-                             f"{', '.join(map(repr, labels))}")
-    odd = [c for c in columns if c not in table.eps]
-    if odd:
-        raise PrivbenchError(f"--eps {', '.join(f'{c:g}' for c in odd)}: not a grid value of "
-                             f"{repro.name} at scale {scale.name!r}; accepted: "
-                             f"{', '.join(f'{e:g}' for e in table.eps)}")
+    _check_selection(table, scale, rows, columns)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RUNS_FILE
     with folder_lock(out):
@@ -373,6 +363,22 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         else:
             run_parallel(repro, scale, todo, workers, keep, beat, saved, checkpoint_every)
     return [done[j.key] for j in grid if j.key in done]
+
+
+def _check_selection(table: Reproduction, scale: Scale, rows: tuple[str, ...],
+                     columns: tuple[float, ...]) -> None:
+    """Refuse `--rows` that are not the scale's rows and `--eps` that are not its grid values."""
+    labels = [m.label for m in table.methods]
+    unknown = [r for r in rows if r not in labels]
+    if unknown:
+        raise PrivbenchError(f"--rows {', '.join(map(repr, unknown))}: not a row of "
+                             f"{table.name} at scale {scale.name!r}; accepted: "
+                             f"{', '.join(map(repr, labels))}")
+    odd = [c for c in columns if c not in table.eps]
+    if odd:
+        raise PrivbenchError(f"--eps {', '.join(f'{c:g}' for c in odd)}: not a grid value of "
+                             f"{table.name} at scale {scale.name!r}; accepted: "
+                             f"{', '.join(f'{e:g}' for e in table.eps)}")
 
 
 def _drop_stale_checkpoints(fingerprints: list[str], folder: Path) -> int:
