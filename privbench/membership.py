@@ -443,41 +443,59 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     """
     load_plugins()
     victims = list(observations)
-    obs = observations[victims[0]]  # public context (run, defense, topology, model) is shared
     cls = ATTACKS.get(attack)
     atk = cls(replace_checked(cls.Config(), attack_cfg or {}, where="attack"))
     cap = atk.candidate_cap() if atk.level == "message" else 0
     cands = [subsample(candidates(data, v), cap, gen) for v in victims]
     labels = np.concatenate([c[2] for c in cands])
-    fm = obs.fm
-    scores: list[np.ndarray] = []
     if atk.level == "message":
-        scores_all, info = _message_scores(atk, observations, cands, device, source)
-        info["scores_by_statistic"] = scores_all
-        info["candidate_cap"] = cap
-        if len(scores_all) > 1 and atk.cfg.select == "strongest":
-            aucs = {k: roc_curve(v, labels).auc if np.isfinite(v).all() else -np.inf
-                    for k, v in scores_all.items()}
-            info["statistic"] = max(aucs, key=lambda name: aucs[name])
-            info["selected_of"] = len(scores_all)
+        return _message_level(atk, observations, data, cands, labels, cap, gen, device, source)
+    scores, info = _model_level(atk, observations, data, cands, gen, device, reference_models)
+    return scores, labels, info
+
+
+def _message_level(atk: Any, observations: dict[int, Observation], data: NodeData,
+                   cands: list[tuple[Tensor, Tensor, np.ndarray]], labels: np.ndarray, cap: int,
+                   gen: torch.Generator, device: torch.device,
+                   source: Any) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """`membership_scores` for a message-level attack: every statistic's scores, and the one
+    graded by the attack's `select` rule (the strongest, or the one reference systems choose)."""
+    scores_all, info = _message_scores(atk, observations, cands, device, source)
+    info["scores_by_statistic"] = scores_all
+    info["candidate_cap"] = cap
+    if len(scores_all) > 1 and atk.cfg.select == "strongest":
+        aucs = {k: roc_curve(v, labels).auc if np.isfinite(v).all() else -np.inf
+                for k, v in scores_all.items()}
+        info["statistic"] = max(aucs, key=lambda name: aucs[name])
+        info["selected_of"] = len(scores_all)
+        info["statistic_rule"] = (
+            f"the stronger of {len(scores_all)} on the audited candidates (an auditor's "
+            f"worst case); intervals and empirical ε at the Bonferroni level "
+            f"1 - 0.05/{len(scores_all)} per statistic, so the graded one's hold at 95 %")
+    elif len(scores_all) > 1 and atk.cfg.select == "reference":
+        pick = choose_statistic(observations, data, atk, gen, device)
+        info["reference_auc"] = pick["reference_auc"]
+        if pick["statistic"] is not None:
+            info["statistic"] = pick["statistic"]
             info["statistic_rule"] = (
-                f"the stronger of {len(scores_all)} on the audited candidates (an auditor's "
-                f"worst case); intervals and empirical ε at the Bonferroni level "
-                f"1 - 0.05/{len(scores_all)} per statistic, so the graded one's hold at 95 %")
-        elif len(scores_all) > 1 and atk.cfg.select == "reference":
-            pick = choose_statistic(observations, data, atk, gen, device)
-            info["reference_auc"] = pick["reference_auc"]
-            if pick["statistic"] is not None:
-                info["statistic"] = pick["statistic"]
-                info["statistic_rule"] = (
-                    f"chosen on {STATISTIC_COPIES} reference systems (complementary halves of "
-                    "the candidates, trained and observed like the target): the higher "
-                    "reference AUC; no target label used")
-            else:
-                info["statistic_rule"] += " (fallback: no usable reference view)"
-        return scores_all[info["statistic"]], labels, info
+                f"chosen on {STATISTIC_COPIES} reference systems (complementary halves of "
+                "the candidates, trained and observed like the target): the higher "
+                "reference AUC; no target label used")
+        else:
+            info["statistic_rule"] += " (fallback: no usable reference view)"
+    return scores_all[info["statistic"]], labels, info
+
+
+def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
+                 cands: list[tuple[Tensor, Tensor, np.ndarray]], gen: torch.Generator,
+                 device: torch.device, reference_models: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """`membership_scores` for a model-level attack: each victim's candidates scored against
+    the victim's last observed model (and reference models where the attack needs them)."""
     from privbench.mia_signals import ModelMIAInput, model_signals
 
+    victims = list(observations)
+    obs = observations[victims[0]]  # public context (run, defense, topology, model) is shared
+    fm = obs.fm
     t_obs = max(last_observed_round(observations[v], v) for v in victims)
     targets = torch.stack([observed_model(observations[v], v, t_obs)
                            for v in victims]).to(device)  # (V, d)
@@ -489,6 +507,7 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
         refs = refs.to(device)  # (K, V, d)
         info.update(reference_models=reference_models, online=atk.needs_in_models)
     xt, yt = data.x_test.to(device), data.y_test.to(device)
+    scores: list[np.ndarray] = []
     for i, (x, y, _) in enumerate(cands):
         x, y = x.to(device), y.to(device)
         target = targets[i:i + 1]
@@ -502,7 +521,7 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
                                 model_signals(fm, target, xt, yt),
                                 model_signals(fm, refs[:, i], xt, yt))
         scores.append(atk.score(inp))
-    return np.concatenate(scores), labels, info
+    return np.concatenate(scores), info
 
 
 def run_membership(built: Any, victims: int | list[int], attack: str,
