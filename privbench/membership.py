@@ -449,17 +449,21 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     cands = [subsample(candidates(data, v), cap, gen) for v in victims]
     labels = np.concatenate([c[2] for c in cands])
     if atk.level == "message":
-        return _message_level(atk, observations, data, cands, labels, cap, gen, device, source)
-    scores, info = _model_level(atk, observations, data, cands, gen, device, reference_models)
+        scores, info = _message_level(atk, observations, data, cands, labels, cap, gen, device,
+                                      source)
+    else:
+        scores, info = _model_level(atk, observations, data, cands, gen, device,
+                                    reference_models)
     return scores, labels, info
 
 
 def _message_level(atk: Any, observations: dict[int, Observation], data: NodeData,
                    cands: list[tuple[Tensor, Tensor, np.ndarray]], labels: np.ndarray, cap: int,
                    gen: torch.Generator, device: torch.device,
-                   source: Any) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                   source: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """`membership_scores` for a message-level attack: every statistic's scores, and the one
-    graded by the attack's `select` rule (the strongest, or the one reference systems choose)."""
+    graded by the attack's `select` rule (the strongest on `labels`, or the one reference
+    systems choose)."""
     scores_all, info = _message_scores(atk, observations, cands, device, source)
     info["scores_by_statistic"] = scores_all
     info["candidate_cap"] = cap
@@ -483,7 +487,7 @@ def _message_level(atk: Any, observations: dict[int, Observation], data: NodeDat
                 "reference AUC; no target label used")
         else:
             info["statistic_rule"] += " (fallback: no usable reference view)"
-    return scores_all[info["statistic"]], labels, info
+    return scores_all[info["statistic"]], info
 
 
 def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
