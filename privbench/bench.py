@@ -41,8 +41,10 @@ round that would not fit is reported as skipped instead of waking the OOM killer
 Times are medians over `--repeats` repeats after one untimed warm-up (a call slower than
 `--round-budget-s` is timed once). `--threads N` sets torch.set_num_threads(N) and
 OMP_NUM_THREADS (recorded in the JSON with the load average); without it the process's default
-applies. Benchmark code lives here and in `bench_rounds.py` and calls library functions only
-(never `privbench.cli`, never `attacks` but through the registry).
+applies. The header and the JSON say how host memory is allocated (`privbench.hostmem`: the CLI
+keeps glibc's freed memory in the process unless `PRIVBENCH_HOST_MALLOC=system`), one setting for
+every method of a section. Benchmark code lives here and in `bench_rounds.py` and calls library
+functions only (never `privbench.cli`, never `attacks` but through the registry).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from privbench import hostmem
 from privbench.bench_rounds import METHODS, OPACUS_METHODS, RoundInputs, round_privbench
 from privbench.data import Dataset, load_dataset, load_digits, split_nodes
 from privbench.device import device_description, resolve_device
@@ -550,7 +553,8 @@ def _ratio(v: float | None, digits: int = 1) -> str:
 def _header(section: str, device: torch.device) -> str:
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     return (f"{section}: device {device_description(device)}, torch {torch.__version__}, "
-            f"threads {torch.get_num_threads()}, load average {load}")
+            f"threads {torch.get_num_threads()}, load average {load}, host memory "
+            f"{hostmem.describe()}")
 
 
 def resolve_methods(names: list[str] | None) -> list[str]:
@@ -769,6 +773,7 @@ def run_bench(args: argparse.Namespace) -> int:
         write_json(args.json_out, {"section": args.section, "device": device_description(device),
                                    "torch": torch.__version__, "code": code,
                                    "threads": torch.get_num_threads(),
-                                   "load_average": list(os.getloadavg()), **payload})
+                                   "load_average": list(os.getloadavg()),
+                                   "host_malloc": hostmem.describe(), **payload})
         print(f"wrote {args.json_out}")
     return 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from privbench.errors import ConfigError, PrivbenchError, Terminated
+from privbench.hostmem import keep_freed_memory
 
 if TYPE_CHECKING:
     from privbench.reproduce.spec import Reproduction, Scale
@@ -1127,6 +1128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         given = list(sys.argv[1:] if argv is None else argv)
+        keep_freed_memory()  # before any tensor: see privbench.hostmem
         args = build_parser(account=bool(given) and given[0] == "account").parse_args(given)
         _check_text(args)
         args._argv = given

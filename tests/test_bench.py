@@ -67,6 +67,7 @@ def test_engine_section_times_every_method_and_real_rounds(tmp_path, capsys):
     assert "interleaved" in printed and "dp_sgp" in printed and "load average" in printed
     res = json.loads(out.read_text())
     assert res["section"] == "engine" and res["device"].startswith("cpu") and res["threads"] == 1
+    assert res["host_malloc"] in printed  # the header's setting, the one the JSON records
     rows = {r["method"]: r for r in res["rows"]}
     expected = {"privbench", "func_per_node", "floor", "defense:dp_sgp"}
     assert expected <= set(rows) and "naive_loop" not in rows

@@ -52,6 +52,7 @@ from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.device import machine_kind
 from privbench.errors import PrivbenchError, Terminated
 from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
+from privbench.hostmem import keep_freed_memory
 from privbench.messages import RecordPolicy
 from privbench.provenance import code_provenance
 from privbench.reproduce.spec import Method, Reproduction, Scale
@@ -485,6 +486,7 @@ def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, 
 
 
 def _init_worker(threads: int) -> None:
+    keep_freed_memory()  # a spawned worker does not pass through the CLI's main
     torch.set_num_threads(threads)
 
 
