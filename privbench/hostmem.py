@@ -9,11 +9,11 @@ another training process, two passes of five steps each way), a vmapped 10-node 
 step of batch 64 took 1.11-1.20 s user + 0.42-0.48 s kernel time with glibc's defaults and
 1.13-1.22 s user + at most 0.06 s kernel with memory kept (these two measurements and the run
 below set the same through glibc's MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ environment
-variables): about a quarter less CPU time. The
-arithmetic is the same (torch aligns every tensor to 64 bytes whatever malloc returns): the
-DeFL-VP reduced D-PSGD+RR run (eta_sign 0.003, epsilon 4, seed 0) wrote the same line in every
-field but its seconds both ways (493 s kept, 510 s with glibc's defaults), and every pinned
-privacy plan (`tests/test_plan_pinned.py`, numpy's side) composed to the same 392 numbers.
+variables): about a quarter less CPU time. The arithmetic is the same (torch aligns every
+tensor to 64 bytes whatever malloc returns): the DeFL-VP reduced D-PSGD+RR run (eta_sign 0.003,
+epsilon 4, seed 0) wrote the same line in every field but its seconds both ways (493 s kept,
+510 s with glibc's defaults), and every pinned privacy plan (`tests/test_plan_pinned.py`,
+numpy's side) composed to the same 392 numbers.
 
 `keep_freed_memory` serves every block from the heap (`M_MMAP_MAX` = 0) and keeps up to 2 GiB of
 free memory at its top (`M_TRIM_THRESHOLD`), so the next step reuses the pages already faulted in;
