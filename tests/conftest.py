@@ -24,23 +24,26 @@ with the processes the tests start (torchrun ranks, reproduce workers; shared pa
 each process)."""
 
 
-def _usable_cpus() -> int:
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+MEMINFO = Path("/proc/meminfo")
+
+
+def usable_cpus(cpu_max: Path = CPU_MAX) -> int:
     """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota (a
     container limited with `--cpus` still sees every CPU of its host in the mask)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpus = max(1, cpus or 1)
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-    except (OSError, ValueError):
-        return max(1, cpus or 1)
-    if quota != "max":
-        cpus = min(cpus or 1, math.ceil(int(quota) / int(period)))
-    return max(1, cpus or 1)
+        quota, period = cpu_max.read_text().split()
+        return cpus if quota == "max" else max(1, min(cpus, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file, or one this parser does not know
+        return cpus
 
 
-def _available_memory() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes (None where there is no /proc)."""
+def available_memory(meminfo: Path = MEMINFO) -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where there is none)."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in meminfo.read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
@@ -48,20 +51,24 @@ def _available_memory() -> int | None:
     return None
 
 
+def auto_workers(cpus: int, memory: int | None) -> int:
+    """One worker per CPU, as many as `memory` bytes hold at WORKER_MEMORY each (at least 1)."""
+    return cpus if memory is None else max(1, min(cpus, memory // WORKER_MEMORY))
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`pytest -n auto`: one worker per usable CPU, as many as the free memory holds.
 
-    pytest-xdist's own count takes psutil's physical cores (1 on a 2-vCPU machine with
-    hyper-threads) or the affinity mask (every host CPU under a CPU quota); the suite runs its
-    torch ops on one thread (test modules call `torch.set_num_threads(1)`), so a worker per CPU
-    is what fills the machine. PYTEST_XDIST_AUTO_NUM_WORKERS still overrides, as in xdist.
+    pytest-xdist's own count takes psutil's physical cores where psutil is installed (fewer than
+    the CPUs the OS schedules on with hyper-threads) or the affinity mask (every host CPU under a
+    CPU quota); the suite runs its torch ops on one thread (test modules call
+    `torch.set_num_threads(1)` when collected), so a worker per CPU is what fills the machine.
+    PYTEST_XDIST_AUTO_NUM_WORKERS still overrides, as in xdist.
     """
-    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
-    if env and env.isdigit():
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
         return int(env)
-    memory = _available_memory()
-    by_memory = max(1, memory // WORKER_MEMORY) if memory else _usable_cpus()
-    return min(_usable_cpus(), by_memory)
+    return auto_workers(usable_cpus(), available_memory())
 
 
 @pytest.fixture(scope="session")
