@@ -56,7 +56,7 @@ def auto_workers(cpus: int, memory: int | None) -> int:
     return cpus if memory is None else max(1, min(cpus, memory // WORKER_MEMORY))
 
 
-def pytest_xdist_auto_num_workers(config) -> int:
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`pytest -n auto`: one worker per usable CPU, as many as the free memory holds.
 
     pytest-xdist's own count takes psutil's physical cores where psutil is installed (fewer than
