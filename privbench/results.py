@@ -232,13 +232,17 @@ SCIENTIFIC_FROM = 1e4
 
 def fmt_num(x: Any, digits: int = 2, missing: str = "–") -> str:
     """A number for people: fixed point below 1e4 in magnitude, scientific notation from there
-    (1.03e+06, not 1033560.00), "∞" for an infinite value and `missing` for anything else."""
+    (1.03e+06, not 1033560.00) and for a non-zero value that fixed point would show as zero
+    (7.81e-07, not 0.00: a tiny ε is not no ε), "∞" for an infinite value and `missing` for
+    anything else."""
     if x in ("inf", float("inf")):
         return "∞"
     v = finite_or_none(x)
     if v is None:
         return missing
-    return f"{v:.{digits}e}" if abs(v) >= SCIENTIFIC_FROM else f"{v:.{digits}f}"
+    fixed = f"{v:.{digits}f}"
+    vanishes = v != 0 and float(fixed) == 0
+    return f"{v:.{digits}e}" if abs(v) >= SCIENTIFIC_FROM or vanishes else fixed
 
 
 def counted(n: int, noun: str) -> str:

@@ -154,6 +154,14 @@ def test_one_number_format_scientific_past_1e4():
     assert fmt_num(9999.0) == "9999.00" and fmt_num(None) == "–" and fmt_num("inf") == "∞"
 
 
+def test_one_number_format_never_shows_a_non_zero_value_as_zero():
+    """DeFL-VP's paper reading of a whole-run ε = 1 is about 1e-6 per coordinate: "0.00" would
+    read as no ε at all."""
+    assert fmt_num(7.8125e-07) == "7.81e-07" and fmt_num(-3e-4) == "-3.00e-04"
+    assert fmt_num(0.004, 3) == "0.004" and fmt_num(0.0004, 3) == "4.000e-04"
+    assert fmt_num(0.0) == "0.00" and fmt_num(0.005) == "0.01" and fmt_num(0.0049) == "4.90e-03"
+
+
 def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
     """DeFL-VP's default view is derived from its (uncovered) control variates; SGP's from the
     model messages only (not from every data-dependent kind observed)."""
