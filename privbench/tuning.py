@@ -203,6 +203,8 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
     def table(d: dict[str, Any]) -> str:
         return "{ " + ", ".join(f"{k} = {value(v)}" for k, v in d.items()) + " }"
 
+    from privbench.provenance import code_digest, code_revision
+
     tested = (f"untuned {result['untuned_test']['accuracy']}, tuned "
               f"{result.get('tuned_test', {}).get('accuracy')}" if "untuned_test" in result
               else "not measured (--skip-test)")
@@ -216,6 +218,9 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
         f"settings = {table(tuned_settings(run, defense))}",
         f"command = {value(command)}",
         f"# test accuracy (reported, not used for the choice): {tested}",
+        # The numbers above hold for this code only: a later change to a trainer or its noise
+        # moves them (re-run `command` to check).
+        f"# tuned by {code_revision()} (code sha256 {code_digest()})",
         "",
     ])
 

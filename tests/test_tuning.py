@@ -16,7 +16,7 @@ from privbench.cli import main
 from privbench.config import RunConfig, replace_checked
 from privbench.data import carve_validation, split_nodes
 from privbench.errors import ConfigError
-from privbench.provenance import code_revision
+from privbench.provenance import code_digest, code_revision
 from privbench.registry import load_plugins
 from privbench.testing import TINY_RUN
 
@@ -98,6 +98,7 @@ def test_save_entry_replaces_the_same_cell_and_keeps_others(tmp_path):
     assert tuning.entry_for(data["quick"]["dp_sgp"], TINY, 1.0,
                             "dp_sgp")[0]["command"].endswith("3.0")
     assert "# test accuracy (reported, not used for the choice): untuned 0.1" in path.read_text()
+    assert f"# tuned by {code_revision()} (code sha256 {code_digest()})" in path.read_text()
     del res["untuned_test"]  # a tune run with --skip-test
     text = tuning.toml_entry("quick", "dpdl", TINY, res, "privbench tune --skip-test")
     assert "# test accuracy (reported, not used for the choice): not measured" in text
