@@ -473,6 +473,9 @@ def _print_tune(result: dict[str, Any]) -> None:
     else:
         best = result["candidates"][result["best"]]
         print(f"best on validation: {best['label']} ({acc(best['validation_accuracy'])})")
+    for key in result.get("inert", []):
+        print(f"note: {key} changed nothing: every candidates differing in {key} alone trained "
+              f"identical models (this {result['defense']} setting does not read it)")
     if "untuned_test" not in result:
         print("test accuracy: not measured (--skip-test)")
     else:

@@ -19,6 +19,7 @@ charging it; privbench does the same and says so wherever tuned values are used.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 import time
@@ -91,7 +92,9 @@ def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
                validation: float) -> dict[str, Any]:
     """Train one configuration; its average-model accuracy on the validation split (validation
     > 0) or on the test set (validation == 0), with its status and time."""
-    from privbench.engine import train
+    import torch
+
+    from privbench.engine import node_models, train
     from privbench.messages import RecordPolicy
     from privbench.runner import build
 
@@ -100,7 +103,30 @@ def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
     res = train(built.trainer)
     status = "ok" if res.diverged_round is None else f"diverged at round {res.diverged_round}"
     acc = res.average_accuracy if res.diverged_round is None else None
-    return {"status": status, "accuracy": acc, "seconds": time.perf_counter() - start}
+    # (n, d) final models, hashed: two candidates with the same digest trained the same models
+    models = node_models(built.trainer).detach().to("cpu", torch.float64).contiguous()
+    digest = hashlib.sha256(models.numpy().tobytes()).hexdigest()
+    return {"status": status, "accuracy": acc, "seconds": time.perf_counter() - start,
+            "models_sha256": digest}
+
+
+def inert_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """Grid keys that changed nothing: every set of candidates that differ in that key alone
+    trained bit-identical models (e.g. Dyn-D2P's `clip_bar`, which only its `const` and
+    `dyn_mu` variants read). A key with no two candidates differing in it alone is not judged."""
+    def settings(r: dict[str, Any]) -> dict[str, Any]:
+        return {**r["run"], **r["defense"]}
+
+    out = []
+    for key in dict.fromkeys(k for r in rows for k in settings(r)):
+        groups: dict[str, list[str | None]] = {}
+        for r in rows:
+            rest = sorted((k, repr(v)) for k, v in settings(r).items() if k != key)
+            groups.setdefault(repr(rest), []).append(r.get("models_sha256"))
+        judged = [g for g in groups.values() if len(g) > 1]
+        if judged and all(None not in g and len(set(g)) == 1 for g in judged):
+            out.append(key)
+    return out
 
 
 def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: float,
@@ -122,7 +148,7 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
         res = train_once(cand_run, defense, {**base_overrides, **cand.defense}, validation)
         rows.append({"run": cand.run, "defense": cand.defense, "label": cand.label(),
                      "validation_accuracy": res["accuracy"], "status": res["status"],
-                     "seconds": res["seconds"]})
+                     "seconds": res["seconds"], "models_sha256": res["models_sha256"]})
         if progress:
             acc = res["accuracy"]
             print(f"  {cand.label():<40} validation accuracy "
@@ -131,7 +157,8 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
               if r["validation_accuracy"] is not None and math.isfinite(r["validation_accuracy"])]
     best = -max(scored)[1] if scored else None
     out: dict[str, Any] = {"defense": defense, "epsilon": run.epsilon, "validation": validation,
-                           "candidates": rows, "best": best, "privacy_note": PRIVACY_NOTE}
+                           "candidates": rows, "best": best, "inert": inert_keys(rows),
+                           "privacy_note": PRIVACY_NOTE}
     if not test:
         return out
     out["untuned_test"] = train_once(run, defense, base_overrides, 0.0)
@@ -218,6 +245,8 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
         f"settings = {table(tuned_settings(run, defense))}",
         f"command = {value(command)}",
         f"# test accuracy (reported, not used for the choice): {tested}",
+        *(f"# {key} changed nothing here (identical models for each of its values)"
+          for key in result.get("inert", [])),
         # The numbers above hold for this code only: a later change to a trainer or its noise
         # moves them (re-run `command` to check).
         f"# tuned by {code_revision()} (code sha256 {code_digest()})",

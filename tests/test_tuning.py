@@ -139,6 +139,32 @@ def test_tune_cli_writes_every_candidate(tmp_path, capsys):
     assert main(["tune", "--defense", "sgp", "--grid", "nope=1", "--out", str(tmp_path)]) == 2
 
 
+def test_inert_keys_are_those_whose_values_alone_never_changed_the_models():
+    def row(sha, **kw):
+        return {"run": {k: v for k, v in kw.items() if k == "lr"},
+                "defense": {k: v for k, v in kw.items() if k != "lr"}, "models_sha256": sha}
+
+    rows = [row("a", lr=0.1, clip=1.0), row("a", lr=0.1, clip=2.0),
+            row("b", lr=0.2, clip=1.0), row("b", lr=0.2, clip=2.0)]
+    assert tuning.inert_keys(rows) == ["clip"]
+    rows[3]["models_sha256"] = "c"  # one pair differs: clip did something
+    assert tuning.inert_keys(rows) == []
+    assert tuning.inert_keys([row("a", lr=0.1), row("a", lr=0.2)]) == ["lr"]
+    assert tuning.inert_keys([row("a", lr=0.1, clip=1.0), row("a", lr=0.2, clip=2.0)]) == []
+    assert tuning.inert_keys([row(None, lr=0.1), row(None, lr=0.2)]) == []  # unknown: not judged
+
+
+def test_tune_names_a_key_the_defense_does_not_read(tmp_path, capsys):
+    """Dyn-D2P's default variant decays clip_0; clip_bar is read only by const / dyn_mu."""
+    code = main(["tune", "--defense", "dyn_d2p", "--grid", "clip_bar=0.5,4", "--grid",
+                 "clip_0=0.5,4", "--nodes", "3", "--rounds", "3", "--batch-size", "4",
+                 "--device", "cpu", "--quiet", "--skip-test", "--set", "max_per_node=30",
+                 "--eps", "8", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "note: clip_bar changed nothing" in out and "clip_0 changed" not in out
+    assert json.loads((tmp_path / "tune.json").read_text())["inert"] == ["clip_bar"]
+
+
 def test_user_settings_win_over_tuned_values_and_untuned_ignores_them(monkeypatch):
     from privbench import cli
 
