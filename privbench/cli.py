@@ -474,7 +474,7 @@ def _print_tune(result: dict[str, Any]) -> None:
         best = result["candidates"][result["best"]]
         print(f"best on validation: {best['label']} ({acc(best['validation_accuracy'])})")
     for key in result.get("inert", []):
-        print(f"note: {key} changed nothing: every candidates differing in {key} alone trained "
+        print(f"note: {key} changed nothing: all candidates that differ in {key} alone trained "
               f"identical models (this {result['defense']} setting does not read it)")
     if "untuned_test" not in result:
         print("test accuracy: not measured (--skip-test)")
