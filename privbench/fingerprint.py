@@ -17,7 +17,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +60,21 @@ def dataset_identity(name: str, root: str | None, download: bool) -> dict[str, A
     from privbench.data import load_dataset
 
     ds = load_dataset(name, root, download)
-    h = hashlib.sha256()
-    for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.held):
-        if t is not None:
-            h.update(str(tuple(t.shape)).encode())
-            h.update(t.detach().cpu().contiguous().numpy().tobytes())
     return {"name": name, "train": len(ds.y_train), "test": len(ds.y_test),
-            "sha256": h.hexdigest()}
+            "sha256": tensors_sha256((ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.held))}
+
+
+def tensors_sha256(tensors: Iterable[Any], dtype: Any = None) -> str:
+    """SHA-256 over each tensor's shape and bytes, in order (on the CPU, cast to `dtype` when
+    given; None entries skipped): equal digests mean equal tensors, bit for bit."""
+    h = hashlib.sha256()
+    for t in tensors:
+        if t is None:
+            continue
+        t = t.detach().cpu() if dtype is None else t.detach().cpu().to(dtype)
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def file_sha256(path: Path) -> str:

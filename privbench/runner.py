@@ -51,13 +51,9 @@ class Built:
 
 def split_digest(data: NodeData) -> str:
     """SHA-256 of the member / non-member split (every node's member and held-out indices)."""
-    import hashlib
+    from privbench.fingerprint import tensors_sha256
 
-    h = hashlib.sha256()
-    for t in (data.idx, data.counts, data.idx_out, data.counts_out):
-        h.update(str(tuple(t.shape)).encode())
-        h.update(t.detach().cpu().to(torch.int64).contiguous().numpy().tobytes())
-    return h.hexdigest()
+    return tensors_sha256((data.idx, data.counts, data.idx_out, data.counts_out), torch.int64)
 
 
 def with_default_topology(run: RunConfig, cls: type[Trainer]) -> RunConfig:

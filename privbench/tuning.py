@@ -19,7 +19,6 @@ charging it; privbench does the same and says so wherever tuned values are used.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import math
 import time
@@ -92,9 +91,8 @@ def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
                validation: float) -> dict[str, Any]:
     """Train one configuration; its average-model accuracy on the validation split (validation
     > 0) or on the test set (validation == 0), with its status and time."""
-    import torch
-
     from privbench.engine import node_models, train
+    from privbench.fingerprint import tensors_sha256
     from privbench.messages import RecordPolicy
     from privbench.runner import build
 
@@ -103,11 +101,9 @@ def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
     res = train(built.trainer)
     status = "ok" if res.diverged_round is None else f"diverged at round {res.diverged_round}"
     acc = res.average_accuracy if res.diverged_round is None else None
-    # (n, d) final models, hashed: two candidates with the same digest trained the same models
-    models = node_models(built.trainer).detach().to("cpu", torch.float64).contiguous()
-    digest = hashlib.sha256(models.numpy().tobytes()).hexdigest()
+    # the (n, d) final models, hashed: two candidates with the same digest trained the same models
     return {"status": status, "accuracy": acc, "seconds": time.perf_counter() - start,
-            "models_sha256": digest}
+            "models_sha256": tensors_sha256([node_models(built.trainer)])}
 
 
 def inert_keys(rows: list[dict[str, Any]]) -> list[str]:
