@@ -75,6 +75,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # non-members per node on digits, 720 + 720 over 6 nodes, enough for TPR at 1% FPR).
         "pool_victims": True,
         "paper_settings": {"partpsp": {"b": 5.0}},
+        # DeFL-VP as its paper reads ε (per coordinate per round, Alg. 3) at each ε of the grid,
+        # beside its calibrated cells (whole run), with the ε that reading composes to.
+        "paper_readings": {"defl_vp": {"eps_mode": "per_coordinate"}},
     },
     # Closer to the papers' scale: longer training, the full attack set, a wider ε grid.
     "paper": {
@@ -89,6 +92,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "inversion_batch_sizes": (1, 4),
         "pool_victims": True,
         "paper_settings": {"partpsp": {"b": 5.0}},
+        "paper_readings": {"defl_vp": {"eps_mode": "per_coordinate"}},
     },
 }
 
@@ -115,6 +119,11 @@ class AuditConfig:
             its own node (False: `victim` only). The colluding threat always uses `victim`.
         paper_settings: per defense, defense overrides of the paper's own setting, audited as
             one extra cell (e.g. PartPSP at the paper's b) next to the calibrated-ε cells.
+        paper_readings: per defense, defense overrides under which the run's ε means what the
+            paper's claim means (DeFL-VP: ε per coordinate per round), audited at every ε of
+            the grid as extra cells next to the calibrated-ε cells, each with the ε it
+            composes to. A setting or reading the sweep's own overrides already apply adds no
+            cell.
     """
 
     defenses: tuple[str, ...] = DEFAULT_DEFENSES
@@ -128,6 +137,7 @@ class AuditConfig:
     inversion_batch_sizes: tuple[int, ...] = ()
     pool_victims: bool = False
     paper_settings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    paper_readings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if any(b < 1 for b in self.inversion_batch_sizes):
@@ -497,7 +507,7 @@ class Sweep:
     eval_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
-        return self.out / "cells" / f"{defense}@{setting or _eps_key(eps)}"
+        return self.out / "cells" / f"{defense}@{_cell_key(eps, setting)}"
 
     def overrides_for(self, defense: str) -> dict[str, Any]:
         """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
@@ -513,15 +523,34 @@ class Sweep:
     def grid(self) -> list[tuple[str, float | None, str | None]]:
         """The (defense, ε, setting) cells in their fixed order: every ε of the grid for a
         private defense (setting None), then its paper setting if the audit names one
-        (setting "paper", ε None: the ε it composes to is read after training)."""
+        (setting "paper", ε None: the ε it composes to is read after training), then its paper
+        reading at every ε of the grid (setting "paper", that ε)."""
         cells: list[tuple[str, float | None, str | None]] = []
         for name in self.audit.defenses:
             cls = DEFENSES.get(name)
             for eps in (self.audit.eps if cls.private else (None,)):
                 cells.append((name, eps, None))
-            if cls.private and name in self.audit.paper_settings and self.messages_dir is None:
+            if not cls.private or self.messages_dir is not None:
+                continue
+            if self._adds_cells(name, self.audit.paper_settings):
                 cells.append((name, None, PAPER))
+            if self._adds_cells(name, self.audit.paper_readings):
+                cells.extend((name, eps, PAPER) for eps in self.audit.eps)
         return cells
+
+    def _adds_cells(self, defense: str, table: dict[str, dict[str, Any]]) -> bool:
+        """Whether `table` names overrides for `defense` that the sweep does not already apply
+        (those would repeat the calibrated cells)."""
+        over = table.get(defense)
+        if not over:
+            return False
+        mine = self.overrides_for(defense)
+        return any(k not in mine or mine[k] != v for k, v in over.items())
+
+    def paper_overrides(self, defense: str, eps: float | None) -> dict[str, Any]:
+        """The overrides of a paper cell: the fixed setting (ε None) or the reading at ε."""
+        table = self.audit.paper_settings if eps is None else self.audit.paper_readings
+        return dict(table[defense])
 
     def run_for(self, eps: float | None) -> RunConfig:
         return self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
@@ -579,7 +608,7 @@ class Sweep:
             return run, self.overrides, None
         run, tuned, used = self._tuned(defense, run, eps)
         return run, {**tuned, **self.overrides_for(defense),
-                     **(self.audit.paper_settings[defense] if setting else {})}, used
+                     **(self.paper_overrides(defense, eps) if setting else {})}, used
 
     def run(self) -> dict[str, Any]:
         """Train and attack every cell to (re)compute, then write results.json, timings.json and
@@ -682,7 +711,7 @@ class Sweep:
             train_cell["tuned"] = used
         if setting:
             train_cell.update(epsilon=None, setting=_paper_setting(
-                self.audit.paper_settings[defense], train_cell))
+                self.paper_overrides(defense, eps), train_cell, eps))
         if "train" in todo:
             write_json(folder / "train.json", {**train_cell, "fingerprint": prints["train"]})
         attacks = [a for a in self.audit.attacks if a in todo]
@@ -816,7 +845,7 @@ class Sweep:
         """Which cells ran with tuned values, which values, from where (for the report)."""
         from privbench.tuning import PRIVACY_NOTE
 
-        used = {f"{c['defense']}@{_eps_key(c.get('epsilon'))}": {
+        used = {f"{c['defense']}@{cell_key(c)}": {
                     k: c["tuned"][k] for k in ("run", "defense", "tuned_at_epsilon", "command")}
                 for c in cells if c.get("tuned")}
         return {"source": "privbench/presets/tuned.toml", "cells": used,
@@ -845,18 +874,39 @@ def _read_cell_file(path: Path, schema: Any) -> dict[str, Any]:
 PAPER = "paper"
 
 
+def _cell_key(eps: float | None, setting: str | None) -> str:
+    """A cell's name after "defense@": its ε ("none" without DP), "paper" (a fixed paper
+    setting) or "paper-eps8" (the paper's reading of ε = 8)."""
+    if not setting:
+        return _eps_key(eps)
+    return setting if eps is None else f"{setting}-eps{_eps_key(eps)}"
+
+
+def cell_key(cell: dict[str, Any]) -> str:
+    """`_cell_key` of a cell of results.json."""
+    setting = cell.get("setting") or {}
+    return str(setting["name"]) if setting else _eps_key(cell.get("epsilon"))
+
+
 def _setting_label(eps: float | None, setting: str | None) -> str:
-    return "at the paper's setting" if setting else eps_text(eps)
+    if not setting:
+        return eps_text(eps)
+    return "at the paper's setting" if eps is None else f"at the paper's reading of {eps_text(eps)}"
 
 
-def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
-    """The paper-setting cell's description: its overrides and the ε it composes to."""
+def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any], eps: float | None
+                   ) -> dict[str, Any]:
+    """The paper cell's description: its overrides, the ε the paper reads the run as (None for
+    a fixed setting) and the ε the run composes to."""
     from privbench.results import claimed_eps
 
     knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
                       for k, v in sorted(overrides.items()))
-    return {"name": PAPER, "label": f"paper {knobs}", "overrides": overrides,
-            "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
+    out = {"name": _cell_key(eps, PAPER), "label": f"paper {knobs}", "overrides": overrides,
+           "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
+    if eps is not None:
+        out.update(label=f"paper {knobs}, {eps_text(eps)}", epsilon=eps)
+    return out
 
 
 def _cell_device(name: str) -> torch.device:
@@ -875,15 +925,17 @@ def summary_table(results: dict[str, Any]) -> str:
         iv = attack_interval(c, key)
         return "-" if iv is None else f"[{iv[0]:.2f},{iv[1]:.2f}]"
 
-    head = (f"{'defense':<12} {'eps':>5} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
+    head = (f"{'defense':<12} {'eps':>9} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
             f"{'AUC':>6} {'95% CI':>11} {'TPR@1%':>7} {'95% CI':>11} {'eps_paper':>9} "
             f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  status")
     lines = [head]
     for c in results["cells"]:
-        eps = ("paper" if c.get("setting") else "-" if c.get("epsilon") is None
-               else f"{c['epsilon']:g}")
+        setting = c.get("setting") or {}
+        eps = ("-" if not setting and c.get("epsilon") is None else
+               f"{c['epsilon']:g}" if not setting else
+               "paper" if setting.get("epsilon") is None else f"paper@{setting['epsilon']:g}")
         lines.append(
-            f"{c['defense']:<12} {eps:>5} {f(c.get('accuracy')):>6} "
+            f"{c['defense']:<12} {eps:>9} {f(c.get('accuracy')):>6} "
             f"{f(attack_metric(c, 'psnr'), 1):>6} {f(attack_metric(c, 'ssim')):>6} "
             f"{f(attack_metric(c, 'label_accuracy'), 2):>6} {f(attack_metric(c, 'auc')):>6} "
             f"{ci(c, 'auc'):>11} {f(attack_metric(c, 'tpr_at_1%_fpr')):>7} "
@@ -927,6 +979,7 @@ def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | Non
         inversion_batch_sizes=tuple(p.get("inversion_batch_sizes", ())),
         pool_victims=bool(p.get("pool_victims", False)),
         paper_settings={k: dict(v) for k, v in p.get("paper_settings", {}).items()},
+        paper_readings={k: dict(v) for k, v in p.get("paper_readings", {}).items()},
         defenses=resolve_names(defenses, DEFAULT_DEFENSES, DEFENSES),
         eps=tuple(eps) if eps else tuple(p["eps"]),
         attacks=resolve_names(attacks, tuple(p["attacks"]), ATTACKS),

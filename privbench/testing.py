@@ -60,7 +60,7 @@ def audit(defense: str, eps: float | Sequence[float] = 1.0,
                                    {"attack_config": cfgs})
     # the tiny setting keeps the single-run, single-victim audit its golden baselines measured
     audit_cfg = dataclasses.replace(audit_cfg, inversion_batch_sizes=(), pool_victims=False,
-                                    paper_settings={})
+                                    paper_settings={}, paper_readings={})
     with contextlib.ExitStack() as stack:
         folder = Path(out) if out else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         runner = sweep.Sweep(base, dict(defense_config or {}), audit_cfg, folder / "audit",

@@ -65,7 +65,7 @@ def _plots(results: dict[str, Any]) -> dict[str, Any]:
         "auc": plots.metric_vs_eps(series["auc"], base["auc"], "AUC (best MIA)",
                                    "Membership inference: AUC vs ε", extra["auc"]),
         "sensitivity": plots.sensitivity_traces(
-            [(f"{c['defense']}@{c.get('epsilon')}", c["sensitivity_trace"])
+            [(f"{c['defense']} {where(c)}", c["sensitivity_trace"])
              for c in results.get("cells", [])
              if c.get("sensitivity_trace")]),
     }

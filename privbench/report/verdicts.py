@@ -160,8 +160,10 @@ def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
     paper, cal = claimed_eps(cell, "paper"), claimed_eps(cell, "calibrated")
     if private and paper is not None and cal is not None and \
             paper < cal * (1 - UNDER_REPORT_MARGIN):
+        measured = (f"; an attack here certifies ε ≥ {fmt_num(emp)}, above the paper's ε"
+                    if emp is not None and emp > paper else "")
         findings.append({"level": "under_reports", "evidence": f"{here}: the paper's ε "
-                         f"{fmt_num(paper)} is below the rigorous ε {fmt_num(cal)}",
+                         f"{fmt_num(paper)} is below the rigorous ε {fmt_num(cal)}{measured}",
                          "fix": "report (and calibrate noise with) the rigorous accountant"})
     leaks = set(uncovered_leaks(cell)) if private else set()
     for name, psnr, uses in _inversion_hits(cell):

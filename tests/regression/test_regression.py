@@ -60,7 +60,7 @@ def run_suite(out: Path, defenses: tuple[str, ...], overrides: dict | None = Non
     # `privbench.testing.audit` does): the quick preset's batch-1/4 inversion views, pooled
     # victims and paper settings are the default audit's, not this tiny setting's
     cfg = dataclasses.replace(cfg, inversion_batch_sizes=(), pool_victims=False,
-                              paper_settings={})
+                              paper_settings={}, paper_readings={})
     return sweep.Sweep(base, dict(overrides or {}), cfg, out, progress=False).run()
 
 

@@ -57,6 +57,19 @@ def test_each_level_and_its_evidence():
     assert cell_verdict(_cell(None, {"mia": _mia(0.8)}))["level"] == "reference"
 
 
+def test_under_reporting_names_an_attack_that_already_exceeds_the_papers_eps():
+    """The paper's ε 1 against a rigorous 1e6: a canary certifying ε >= 4.19 (within the
+    rigorous ε, so no violation) is named as measured evidence; one certifying less is not."""
+    above = cell_verdict(_cell(None, {"canary": _mia(0.5, emp=4.19)},
+                               privacy=_privacy(1.03e6, paper=1.0)))
+    under = [f for f in above["findings"] if f["level"] == "under_reports"]
+    assert above["level"] == "under_reports" and len(under) == 1
+    assert "an attack here certifies ε ≥ 4.19, above the paper's ε" in under[0]["evidence"]
+    below = cell_verdict(_cell(None, {"canary": _mia(0.5, emp=0.6)},
+                               privacy=_privacy(1.03e6, paper=1.0)))
+    assert "certifies" not in below["findings"][0]["evidence"]
+
+
 def test_the_worst_cell_wins_whatever_the_order():
     cells = [_cell(1.0, {"mia": _mia(0.7, emp=1.6)}),               # violates
              _cell(8.0, {"mia": _mia(0.62, emp=0.5)}),              # leaks within
