@@ -914,6 +914,15 @@ def _cell_device(name: str) -> torch.device:
     return torch.device("cpu") if name == "cpu" else resolve_device(name)
 
 
+def _eps_column(cell: dict[str, Any]) -> str:
+    """A summary row's ε: "1", "-" (no DP), "paper" (a fixed paper setting) or "paper@8" (the
+    paper's reading of ε = 8)."""
+    setting = cell.get("setting") or {}
+    if setting:
+        return "paper" if setting.get("epsilon") is None else f"paper@{setting['epsilon']:g}"
+    return "-" if cell.get("epsilon") is None else f"{cell['epsilon']:g}"
+
+
 def summary_table(results: dict[str, Any]) -> str:
     """The terminal summary: one row per (defense, ε)."""
     from privbench.results import attack_interval, attack_metric, claimed_eps, fmt_num
@@ -930,10 +939,7 @@ def summary_table(results: dict[str, Any]) -> str:
             f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  status")
     lines = [head]
     for c in results["cells"]:
-        setting = c.get("setting") or {}
-        eps = ("-" if not setting and c.get("epsilon") is None else
-               f"{c['epsilon']:g}" if not setting else
-               "paper" if setting.get("epsilon") is None else f"paper@{setting['epsilon']:g}")
+        eps = _eps_column(c)
         lines.append(
             f"{c['defense']:<12} {eps:>9} {f(c.get('accuracy')):>6} "
             f"{f(attack_metric(c, 'psnr'), 1):>6} {f(attack_metric(c, 'ssim')):>6} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 from typing import Any
 
 import matplotlib
@@ -18,6 +19,25 @@ from privbench.results import fmt_num
 # Labels are names from results files (defenses, attacks): show them as written, never parse
 # `$...$` in them as mathtext (a name like "a$b" would otherwise fail to render).
 matplotlib.rcParams["text.parse_math"] = False
+
+
+def _plain_log_axis(axis: Any) -> None:
+    """Label a log axis's decades as plain numbers ("0.01", "1e+05"): its default labels are
+    mathtext, which `text.parse_math = False` would print raw ("$\\mathdefault{10^{-2}}$")."""
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def _upright_if_crowded(fig: Any, ax: Any) -> None:
+    """Turn the x tick labels upright when side by side they would overlap (composed ε of paper
+    settings lie close together on a log axis: 2.52e+05, 1.03e+06)."""
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+    if any(a.overlaps(b) for a, b in itertools.pairwise(boxes)):
+        ax.tick_params(axis="x", labelrotation=90)
+
+
+BASELINE_STYLES = [(0, (5, 2)), (0, (1, 1)), (0, (6, 2, 1, 2)), (0, (2, 2))]
 
 
 def _png(fig: Any) -> str:
@@ -46,11 +66,12 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     for name, (x, y) in sorted(extra.items()):
         ax.plot([x], [y], marker="*", markersize=10, linestyle="none", label=name)
         ticks.add(x)
-    for name, value in sorted(baselines.items()):
-        if value is not None and np.isfinite(value):
-            ax.axhline(value, linestyle="--", color="grey", linewidth=1)
-            ax.annotate(f"{name} (no DP)", (0.01, value), xycoords=("axes fraction", "data"),
-                        fontsize=7, color="grey", va="bottom")
+    # baselines in the legend (side-by-side annotations overlap when their values are close)
+    shown = [(n, v) for n, v in sorted(baselines.items()) if v is not None and np.isfinite(v)]
+    for k, (name, value) in enumerate(shown):
+        ax.axhline(value, linestyle=BASELINE_STYLES[k % len(BASELINE_STYLES)],
+                   color="dimgrey" if k % 2 == 0 else "darkgrey", linewidth=1.2,
+                   label=f"{name} (no DP)")
     ax.set_xscale("log")
     if ticks:
         ax.set_xticks(sorted(ticks), [fmt_num(t).removesuffix(".00") for t in sorted(ticks)])
@@ -61,6 +82,7 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _upright_if_crowded(fig, ax)
     return _png(fig)
 
 
@@ -94,6 +116,8 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
     ax.set_yscale("log")
     ax.set_xlim(lo, 1)
     ax.set_ylim(lo, 1.05)
+    _plain_log_axis(ax.xaxis)
+    _plain_log_axis(ax.yaxis)
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
     ax.set_title(title, fontsize=10)
@@ -154,6 +178,7 @@ def sensitivity_traces(traces: list[tuple[str, dict[str, Any]]]) -> str | None:
             ax.plot(t[below], np.where(real[below] > 0, real[below], np.nan), "x",
                     color="crimson", label=f"{label}: estimate < real")
     ax.set_yscale("log")
+    _plain_log_axis(ax.yaxis)
     ax.set_xlabel("round")
     ax.set_ylabel("L1 sensitivity")
     ax.set_title("Sensitivity estimate vs real, per round", fontsize=10)
