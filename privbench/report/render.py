@@ -195,7 +195,7 @@ def _config_shown(results: dict[str, Any]) -> dict[str, Any]:
     cfg = json.loads(json.dumps(results.get("config", {})))
     run = cfg.get("run")
     if isinstance(run, dict) and "epsilon" in run:
-        run["epsilon"] = "per cell: " + ", ".join(dict.fromkeys(
+        run["epsilon"] = "per cell: " + "; ".join(dict.fromkeys(  # labels hold commas
             where(c) for c in results.get("cells", []) if c.get("privacy")))
     return cfg
 

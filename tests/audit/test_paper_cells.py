@@ -80,3 +80,13 @@ def test_paper_reading_cells_are_named_apart_in_verdicts_and_the_summary(defl_vp
     assert [v["level"] for v in per[2:]] == ["under_reports", "under_reports"]
     rows = [line.split()[1] for line in sweep.summary_table(defl_vp_results).splitlines()[1:]]
     assert rows == ["1", "8", "paper@1", "paper@8"]
+
+
+def test_the_reports_configuration_lists_each_cells_eps_apart(defl_vp_results):
+    """The base run's ε (the last of the grid) is no cell's ε; the page lists every cell's,
+    separated so that a label's own comma cannot merge two cells."""
+    from privbench.report.render import _config_shown
+
+    shown = _config_shown(defl_vp_results)["run"]["epsilon"]
+    assert shown == ("per cell: ε=1; ε=8; paper eps_mode = per_coordinate, ε=1; "
+                     "paper eps_mode = per_coordinate, ε=8")
