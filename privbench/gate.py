@@ -164,7 +164,8 @@ def _exact_tpr(att: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
 
 
 def cell_label(cell: dict[str, Any]) -> str:
-    """defense@ε (or defense@no-DP, defense@paper)."""
+    """defense@ε (or defense@no-DP, defense@paper at a fixed paper setting, defense@paper-eps8
+    at the paper's reading of ε = 8)."""
     eps, setting = cell.get("epsilon"), cell.get("setting")
     if setting:
         return f"{cell['defense']}@{setting.get('name', 'paper')}"

@@ -902,11 +902,10 @@ def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any], eps: float |
 
     knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
                       for k, v in sorted(overrides.items()))
-    out = {"name": _cell_key(eps, PAPER), "label": f"paper {knobs}", "overrides": overrides,
+    label = f"paper {knobs}" if eps is None else f"paper {knobs}, {eps_text(eps)}"
+    out = {"name": _cell_key(eps, PAPER), "label": label, "overrides": overrides,
            "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
-    if eps is not None:
-        out.update(label=f"paper {knobs}, {eps_text(eps)}", epsilon=eps)
-    return out
+    return out if eps is None else {**out, "epsilon": eps}
 
 
 def _cell_device(name: str) -> torch.device:

@@ -15,10 +15,9 @@ from privbench.results import claimed_eps
 from privbench.testing import TINY_RUN
 
 
-def _sweep(tmp_path, defenses, overrides=None, attacks=("mia_threshold",), **run):
-    base = replace_checked(RunConfig(), {**TINY_RUN, "rounds": 4, "eval_every": 4, **run},
-                           where="run")
-    audit = sweep.audit_config("quick", list(defenses), [1.0, 8.0], list(attacks), None, {})
+def _sweep(tmp_path, defenses, overrides=None):
+    base = replace_checked(RunConfig(), {**TINY_RUN, "rounds": 4, "eval_every": 4}, where="run")
+    audit = sweep.audit_config("quick", list(defenses), [1.0, 8.0], ["mia_threshold"], None, {})
     audit = dataclasses.replace(audit, inversion_batch_sizes=(), pool_victims=False)
     return sweep.Sweep(base, dict(overrides or {}), audit, tmp_path / "audit", progress=False)
 
