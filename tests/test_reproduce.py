@@ -528,6 +528,11 @@ def test_verdicts():
     assert verdict_at([-2.0, -3.0, -2.5]) == "fails"
     assert verdict_at([5.0, -4.0, 1.0]) == "unresolved"
     assert verdict_at([9.0]) == "unresolved"
+    # two pairs are never called, however far apart (the sd has one degree of freedom); a third
+    # of the same size is
+    assert verdict_at([3.0, 3.1]) == "unresolved"
+    assert verdict_at([-3.0, -3.1]) == "unresolved"
+    assert verdict_at([3.0, 3.1, 3.2]) == "holds"
     assert claim_verdict(["holds", "holds"]) == "reproduced"
     assert claim_verdict(["holds", "fails"]) == "partly"
     assert claim_verdict(["unresolved", "fails"]) == "refuted"
