@@ -926,7 +926,9 @@ def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
                    help="quick (minutes on a CPU, default) or paper (papers' scale)")
     p.add_argument("--messages", help="attack a message log written by `privbench train --out`")
     p.add_argument("--out", help="output folder (default reports/<run-name>)")
-    p.add_argument("--run-name", dest="run_name", help="run name (default audit-<preset>)")
+    p.add_argument("--run-name", dest="run_name",
+                   help="run name (default: audit-quick for the quick preset, audit-paper for "
+                        "the paper one; with --messages, audit-LOG for a log folder LOG)")
     p.add_argument("--resume", nargs="?", const="check", choices=["check", "rerun-stale"],
                    help="reuse the cells already in --out whose fingerprint (config, data, "
                         "versions, threads) matches; a stale cell is an error naming what "

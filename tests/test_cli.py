@@ -107,6 +107,11 @@ def test_attack_help_shows_the_presets_run_values(capsys):
     text = " ".join(capsys.readouterr().out.split())
     quick = PRESETS["quick"]["run"]
     assert f"{quick['nodes']} in quick" in text and f"{quick['rounds']} in quick" in text
+    # Every marked default is filled with preset values; a help text that merely contains the
+    # marker (as --run-name's "audit-<preset>" once did) must not be mangled into "the preset's: )".
+    assert re.findall(r"the preset's: \S", text) and "the preset's: )" not in text
+    unwrapped = re.sub(r"-\s+", "-", text)  # argparse wraps lines after hyphens
+    assert "default: audit-quick for the quick preset, audit-paper for the paper one" in unwrapped
 
 
 def test_a_diverged_train_exits_nonzero_and_says_in_which_round(tmp_path, capsys):
