@@ -117,13 +117,19 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
     if worst <= claim * (1 + 1e-6):
         return None
     check = real[0].get("sensitivity_check") or {}
-    why = (f"the sensitivity estimate fell below the real one in "
-           f"{check.get('estimate_below_real', '?')} rounds")
+    below = _rounds(check, "estimate_below_real")
+    why = f"the sensitivity estimate fell below the real one in {below}"
     if check.get("non_finite_count"):
-        why += f", {check['non_finite_count']} rounds non-finite"
+        why += f", {_rounds(check, 'non_finite_count')} non-finite"
         cause = noise_feedback_text(real)  # non-finite already checked: self_feeding's case
         why += f"; {cause}" if cause else ""
     return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
+
+
+def _rounds(check: dict[str, Any], key: str) -> str:
+    """'1 round', 'N rounds', or '? rounds' when the privacy report lacks the count."""
+    n = check.get(key, "?")
+    return f"{n} round" if n == 1 else f"{n} rounds"
 
 
 def self_feeding(cell: dict[str, Any]) -> str | None:
