@@ -36,13 +36,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _PresetHelp(argparse.HelpFormatter):
-    """Help of `attack`: a default marked PRESET_DEFAULT is the presets' run value (read only
-    when help is printed, so parsing never imports the sweep and torch)."""
+    """Help of `attack`: a default marked PRESET_DEFAULT is the presets' run value (from
+    `privbench.audit_presets`, plain data: the help imports neither the sweep nor torch)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and PRESET_DEFAULT in text:
-            from privbench.sweep import PRESETS
+            from privbench.audit_presets import PRESETS
 
             vals = ", ".join(f"{p['run'][action.dest]} in {name}"
                              for name, p in PRESETS.items() if action.dest in p["run"])

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from privbench import fingerprint as fp
+from privbench.audit_presets import DEFAULT_DEFENSES, PRESETS  # plain data, no torch
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data import recording_sampling
 from privbench.device import machine_kind, resolve_device
@@ -53,48 +54,6 @@ from privbench.results import (
 from privbench.runner import Built, build, check_split, environment, structure, train_result
 from privbench.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.threat import PLACEMENTS, THREATS, ThreatModel, is_threat, observe, threat_for
-
-# The default grid: the non-private baselines and the five papers' algorithms (their variants
-# and ablations are registered too and run with `--defense all` or by name).
-DEFAULT_DEFENSES = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp", "dyn_d2p", "partpsp", "dpdl")
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # A few minutes on 2 CPU cores: small graph, short training, fast attack settings.
-    "quick": {
-        "run": {"model": "mlp", "nodes": 6, "rounds": 60, "eval_every": 60, "batch_size": 16,
-                "lr": 0.2, "delta": 1e-5, "holdout": 0.5},
-        "eps": (1.0, 8.0),
-        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message", "canary"),
-        "attack_config": {"geiping": {"steps": 300}, "idlg": {"adam_steps": 300}},
-        "inversion_rounds": (1,),
-        "reference_models": 4,
-        # The victim's released gradient of a batch of 1 and of 4 (the regime where inversion
-        # recovers recognisable images), each from the same defense at the same ε and length.
-        "inversion_batch_sizes": (1, 4),
-        # Membership candidates of every node pooled (holdout 0.5: 120 members and 120
-        # non-members per node on digits, 720 + 720 over 6 nodes, enough for TPR at 1% FPR).
-        "pool_victims": True,
-        "paper_settings": {"partpsp": {"b": 5.0}},
-        # DeFL-VP as its paper reads ε (per coordinate per round, Alg. 3) at each ε of the grid,
-        # beside its calibrated cells (whole run), with the ε that reading composes to.
-        "paper_readings": {"defl_vp": {"eps_mode": "per_coordinate"}},
-    },
-    # Closer to the papers' scale: longer training, the full attack set, a wider ε grid.
-    "paper": {
-        "run": {"model": "mlp", "nodes": 10, "rounds": 500, "eval_every": 100, "batch_size": 32,
-                "lr": 0.2, "delta": 1e-5},
-        "eps": (0.5, 1.0, 2.0, 4.0, 8.0),
-        "attacks": ("dlg", "idlg", "geiping", "mia_threshold", "lira", "rmia", "mia_message",
-                    "canary"),
-        "attack_config": {},
-        "inversion_rounds": (1, 10),
-        "reference_models": 16,
-        "inversion_batch_sizes": (1, 4),
-        "pool_victims": True,
-        "paper_settings": {"partpsp": {"b": 5.0}},
-        "paper_readings": {"defl_vp": {"eps_mode": "per_coordinate"}},
-    },
-}
 
 
 @dataclass(frozen=True)

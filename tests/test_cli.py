@@ -84,7 +84,7 @@ def test_python_dash_m_entry_point_and_exit_code():
 def test_help_and_version_do_not_import_torch():
     code = ("import sys\n"
             "from privbench.cli import main\n"
-            "for argv in (['--help'], ['--version'], ['train', '--help']):\n"
+            "for argv in (['--help'], ['--version'], ['train', '--help'], ['attack', '--help']):\n"
             "    try:\n"
             "        main(argv)\n"
             "    except SystemExit as exc:\n"
