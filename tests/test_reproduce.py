@@ -20,6 +20,14 @@ from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
 from privbench.reproduce.table import UNTESTED, claim_verdict, render, summary_row, verdict_at
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
+# Re-makes of a committed table in progress (another code version or machine), kept apart from
+# the tables the README and the summary quote until they are whole.
+REMAKES = REPORTS.parent / "remake"
+
+
+def committed_runs_files() -> list[Path]:
+    """Every committed runs.jsonl: the tables under reports/reproduce, then the re-makes."""
+    return sorted(REPORTS.rglob(RUNS_FILE)) + sorted(REMAKES.rglob(RUNS_FILE))
 
 
 def _tiny(lr: float = 0.2, rounds: int = 3):
@@ -546,7 +554,7 @@ def test_verdicts():
 
 def test_committed_tables_re_render_byte_for_byte(tmp_path, capsys):
     load()
-    folders = sorted(p.parent for p in REPORTS.rglob(RUNS_FILE))
+    folders = [p.parent for p in committed_runs_files()]
     assert folders, f"no committed reproduction under {REPORTS}"
     for k, folder in enumerate(folders):
         out = tmp_path / str(k)
@@ -565,11 +573,34 @@ def test_every_committed_run_is_of_its_grid_as_the_code_declares_it_now(tmp_path
     made with the setting its reproduction's scale gives that run today (a step size or a
     defense value changed in the code without re-running fails here, naming the field)."""
     load()
-    for k, path in enumerate(sorted(REPORTS.rglob(RUNS_FILE))):
+    for k, path in enumerate(committed_runs_files()):
         lines = read_runs(path)
         repro = REPRODUCTIONS.get(lines[0]["reproduction"])
         scale = repro.scale(lines[0]["scale"])
         assert runs_mod.merge(repro, scale, [path], tmp_path / str(k)) == (len(lines), 0), path
+
+
+def test_a_remake_holds_lines_of_a_committed_table_made_by_a_named_code_and_machine():
+    """A re-make in progress (reports/remake/PAPER[/SCALE]) holds the same runs as its committed
+    table, key for key (the same fingerprint: configuration, data, seed), each line naming the
+    code and the kind of machine that made it, so that it can be compared and later replace
+    the committed lines."""
+    load()
+    paths = sorted(REMAKES.rglob(RUNS_FILE))
+    if not paths:
+        pytest.skip(f"no re-make in progress under {REMAKES}")
+    for path in paths:
+        lines = read_runs(path)
+        repro = REPRODUCTIONS.get(lines[0]["reproduction"])
+        scale = repro.scale(lines[0]["scale"])
+        own = "" if scale == repro.scales[0] else scale.name
+        assert path.parent == REMAKES / repro.name / own if own else REMAKES / repro.name, path
+        committed = {(r["method"], r["eps"], r["seed"]): r["fingerprint"]
+                     for r in read_runs(REPORTS / repro.name / own / RUNS_FILE)}
+        for line in lines:
+            key = (line["method"], line["eps"], line["seed"])
+            assert committed.get(key) == line["fingerprint"], (path, key)
+            assert line.get("code") and line.get("machine"), (path, key)
 
 
 def test_the_readme_quotes_the_committed_tables():
