@@ -381,6 +381,7 @@ def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
 
 def _finish_sweep(runner: Any, out: Path) -> int:
     from privbench import sweep
+    from privbench.report.verdicts import verdict_summary
 
     results = runner.run()
     if runner.resume:
@@ -390,6 +391,7 @@ def _finish_sweep(runner: Any, out: Path) -> int:
               f"({st.get('missing', 0)} missing, {st.get('stale', 0)} stale, "
               f"{st.get('damaged', 0)} damaged)")
     print(sweep.summary_table(results))
+    print(verdict_summary(results))
     _print_tuned(results)
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
     return 0

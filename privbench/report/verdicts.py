@@ -226,3 +226,15 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out[name] = {"level": level, "title": TITLES[level], "private": private, "cells": per,
                      "reasons": reasons or [f["evidence"] for f in found]}
     return out
+
+
+def verdict_summary(results: dict[str, Any]) -> str:
+    """The terminal's verdict block: one line per defense, its level and the finding that set
+    it (the most severe, with its fix), and how many more findings the report lists."""
+    lines = ["verdicts (per defense, its most severe cell; every finding in index.html):"]
+    for name, v in verdicts(results).items():
+        more = len(v["reasons"]) - 1
+        tail = f" (+{more} more finding{'s' if more != 1 else ''})" if more > 0 else ""
+        lines.append(f"  {name}: {v['title']} — {v['reasons'][0]}{tail}")
+    return "\n".join(lines)
+

@@ -71,6 +71,18 @@ def test_summary_table_agrees_with_results(audit_dir, capsys):
         assert row[6] == ("-" if auc is None else f"{auc:.3f}")
 
 
+def test_the_terminal_gives_each_defenses_verdict_as_the_report_does(audit_dir, capsys):
+    from privbench.report.verdicts import verdicts
+
+    tmp, out = audit_dir
+    assert _audit(tmp, out, "--resume") == 0
+    printed = capsys.readouterr().out
+    res = json.loads((out / "results.json").read_text())
+    assert "verdicts (per defense, its most severe cell; every finding in index.html):" in printed
+    for name, v in verdicts(res).items():  # the non-private baselines: references
+        assert f"\n  {name}: {v['title']} — {v['reasons'][0]}" in printed
+
+
 def test_resume_recomputes_only_missing_cells_and_matches(audit_dir, tmp_path):
     tmp, out = audit_dir
     copy = tmp_path / "run"  # same run name, another folder

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from privbench.report import bounds
-from privbench.report.verdicts import cell_verdict, verdicts
+from privbench.report.verdicts import cell_verdict, verdict_summary, verdicts
 from privbench.results import auc_interval, claimed_for_audit, fmt_num
 
 MODEL = {"name": "model", "covered": True, "data_dependent": True}
@@ -81,6 +81,16 @@ def test_the_worst_cell_wins_whatever_the_order():
         seen.add((v["level"], tuple(v["reasons"])))
     assert seen == {(next(iter(seen))[0], next(iter(seen))[1])}
     assert next(iter(seen))[0] == "violates"
+
+
+def test_the_terminal_line_leads_with_the_finding_that_set_the_verdict():
+    cells = [_cell(8.0, {"mia": _mia(0.62, emp=0.5)}), _cell(1.0, {"mia": _mia(0.7, emp=1.6)})]
+    lines = verdict_summary({"cells": cells}).splitlines()
+    assert len(lines) == 2 and lines[1].startswith("  d: violates its guarantee — ε=1: ")
+    more = len(verdicts({"cells": cells})["d"]["reasons"]) - 1  # ε=1's AUC and ε=8's leak
+    assert " — fix: " in lines[1] and more == 2 and lines[1].endswith("(+2 more findings)")
+    one = verdict_summary({"cells": cells[:1]}).splitlines()[1]
+    assert one.startswith("  d: leaks within its guarantee — ε=8: ") and "more finding" not in one
 
 
 def test_the_worst_attack_wins_whatever_the_order_within_a_cell():
