@@ -4,8 +4,7 @@ For each registered private defense at the quick preset's settings
 (privbench/audit_presets.py PRESETS["quick"]: 6 nodes, 60 rounds, batch 16, delta 1e-5, the
 default dataset) and epsilon in {1, 8}, the trainer is built (which calibrates its noise), the
 noise it will DRAW is read off the trainer (per-step noise std / clip bound, per-node sampling
-rate), and its epsilon is recomputed without
-privbench's accounting code:
+rate), and its epsilon is recomputed without privbench's accounting code:
 
 - Gaussian defenses accounted with PLD by privbench (DP-SGP, ADP-VRSGP, the Dyn-D2P family):
   Opacus's PRV accountant (its upper bound, eps_error 1e-3) on the exact, un-bucketed schedule;

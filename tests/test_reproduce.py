@@ -594,7 +594,7 @@ def test_a_remake_holds_lines_of_a_committed_table_made_by_a_named_code_and_mach
         repro = REPRODUCTIONS.get(lines[0]["reproduction"])
         scale = repro.scale(lines[0]["scale"])
         own = "" if scale == repro.scales[0] else scale.name
-        assert path.parent == REMAKES / repro.name / own if own else REMAKES / repro.name, path
+        assert path.parent == REMAKES / repro.name / own, path  # own "": the paper's folder
         committed = {(r["method"], r["eps"], r["seed"]): r["fingerprint"]
                      for r in read_runs(REPORTS / repro.name / own / RUNS_FILE)}
         for line in lines:
