@@ -347,24 +347,38 @@ class DeFLVP(Trainer):
 
     def _epoch_pseudo_gradient(self, t: int, x: Tensor) -> Tensor:
         """G2: one epoch of momentum SGD from x over each node's members, g = (x - x̂) / eta_l."""
-        ctx, cfg = self.ctx, self.cfg
-        data, b = ctx.data, ctx.run.batch_size
-        perm, members = ctx.draw_epoch(t)  # (n, M) each, padding slots last
+        data, b = self.ctx.data, self.ctx.run.batch_size
+        perm, members = self.ctx.draw_epoch(t)  # (n, M) each, padding slots last
         x_hat, buf = x.clone(), torch.zeros_like(x)  # (n, d) each; buffer reset every round
         for s in range(self.epoch_steps):
             cols = slice(s * b, (s + 1) * b)
             mask = members[:, cols]  # (n, B') real samples
             xb, yb = data.gather(perm[:, cols])
-            gs = batch_grads(ctx.fm, x_hat, xb, yb, mask)  # (n, d), a fresh tensor
-            if cfg.weight_decay:  # (adding 0 * x_hat would change nothing but the time)
-                gs.add_(cfg.weight_decay * x_hat)
-            # In place, the same operations in the same order (bit-identical to the out-of-place
-            # form): up to 206 steps a round on (n, d) = 16.6 M floats for the CNN, where the
-            # out-of-place form allocated six such tensors a step, this one.
-            buf.mul_(cfg.local_momentum).add_(gs)
-            active = mask.any(dim=1).to(x.dtype)[:, None]  # (n, 1) epoch not finished
-            x_hat.sub_(cfg.local_lr * active * buf)
-        return (x - x_hat) / cfg.local_lr
+            live = mask.any(dim=1)  # (n,) nodes whose epoch has not ended (padding is last)
+            if bool(live.all()):
+                self._momentum_step(x_hat, buf, xb, yb, mask)
+                continue
+            # A node whose epoch has ended stops moving: step only the others, on copies of
+            # their rows (k, d), so the step's (n, d) passes shrink as the nodes finish.
+            rows = live.nonzero().squeeze(1)  # (k,)
+            xh, bf = x_hat[rows], buf[rows]
+            self._momentum_step(xh, bf, xb[rows], yb[rows], mask[rows])
+            x_hat[rows], buf[rows] = xh, bf
+        return (x - x_hat) / self.cfg.local_lr
+
+    def _momentum_step(self, x_hat: Tensor, buf: Tensor, xb: Tensor, yb: Tensor,
+                       mask: Tensor) -> None:
+        """One momentum-SGD step of the rows of x_hat and buf (k, d), in place, on their batches
+        xb (k, B, ...), yb (k, B) with real samples mask (k, B)."""
+        cfg = self.cfg
+        gs = batch_grads(self.ctx.fm, x_hat, xb, yb, mask)  # (k, d), a fresh tensor
+        if cfg.weight_decay:  # (adding 0 * x_hat would change nothing but the time)
+            gs.add_(cfg.weight_decay * x_hat)
+        # In place (the same values as the out-of-place form): up to 206 steps a round on
+        # (n, d) = 16.6 M floats for the CNN, where the out-of-place form allocated six such
+        # tensors a step.
+        buf.mul_(cfg.local_momentum).add_(gs)
+        x_hat.sub_(cfg.local_lr * buf)
 
     def _count_bytes(self, t: int) -> None:
         """Wire bytes (card A23): float32 dense x and h, rand-k q as k int32 + k float32."""

@@ -11,7 +11,10 @@ Used by `privbench bench engine`; every method computes the same update (tested 
   first backward, the clipped sum in a second), looped over the nodes;
 * `func_per_node`: `torch.func` per-sample gradients of one node at a time (vmap(grad)), clip,
   sum: the per-node loop of functorch code;
-* `floor`: non-private batched gradients of the same samples (no per-sample work);
+* `floor`: non-private batched gradients of the same samples (no per-sample work;
+  `engine.batch_grads`, which loops over the nodes of a conv model on the CPU);
+* `floor_vmap`: the same gradients in one vmap over the nodes (`engine.vmapped_batch_grads`,
+  what `floor` runs on a GPU or for a model without convolutions);
 * `naive_loop`: a labelled reference only: a forward/backward per node and per sample.
 
 Opacus is an optional dependency (`pip install -e ".[bench]"`); without it its methods are
@@ -30,7 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from privbench.engine import batch_grads, clipped_grad_sum, vmap_clipped_sum
+from privbench.engine import (
+    batch_grads,
+    clipped_grad_sum,
+    vmap_clipped_sum,
+    vmapped_batch_grads,
+)
 from privbench.models import FlatModel
 
 LR = 0.1
@@ -78,6 +86,14 @@ def round_floor(inp: RoundInputs) -> Tensor:
     """Non-private: batched mean gradients, no per-sample work."""
     with torch.no_grad():
         return inp.p @ (inp.params - LR * batch_grads(inp.fm, inp.params, inp.x, inp.y))
+
+
+def round_floor_vmap(inp: RoundInputs) -> Tensor:
+    """Non-private, every node in one vmap (the floor's path on a GPU)."""
+    mask = torch.ones(inp.y.shape, dtype=torch.bool, device=inp.y.device)
+    with torch.no_grad():
+        return inp.p @ (inp.params - LR * vmapped_batch_grads(inp.fm, inp.params, inp.x, inp.y,
+                                                               mask))
 
 
 def round_naive_loop(inp: RoundInputs) -> Tensor:
@@ -183,6 +199,7 @@ METHODS: dict[str, Method] = {
                            opacus_missing),
     "func_per_node": Method("torch.func, per node", round_func_per_node),
     "floor": Method("non-private floor", round_floor),
+    "floor_vmap": Method("non-private floor, one vmap", round_floor_vmap),
     "naive_loop": Method("naive loop (reference only)", round_naive_loop),
 }
 OPACUS_METHODS = ("opacus_hooks", "opacus_ghost")

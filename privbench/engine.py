@@ -173,12 +173,54 @@ def batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
             out[live] = batch_grads(fm, params[live], x[live], y[live], mask[live])
         return out
 
+    if params.device.type == "cpu" and fm.convolutional:
+        return looped_batch_grads(fm, params, x, y, mask)
+    return vmapped_batch_grads(fm, params, x, y, mask)
+
+
+def _masked_mean_loss(fm: FlatModel, p: dict[str, Tensor], xb: Tensor, yb: Tensor,
+                      mb: Tensor) -> Tensor:
+    """Mean cross-entropy over the real samples (mb (B,) True) of one row's batch xb (B, ...)."""
+    per = F.cross_entropy(functional_call(fm.module, p, (xb,)), yb, reduction="none")  # (B,)
+    w = mb.to(per.dtype)
+    return (per * w).sum() / w.sum().clamp(min=1.0)
+
+
+def vmapped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
+                        mask: Tensor) -> Tensor:
+    """`batch_grads` of every row in one `vmap(grad)` call: params (m, d) -> (m, d)."""
+
     def loss(p: dict[str, Tensor], xb: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
-        per = F.cross_entropy(functional_call(fm.module, p, (xb,)), yb, reduction="none")  # (B,)
-        w = mb.to(per.dtype)
-        return (per * w).sum() / w.sum().clamp(min=1.0)
+        return _masked_mean_loss(fm, p, xb, yb, mb)
 
     return _dict_to_rows(fm, vmap(grad(loss))(rows_to_dict(fm, params), x, y, mask), lead=1)
+
+
+def looped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
+                       mask: Tensor) -> Tensor:
+    """`batch_grads` one row at a time, in channels-last layout: params (m, d) -> (m, d).
+
+    The engine's one loop over nodes, taken for convolutional models on the CPU only (by
+    `batch_grads`): there `vmap` over m stacked conv weights becomes one grouped convolution
+    (groups = m), which oneDNN runs slower than m ordinary channels-last convolutions (the
+    FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: README "Performance";
+    `privbench bench engine --method floor,floor_vmap`). A row's step takes tens of
+    milliseconds, so the loop's own cost is nothing. The same loss as `vmapped_batch_grads`,
+    equal to float rounding (tests/test_engine.py); on a GPU the vmap stays.
+    """
+    cl = torch.channels_last
+    out = torch.empty_like(params)
+    for i in range(params.shape[0]):
+        # detached leaves, 4-d conv weights copied to channels-last (the layout oneDNN runs best)
+        p = {s.name: params[i, s.start:s.stop].detach().view(s.shape) for s in fm.specs}
+        p = {k: (v.contiguous(memory_format=cl) if v.dim() == 4 else v).requires_grad_()
+             for k, v in p.items()}
+        xb = x[i].contiguous(memory_format=cl) if x[i].dim() == 4 else x[i]  # (B, C, H, W)
+        with torch.enable_grad():  # a caller's no_grad must not stop it (as torch.func.grad)
+            grads = torch.autograd.grad(_masked_mean_loss(fm, p, xb, y[i], mask[i]),
+                                        list(p.values()))
+        out[i] = torch.cat([g.reshape(-1) for g in grads])  # reshape: the logical (flat) order
+    return out
 
 
 def clip_l2(g: Tensor, bound: Tensor | float) -> tuple[Tensor, Tensor]:

@@ -159,6 +159,8 @@ class FlatModel:
             self.specs.append(ParamSpec(name, tuple(p.shape), start, start + p.numel()))
             start += p.numel()
         self.d = start
+        # on the CPU the engine's non-private batch step loops over the nodes of a conv model
+        self.convolutional = any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
 
     def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
         """(d,) -> {name: tensor of the parameter's shape} (views, vmap-friendly)."""

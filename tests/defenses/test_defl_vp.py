@@ -233,12 +233,17 @@ def test_dfl_vr_message_is_the_corrected_gradient():
     assert torch.allclose(qs[1], gs[1] - h1 + w @ h1, atol=1e-6)
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 1e-3])
-def test_local_epoch_is_the_momentum_recursion_bit_for_bit(weight_decay, monkeypatch):
-    """G2 (card §1.3) updates its local copy in place for speed; it must compute exactly the
-    out-of-place recursion buf = m buf + g + wd x̂, x̂ -= lr active buf, and leave x alone."""
-    built = build(_run(1), "defl_vp", {"weight_decay": weight_decay}, policy=RecordPolicy.none())
+@pytest.mark.parametrize(("weight_decay", "model"), [(0.0, "mlp"), (1e-3, "mlp"), (0.0, "cnn")])
+def test_local_epoch_is_the_momentum_recursion_bit_for_bit(weight_decay, model, monkeypatch):
+    """G2 (card §1.3) updates its local copy in place, and only the rows of nodes whose epoch
+    is still running, for speed; it must compute exactly the out-of-place recursion over every
+    node, buf = m buf + g + wd x̂, x̂ -= lr active buf, and leave x alone. Unequal node sizes
+    (Dirichlet), so that nodes finish their epochs at different steps."""
+    run = _run(1, partition="dirichlet", alpha=0.3, max_per_node=None, batch_size=64, model=model)
+    built = build(run, "defl_vp", {"weight_decay": weight_decay}, policy=RecordPolicy.none())
     tr, ctx, cfg = built.trainer, built.ctx, built.trainer.cfg
+    steps = (ctx.data.counts + run.batch_size - 1) // run.batch_size  # (n,) each node's epoch
+    assert int(steps.min()) < int(steps.max())  # the partial-row path runs
     perm, members = ctx.draw_epoch(0)
     monkeypatch.setattr(ctx, "draw_epoch", lambda t: (perm, members))  # one pass for both
     x = tr.x + 0.01 * torch.randn(tr.x.shape, generator=torch.Generator().manual_seed(0))
