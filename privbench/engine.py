@@ -2,10 +2,10 @@
 
 All n nodes' parameters are one `(n, d)` tensor. Gradients for every node (and, for DP, every
 sample) come from one `torch.func` call: `vmap(vmap(grad(loss)))` over `functional_call`, so there
-is no Python loop over nodes or samples; one measured exception: the non-private batch step of a
-convolutional model on the CPU (`looped_batch_grads`), where vmap's grouped convolution is the
-slower way. Clipping is a norm over per-sample rows; gossip is a
-mixing-matrix product done by each trainer. The round loop (`train`) exists once; a defense is a
+is no Python loop over nodes or samples, with one measured exception: the non-private batch step
+of a convolutional model on the CPU (`looped_batch_grads`), where vmap's grouped convolution is
+the slower way. Clipping is a norm over per-sample rows; gossip is a mixing-matrix product done
+by each trainer. The round loop (`train`) exists once; a defense is a
 `Trainer` that implements one round as: local step -> messages out (through the bus) -> combine.
 """
 
@@ -208,8 +208,8 @@ def looped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: README "Performance";
     `privbench bench engine --method floor,floor_vmap`). A row's step takes tens of
     milliseconds, so the loop's own cost is nothing. The same loss as `vmapped_batch_grads`,
-    equal to float rounding (tests/test_engine.py); on a GPU the vmap stays. Like every
-    caller uses it, a step and not a loss: the result carries no graph back to params or x.
+    equal to float rounding (tests/test_engine.py); on a GPU the vmap stays. It returns plain
+    gradients, with no graph back to params or x (every caller takes them as a step).
     """
     cl = torch.channels_last
     out = torch.empty_like(params)
