@@ -583,8 +583,9 @@ def test_every_committed_run_is_of_its_grid_as_the_code_declares_it_now(tmp_path
 def test_a_remake_holds_lines_of_a_committed_table_made_by_a_named_code_and_machine():
     """A re-make in progress (reports/remake/PAPER[/SCALE]) holds the same runs as its committed
     table, key for key (the same fingerprint: configuration, data, seed), each line naming the
-    code and the kind of machine that made it, so that it can be compared and later replace
-    the committed lines."""
+    code and the kind of machine that made it, all lines one code version and one kind of
+    machine (what a re-make is for: two kinds of AVX-512 CPU give a sign run other bits), so
+    that it can be compared and later replace the committed lines."""
     load()
     paths = sorted(REMAKES.rglob(RUNS_FILE))
     if not paths:
@@ -601,6 +602,8 @@ def test_a_remake_holds_lines_of_a_committed_table_made_by_a_named_code_and_mach
             key = (line["method"], line["eps"], line["seed"])
             assert committed.get(key) == line["fingerprint"], (path, key)
             assert line.get("code") and line.get("machine"), (path, key)
+        made_by = {(r["code"]["revision"], r["machine"]) for r in lines}
+        assert len(made_by) == 1, f"{path}: lines of several codes or machines: {made_by}"
 
 
 def test_the_readme_quotes_the_committed_tables():
