@@ -12,6 +12,7 @@ by each trainer. The round loop (`train`) exists once; a defense is a
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -191,10 +192,7 @@ def _masked_mean_loss(fm: FlatModel, p: dict[str, Tensor], xb: Tensor, yb: Tenso
 def vmapped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
                         mask: Tensor) -> Tensor:
     """`batch_grads` of every row in one `vmap(grad)` call: params (m, d) -> (m, d)."""
-
-    def loss(p: dict[str, Tensor], xb: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
-        return _masked_mean_loss(fm, p, xb, yb, mb)
-
+    loss = functools.partial(_masked_mean_loss, fm)  # differentiated in p, its first argument
     return _dict_to_rows(fm, vmap(grad(loss))(rows_to_dict(fm, params), x, y, mask), lead=1)
 
 
@@ -215,14 +213,13 @@ def looped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     out = torch.empty_like(params)
     for i in range(params.shape[0]):
         # detached leaves, 4-d conv weights copied to channels-last (the layout oneDNN runs best)
-        p = {s.name: params[i, s.start:s.stop].detach().view(s.shape) for s in fm.specs}
         p = {k: (v.contiguous(memory_format=cl) if v.dim() == 4 else v).requires_grad_()
-             for k, v in p.items()}
+             for k, v in fm.unflatten(params[i].detach()).items()}
         xb = x[i].contiguous(memory_format=cl) if x[i].dim() == 4 else x[i]  # (B, C, H, W)
         with torch.enable_grad():  # a caller's no_grad must not stop it (as torch.func.grad)
             grads = torch.autograd.grad(_masked_mean_loss(fm, p, xb, y[i], mask[i]),
                                         list(p.values()))
-        out[i] = torch.cat([g.reshape(-1) for g in grads])  # reshape: the logical (flat) order
+        out[i] = fm.flatten(dict(zip(p, grads, strict=True)))  # the logical (flat) order
     return out
 
 
