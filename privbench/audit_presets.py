@@ -12,13 +12,27 @@ from typing import Any
 # and ablations are registered too and run with `--defense all` or by name).
 DEFAULT_DEFENSES = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp", "dyn_d2p", "partpsp", "dpdl")
 
+# The grids `privbench tune --all` searches for each default defense, at every cell of a preset
+# (each ε of its grid, its paper setting and reading): the step size (lr, or ADP-VRSGP's
+# lr_constant, DeFL-VP's sign step and local step) and the clip bound of the private ones; the
+# step size and momentum (where the defense has one) of the non-private baselines.
+TUNE_GRIDS: dict[str, tuple[str, ...]] = {
+    "sgp": ("lr=0.02,0.05,0.1,0.2,0.5,1", "momentum=0,0.5,0.9"),
+    "d_psgd": ("lr=0.05,0.1,0.2,0.5,1,2,5",),
+    "adp_vrsgp": ("lr_constant=0.1,0.3,1,3,10,30", "clip=0.1,0.3,1,3,10"),
+    "defl_vp": ("eta_sign=0.001,0.003,0.01,0.03,0.1", "local_lr=0.01,0.03,0.1,0.3"),
+    "dyn_d2p": ("lr=0.05,0.1,0.2,0.5,1,2", "clip_0=1,2,4,8,16,32"),
+    "partpsp": ("lr=0.01,0.05,0.2", "clip=0.1,1,10"),
+    "dpdl": ("lr=0.01,0.02,0.05,0.1,0.2,0.5", "clip=0.1,0.3,1,3,10"),
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on 2 CPU cores: small graph, short training, fast attack settings.
     "quick": {
         "run": {"model": "mlp", "nodes": 6, "rounds": 60, "eval_every": 60, "batch_size": 16,
                 "lr": 0.2, "delta": 1e-5, "holdout": 0.5},
         "eps": (1.0, 8.0),
-        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message", "canary"),
+        "attacks": ("idlg", "geiping", "mia_threshold", "mia_message", "canary", "mechanism"),
         "attack_config": {"geiping": {"steps": 300}, "idlg": {"adam_steps": 300}},
         "inversion_rounds": (1,),
         "reference_models": 4,
@@ -39,7 +53,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "lr": 0.2, "delta": 1e-5},
         "eps": (0.5, 1.0, 2.0, 4.0, 8.0),
         "attacks": ("dlg", "idlg", "geiping", "mia_threshold", "lira", "rmia", "mia_message",
-                    "canary"),
+                    "canary", "mechanism"),
         "attack_config": {},
         "inversion_rounds": (1, 10),
         "reference_models": 16,

@@ -37,6 +37,7 @@ import torch
 
 from privbench.device import machine_kind
 from privbench.engine import TrainResult
+from privbench.messages import RecordPolicy
 from privbench.provenance import code_provenance
 from privbench.results import duration
 from privbench.seeding import is_noise_generator, mark_noise
@@ -130,6 +131,34 @@ def save(path: Path, built: Built, rounds_done: int, result: TrainResult,
 # what reading a damaged or foreign file raises
 _UNREADABLE = (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError,
                ValueError, TypeError, IndexError, KeyError)
+
+
+def clone(built: Built, record: RecordPolicy | None = None) -> tuple[Any, Any]:
+    """An independent copy of `built`'s trainer and context, in memory (no file): the same state
+    and generator states, joined to the same data and model by reference. The copy's message
+    log and ground truth start empty and record by `record` (default: everything), so a replay
+    of a round on the copy leaves the run itself exactly as it was.
+
+    Returns:
+        (trainer, ctx) of the copy (the trainer's `ctx` is the copy's context).
+    """
+    import io
+
+    from privbench.messages import MessageLog
+
+    ctx = built.ctx
+    kept = ctx.bus.log, ctx.truth.batches
+    ctx.bus.log, ctx.truth.batches = MessageLog(), {}
+    try:
+        buf = io.BytesIO()
+        _Pickler(buf, _static(built)).dump((built.trainer, ctx))
+    finally:
+        ctx.bus.log, ctx.truth.batches = kept
+    buf.seek(0)
+    trainer, copy = _Unpickler(buf, _static(built)).load()
+    policy = record or RecordPolicy()
+    copy.bus.policy, copy.truth.policy = policy, policy
+    return trainer, copy
 
 
 def header(path: Path) -> dict[str, Any]:

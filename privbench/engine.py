@@ -518,7 +518,8 @@ def all_finite(trainer: Trainer) -> bool:
 
 def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
           rounds: int | None = None, start: int = 0, result: TrainResult | None = None,
-          after_round: Callable[[int, TrainResult], None] | None = None) -> TrainResult:
+          after_round: Callable[[int, TrainResult], None] | None = None,
+          before_round: Callable[[int], None] | None = None) -> TrainResult:
     """The round loop: rounds, periodic evaluation, a finiteness check after every round.
 
     A run whose models stop being finite stops at that round (`diverged_round`, 0-based).
@@ -539,6 +540,8 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
             seconds add up, and `start` is noted in `resumed_at`.
         after_round: called with the rounds done and the result so far after every round that
             did not diverge (a checkpoint's chance to save: `privbench.checkpoint.Saver`).
+        before_round: called with t before round t runs (the mechanism audit replays the
+            round from this state: `privbench.mechanism`).
     """
     run = trainer.ctx.run
     result = result if result is not None else TrainResult()
@@ -546,6 +549,8 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
         result.resumed_at.append(start)
     before, tic0 = result.seconds, time.perf_counter()
     for t in range(start, run.rounds if rounds is None else min(rounds, run.rounds)):
+        if before_round is not None:
+            before_round(t)
         trainer.round(t)
         if progress is not None:
             progress(1)

@@ -1,11 +1,18 @@
 """The privacy regression gate: `privbench check RESULTS.json --policy privacy.toml`.
 
 A policy is TOML. Each `[[bound]]` table applies to the cells it selects (`defense`, default "*";
-`eps`, default every ε; "none" selects the non-private cell) and names any of these bounds:
+`eps`, default every ε; "none" selects the non-private cell, "private" every cell with a
+privacy claim, at any ε of the grid or a paper setting) and names any of these bounds:
 
     max_psnr, max_ssim, min_mse, max_lpips_similarity (= max of 1 - LPIPS), max_label_accuracy,
     max_auc, max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}, min_accuracy,
-    require_sampling_match (the sampling drawn is the sampling each ledger accounts),
+    require_sampling_match (the sampling scheme drawn is the scheme each ledger accounts),
+    max_measured_ratio (the mechanism audit's measured ε / claimed ε: fails when the lower end
+    of its interval is above the bound, and when the audit could not measure it, saying why),
+    require_mechanism (the mechanism audit ran and found nothing: every covered data-dependent
+    message noised, noise fresh across rounds and nodes, one sample's contribution bounded,
+    the replay equal to the run), require_sampling_rate (every node's realised sampling rate
+    consistent with its ledger's: a test on the rate, not the scheme's name),
     max_empirical_ratio (empirical ε lower bound / claimed ε; fails when the audit's cap, the ε a
     perfect attack would certify, is not above the bound), require_coverage (no uncovered
     data-dependent message kind), min_psnr / min_auc (floors that prove an attack still works,
@@ -47,7 +54,10 @@ SIMPLE_BOUNDS: dict[str, tuple[str, str]] = {
     "max_lpips_similarity": ("lpips_similarity", "max"),
 }
 OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage",
-                "require_sampling_match")
+                "require_sampling_match", "max_measured_ratio", "require_mechanism",
+                "require_sampling_rate")
+FLAGS = ("require_coverage", "require_sampling_match", "require_mechanism",
+         "require_sampling_rate")
 SELECTORS = ("defense", "eps")
 # Direction in which a metric moving means *less* privacy, and its default tolerance.
 BASELINE_METRICS: dict[str, tuple[int, float]] = {
@@ -95,14 +105,14 @@ def _is_number(v: Any) -> bool:
 
 def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
     where = f"policy {path}: bound #{i + 1} {key}"
-    if key in SIMPLE_BOUNDS or key == "max_empirical_ratio":
+    if key in SIMPLE_BOUNDS or key in ("max_empirical_ratio", "max_measured_ratio"):
         ok = _is_number(value)
-    elif key in ("require_coverage", "require_sampling_match"):
+    elif key in FLAGS:
         ok = isinstance(value, bool)
     elif key == "defense":
         ok = isinstance(value, str)
     elif key == "eps":
-        ok = _is_number(value) or value == "none"
+        ok = _is_number(value) or value in ("none", "private")
     else:  # max_tpr_at_fpr
         ok = (isinstance(value, dict) and set(value) == {"fpr", "tpr"}
               and all(_is_number(v) for v in value.values()))
@@ -118,6 +128,8 @@ def _selects(bound: dict[str, Any], cell: dict[str, Any]) -> bool:
     eps = cell.get("epsilon")
     if bound["eps"] == "none":
         return eps is None and not cell.get("setting")  # a paper-setting cell is not "no DP"
+    if bound["eps"] == "private":
+        return eps is not None or bool(cell.get("setting"))
     return eps is not None and abs(eps - bound["eps"]) < 1e-9
 
 
@@ -201,7 +213,82 @@ def check_bound(bound: dict[str, Any], cell: dict[str, Any]) -> list[Check]:
                              "uncovered data-dependent messages: " + ", ".join(leaks)))
         elif key == "require_sampling_match" and limit:
             out.append(sampling_check(label, cell))
+        elif key in MECHANISM_RULES and limit is not False:
+            out.append(MECHANISM_RULES[key](label, cell, limit))
     return out
+
+
+def _mechanism(cell: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The cell's mechanism audit, or None with why there is none."""
+    att = cell.get("attacks", {}).get("mechanism")
+    if att is None:
+        return None, "the cell has no mechanism audit (add `mechanism` to the audit's attacks)"
+    if not str(att.get("status", "")).startswith("ok"):
+        return None, f"the mechanism audit did not run: {att.get('status')}"
+    return att["mechanism"], ""
+
+
+def measured_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:
+    """The mechanism audit's measured ε / claimed ε: fails when its interval lies above the
+    bound (a measured violation), and when no measured ε exists (saying why)."""
+    name = f"{label} max_measured_ratio"
+    mech, why = _mechanism(cell)
+    if mech is None:
+        return Check(name, False, why)
+    eps = mech["epsilon"]
+    if not eps.get("applicable"):
+        return Check(name, False, f"not measured: {eps.get('reason')}")
+    lo, hi = eps["ratio_interval"]
+    detail = (f"node {eps['node']}: measured ε {_num(eps['epsilon'])} "
+              f"[{_num(eps['interval'][0])}, {_num(eps['interval'][1])}] vs claimed "
+              f"{_num(eps['claimed'])}: ratio {_num(eps['ratio'])} [{_num(lo)}, {_num(hi)}] "
+              f"(bound {limit:g}; noise multiplier x{_num(eps['z_ratio'])}, sampling rate "
+              f"{_num(eps['rate'])} vs {_num(eps['ledger_rate'])})")
+    return Check(name, lo <= limit, detail)
+
+
+def mechanism_check(label: str, cell: dict[str, Any], _: Any) -> Check:
+    """The mechanism audit ran and found nothing (coverage, freshness, bounded contributions,
+    an exact replay)."""
+    name = f"{label} require_mechanism"
+    mech, why = _mechanism(cell)
+    if mech is None:
+        return Check(name, False, why)
+    found = mech["findings"]
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return Check(name, not found, "; ".join(found[:3]) + more if found else
+                 f"noise on every covered message, fresh across rounds and nodes "
+                 f"(largest correlation {_num(mech['freshness']['max_correlation_rounds'])} / "
+                 f"{_num(mech['freshness']['max_correlation_nodes'])}), contributions bounded, "
+                 f"over {len(mech['rounds'])} replayed rounds")
+
+
+def sampling_rate_check(label: str, cell: dict[str, Any], _: Any) -> Check:
+    """Every node's realised sampling is consistent with its ledger's scheme and rate."""
+    name = f"{label} require_sampling_rate"
+    mech, why = _mechanism(cell)
+    if mech is None:
+        return Check(name, False, why)
+    rows = mech["sampling"]
+    if not rows:
+        return Check(name, False, "no batch was drawn through the sampling path")
+    bad = [r for r in rows if not r["consistent"]]
+    worst = max(rows, key=lambda r: abs((r["rate"] or 0) - (r["ledger_rate"] or 0)))
+    detail = (f"node {worst['node']}: {worst['scheme']} rate {_num(worst['rate'])}"
+              + (f" [{_num(worst['rate_interval'][0])}, {_num(worst['rate_interval'][1])}]"
+                 if "rate_interval" in worst else "")
+              + f" vs ledger {_num(worst['ledger_rate'])}")
+    return Check(name, not bad, (f"{len(bad)} of {len(rows)} nodes inconsistent; " if bad
+                                 else "every node consistent; ") + detail)
+
+
+def _num(x: Any) -> str:
+    return "n/a" if x is None else "∞" if x == float("inf") else f"{float(x):.3g}"
+
+
+MECHANISM_RULES = {"max_measured_ratio": measured_ratio_check,
+                   "require_mechanism": mechanism_check,
+                   "require_sampling_rate": sampling_rate_check}
 
 
 def sampling_check(label: str, cell: dict[str, Any]) -> Check:
@@ -297,7 +384,7 @@ def run_checks(results: dict[str, Any], policy: dict[str, Any],
 def _limits(bound: dict[str, Any]) -> list[str]:
     """The keys of a bound that check something (`require_coverage = false` checks nothing)."""
     return [k for k, v in bound.items() if k not in SELECTORS
-            and not (k == "require_coverage" and v is False)]
+            and not (k in FLAGS and v is False)]
 
 
 def junit_xml(checks: list[Check]) -> str:

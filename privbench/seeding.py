@@ -7,7 +7,11 @@ numbers one part draws does not change another part's draws.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
 
 import torch
 
@@ -67,3 +71,44 @@ class Streams:
         gen = torch.Generator(device=torch.device(device) if device is not None else self.device)
         gen.manual_seed(derive_seed(self.seed, name, *sub))
         return mark_noise(gen) if name == "noise" else gen
+
+
+@contextlib.contextmanager
+def noise_off() -> Iterator[None]:
+    """Every draw from a "noise" stream generator returns its noiseless value inside the block.
+
+    Gaussian draws become 0, uniform draws 0 (randomized response then never flips), and
+    exponential draws 1 (a Laplace draw as a difference of two exponentials becomes 0). The
+    draws are still made, so generator states advance as in a noisy run. The mechanism audit
+    replays a round with it (the message without the noise the defense added); tests use it to
+    prove that a privacy check catches a defense that drops its noise.
+    """
+    randn, rand, normal, exponential = (torch.randn, torch.rand, torch.normal,
+                                        torch.Tensor.exponential_)
+
+    def is_noise(kwargs: dict[str, Any]) -> bool:
+        return is_noise_generator(kwargs.get("generator"))
+
+    def fake_randn(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = randn(*args, **kwargs)
+        return out.zero_() if is_noise(kwargs) else out
+
+    def fake_rand(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = rand(*args, **kwargs)
+        return out.zero_() if is_noise(kwargs) else out
+
+    def fake_normal(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = normal(*args, **kwargs)
+        if is_noise(kwargs):
+            mean = kwargs.get("mean", args[0] if args else 0.0)
+            out = torch.zeros_like(out) + mean
+        return out
+
+    def fake_exponential(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = exponential(self, *args, **kwargs)
+        return out.fill_(1.0) if is_noise(kwargs) else out
+
+    with mock.patch("torch.randn", fake_randn), mock.patch("torch.rand", fake_rand), \
+            mock.patch("torch.normal", fake_normal), \
+            mock.patch.object(torch.Tensor, "exponential_", fake_exponential):
+        yield

@@ -321,6 +321,23 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
             "claimed_epsilon": res["claimed_epsilon"]}
 
 
+def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> dict[str, Any]:
+    """The mechanism audit of the cell's run (`privbench.mechanism`): its measurements,
+    findings, and the measured ε against the claim."""
+    from privbench.mechanism import audit_mechanism
+
+    res = audit_mechanism(built.ctx.run, built.defense, to_dict(built.trainer.cfg),
+                          audit.attack_cfg(attack).settings())
+    if not res.get("applicable", False):
+        return {"kind": "mechanism", "status": f"not applicable: {res.get('reason')}",
+                "uses": [], "metrics": {}}
+    eps = res["epsilon"]
+    metrics = ({"measured_epsilon": eps["epsilon"], "measured_ratio": eps["ratio"],
+                "measured_ratio_low": eps["ratio_interval"][0]} if eps["applicable"] else {})
+    return {"kind": "mechanism", "status": "ok", "uses": sorted(_data_kinds(built)),
+            "metrics": metrics, "mechanism": res}
+
+
 def _roc_cap(res: dict[str, Any]) -> float | None:
     """The Clopper-Pearson bound a perfect attack reaches with this many members / non-members."""
     from privbench.metrics.audit import roc_cap
@@ -370,8 +387,11 @@ def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
 
     gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
     try:
-        if getattr(ATTACKS.get(attack), "level", None) == "training":
+        level = getattr(ATTACKS.get(attack), "level", None)
+        if level == "training":
             return run_canary_audit(built, attack, audit, gen)
+        if level == "mechanism":
+            return run_mechanism_audit(built, attack, audit)
         if _is_membership(attack):
             return run_membership_attack(built, attack, audit, gen)
         return run_inversion_attack(built, attack, audit, gen, views)

@@ -20,13 +20,10 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from unittest import mock
-
-import torch
 
 from privbench.config import RunConfig, replace_checked
 from privbench.gate import Check, check_bound
-from privbench.seeding import is_noise_generator
+from privbench.seeding import noise_off
 
 TINY_RUN = {"model": "mlp", "nodes": 4, "rounds": 10, "eval_every": 10, "batch_size": 2,
             "device": "cpu"}
@@ -88,37 +85,7 @@ def assert_bounds(results: dict[str, Any], defense: str, eps: float | None = Non
 
 @contextlib.contextmanager
 def disable_noise() -> Iterator[None]:
-    """TEST ONLY: every draw from a "noise" stream generator returns its noiseless value.
-
-    Gaussian draws become 0, uniform draws 0 (randomized response then never flips), and
-    exponential draws 1 (a Laplace draw as a difference of two exponentials becomes 0).
-    """
-    randn, rand, normal, exponential = (torch.randn, torch.rand, torch.normal,
-                                        torch.Tensor.exponential_)
-
-    def is_noise(kwargs: dict[str, Any]) -> bool:
-        return is_noise_generator(kwargs.get("generator"))
-
-    def fake_randn(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out = randn(*args, **kwargs)
-        return out.zero_() if is_noise(kwargs) else out
-
-    def fake_rand(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out = rand(*args, **kwargs)
-        return out.zero_() if is_noise(kwargs) else out
-
-    def fake_normal(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out = normal(*args, **kwargs)
-        if is_noise(kwargs):
-            mean = kwargs.get("mean", args[0] if args else 0.0)
-            out = torch.zeros_like(out) + mean
-        return out
-
-    def fake_exponential(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        out = exponential(self, *args, **kwargs)
-        return out.fill_(1.0) if is_noise(kwargs) else out
-
-    with mock.patch("torch.randn", fake_randn), mock.patch("torch.rand", fake_rand), \
-            mock.patch("torch.normal", fake_normal), \
-            mock.patch.object(torch.Tensor, "exponential_", fake_exponential):
+    """TEST ONLY: every draw from a "noise" stream generator returns its noiseless value
+    (`privbench.seeding.noise_off`, which the mechanism audit's clean replays use)."""
+    with noise_off():
         yield

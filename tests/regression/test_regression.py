@@ -2,7 +2,8 @@
 
 Every defense runs on a tiny digits setting (4 nodes, 30 rounds, 40 samples per node of which
 half are held out, batch 2, MLP) with Inverting Gradients (round 1, eavesdropper) and the
-message-level membership attack and the one-run gradient-canary audit (1000 canaries, cap ≈ 4.2).
+message-level membership attack, the one-run gradient-canary audit (1000 canaries, cap ≈ 4.2)
+and the mechanism audit (`privbench.mechanism`: the noise, sampling and sensitivity drawn).
 `policy.toml` (plus this setting's PSNR >= 30 dB floor) demands that the non-private baseline stays
 attackable (AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
 `baseline.json` (a committed run of this suite) catches drifts toward less privacy. A defense
@@ -38,7 +39,7 @@ from privbench.testing import TINY_RUN, disable_noise
 HERE = Path(__file__).parent
 DP_DEFENSES = ("dp_sgp", "dyn_d2p", "adp_vrsgp", "dpdl", "defl_vp")
 RUN = {**TINY_RUN, "rounds": 30, "eval_every": 30, "max_per_node": 40, "holdout": 0.5}
-ATTACKS = ("geiping", "mia_message", "canary")
+ATTACKS = ("geiping", "mia_message", "canary", "mechanism")
 # The tiny setting's own floor on top of policy.toml: at batch 2 inversion works without DP (the
 # quick preset's batch 16 keeps it near a blank image, 10.9 dB, so the shipped policy has none).
 TINY_FLOOR = {"defense": "sgp", "eps": "none", "min_psnr": 30}

@@ -1,0 +1,49 @@
+"""The mechanism audit's configuration: the noise, sampling and sensitivity a run really drew,
+measured against its ledger, and the ε they compose to (`privbench.mechanism`).
+
+Not an attack on messages: an auditor that holds the run (its state, ground truth and ledger)
+replays audited rounds with the noise off and with one sample removed or made extreme, so it
+needs no model training beyond those replays. `privbench attack` runs it through
+`privbench.mechanism.audit_mechanism`; `privbench check` reads it with the policy rules
+`max_measured_ratio`, `require_mechanism` and `require_sampling_rate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from privbench.errors import ConfigError
+from privbench.mechanism import MechanismSettings
+from privbench.registry import ATTACKS
+
+
+@dataclass(frozen=True)
+class MechanismConfig:
+    """Attributes:
+    rounds: audited rounds, spread over the run (each replayed four times).
+    level: two-sided error probability of each interval (noise scale, sampling rate).
+    """
+
+    rounds: int = 12
+    level: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.rounds < 2:
+            raise ConfigError(f"mechanism.rounds must be >= 2, got {self.rounds}")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"mechanism.level must be in (0, 1), got {self.level}")
+
+    def settings(self) -> MechanismSettings:
+        """The audit's settings."""
+        return MechanismSettings(rounds=self.rounds, level=self.level)
+
+
+@ATTACKS.register("mechanism")
+class MechanismAudit:
+    """The mechanism audit's configuration; run by the sweep (it replays rounds)."""
+
+    Config = MechanismConfig
+    level = "mechanism"
+
+    def __init__(self, cfg: MechanismConfig | None = None) -> None:
+        self.cfg = cfg or MechanismConfig()
