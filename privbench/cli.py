@@ -147,21 +147,38 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
                  ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
     """Apply the committed tuned values (any preset's entry tuned for exactly these settings:
-    dataset, model, nodes, rounds, batch size, partition, topology) to a `train` run; the
-    user's flags, --set and --config win, --untuned ignores them. Says which were used."""
+    dataset, model, nodes, rounds, batch size, partition, topology, at the run's own ε) to a
+    `train` run; the user's flags, --set and --config win, --untuned ignores them. Says which
+    entry was used, or why none applies (the run then keeps the untuned defaults)."""
     import os
 
     from privbench.tuning import apply_tuned
 
-    entries = _tuned_entries(args, overrides, every_preset=True)
-    run, tuned, used = apply_tuned(entries.get(args.defense, []), run, run.epsilon,
-                                   args.defense)
-    if used is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
-        values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
-        print(f"tuned values for {args.defense} from {used['source']}: {values} (chosen on a "
-              f"validation split of the members by `{used['command']}`; --untuned ignores "
-              f"them; {used['note']})")
+    if args.untuned:
+        return run, overrides, None
+    mine = _tuned_entries(args, overrides, every_preset=True).get(args.defense, [])
+    keys = {k for e in mine for k in e.get("fixed", {})}
+    fixed = {k: v for k, v in overrides.items() if k in keys}  # a paper setting set by --set
+    run, tuned, used = apply_tuned(mine, run, run.epsilon, args.defense, fixed)
+    if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
+        if used["entry"] is not None:
+            values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
+            print(f"tuned values for {args.defense} from {used['source']}: {values} (entry "
+                  f"{used['entry']}, chosen on a validation split of the members by "
+                  f"`{used['command']}`; --untuned ignores them; tuning's privacy cost: "
+                  f"{_cost_text(used['privacy_cost'])})")
+        elif mine:
+            print(f"{args.defense}: {used['reason']} ({_TUNED_FILE})")
     return run, {**tuned, **overrides}, used
+
+
+_TUNED_FILE = "privbench/presets/tuned.toml"
+
+
+def _cost_text(cost: dict[str, Any]) -> str:
+    """'not charged (30 candidates): the cell's ε covers ...' from `tuning.privacy_cost`."""
+    k = cost.get("candidates")
+    return f"{cost['rule']}{f' ({k} candidates)' if k else ''}: {cost['meaning']}"
 
 
 def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
@@ -416,21 +433,35 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
     for preset in tuned if every_preset else (args.preset,):
         for defense, entries in tuned.get(preset, {}).items():
             out.setdefault(defense, []).extend(
-                {**e, "run": {k: v for k, v in e.get("run", {}).items() if k not in explicit},
+                {**e, "preset": preset,
+                 "run": {k: v for k, v in e.get("run", {}).items() if k not in explicit},
                  "defense": {k: v for k, v in e.get("defense", {}).items()
                              if k not in overrides}} for e in entries)
     return out
 
 
 def _print_tuned(results: dict[str, Any]) -> None:
+    """Per cell, in the grid's order: the tuned entry it ran with and the tuning's privacy
+    cost, or why it ran the untuned defaults."""
+    from privbench.sweep import cell_key
+
     tuned = results["config"].get("tuned")
-    if not tuned or not tuned["cells"]:
+    if not tuned or not (tuned["cells"] or tuned.get("missing")):
         return
-    print(f"tuned values from {tuned['source']} (validation split of the members; "
-          f"{tuned['privacy_note']}):")
-    for cell, used in tuned["cells"].items():
-        values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
-        print(f"  {cell}: {values} (tuned at eps={used['tuned_at_epsilon']:g})")
+    print(f"tuned values from {tuned['source']} (each cell's own ε; chosen on a validation "
+          f"split of the members; {tuned['privacy_note']}):")
+    for c in results["cells"]:
+        cell = f"{c['defense']}@{cell_key(c)}"
+        used, missing = tuned["cells"].get(cell), tuned.get("missing", {}).get(cell)
+        if used is not None:
+            values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
+            cost = used.get("privacy_cost") or {}
+            k = cost.get("candidates")
+            print(f"  {cell}: {values or '(the defaults won)'} (entry {used.get('entry')}; "
+                  f"privacy cost {cost.get('rule', 'not charged')}"
+                  f"{f', {k} candidates' if k else ''})")
+        elif missing is not None:
+            print(f"  {cell}: {missing['reason']}")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -438,11 +469,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from privbench import sweep, tuning
     from privbench.config import to_dict
     from privbench.device import resolve_device
-    from privbench.registry import load_plugins
+    from privbench.registry import DEFENSES, load_plugins
     from privbench.results import write_json
     from privbench.runner import environment
 
     load_plugins()
+    if args.all:
+        return _tune_preset(args)
     run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     candidates = tuning.parse_grid(args.grid, args.defense)
     out = Path(args.out or f"reports/tune-{args.preset}-{args.defense}-eps{run.epsilon:g}")
@@ -459,11 +492,49 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                        "environment": environment(resolve_device(run.device))})
     _print_tune(result)
     if args.save and result["best"] is not None:
-        text = tuning.toml_entry(args.preset, args.defense, run, result, command)
-        tuning.save_entry(Path(args.save), text, args.preset, args.defense, run.epsilon)
+        fixed = tuning.fixed_values(args.defense, overrides)
+        paper = tuning.fixed_values(args.defense, sweep.PRESETS[args.preset].get(
+            "paper_settings", {}).get(args.defense, {}))
+        eps_free = not DEFENSES.get(args.defense).private or (bool(paper) and fixed == paper)
+        text = tuning.toml_entry(args.preset, args.defense, run, result, command, fixed=fixed,
+                                 eps_free=eps_free)
+        tuning.save_entry(Path(args.save), text, args.preset, args.defense)
         print(f"saved the best candidate to {args.save}")
     print(f"wrote {out / 'tune.json'}")
     return 0
+
+
+def _tune_preset(args: argparse.Namespace) -> int:
+    """`privbench tune --all`: every cell of the preset's default audit, resumable."""
+    import time
+
+    from privbench import sweep, tune_preset
+
+    given = [f for f in ("--defense", "--grid", "--eps") if any(
+        a == f or a.startswith(f + "=") for a in args._argv)]
+    given += ["--set defense.KEY"] * any(s.startswith("defense.") for s in args.sets)
+    if given:
+        raise PrivbenchError(f"--all tunes the preset's own cells with its grids "
+                             f"(privbench/audit_presets.py TUNE_GRIDS); drop {given[0]}, or "
+                             "tune one cell with --defense D --eps E --grid KEY=V1,V2")
+    run, _ = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
+    out = Path(args.out or f"reports/tune-{args.preset}")
+    _check_writable(out)
+    start = time.perf_counter()
+    rows = tune_preset.tune_preset(run, args.preset, out, _command_line(args), args.validation,
+                                   test=not args.skip_test,
+                                   save=Path(args.save) if args.save else None,
+                                   progress=not args.quiet)
+    for r in rows:
+        val = "-" if r["validation_accuracy"] is None else f"{r['validation_accuracy']:.4f}"
+        print(f"  {r['cell']:<22} {r['best'] or 'no candidate finished':<32} validation {val}"
+              f"{'  (reused)' if r['reused'] else ''}")
+    reused = sum(r["reused"] for r in rows)
+    print(f"tuned {len(rows) - reused} cell(s), reused {reused}, in "
+          f"{time.perf_counter() - start:.0f} s; wrote {out}/<cell>/tune.json"
+          + (f" and {args.save}" if args.save else ""))
+    return 0
+
 
 
 def _print_tune(result: dict[str, Any]) -> None:
@@ -960,6 +1031,14 @@ def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
                         "uses them)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a tune.json already in --out (refused otherwise)")
+    p.add_argument("--all", action="store_true",
+                   help="tune every cell of the preset's default audit in one command: each "
+                        "default defense at every ε of its grid, the non-private baselines, "
+                        "the paper settings and readings, with the grids of "
+                        "privbench/audit_presets.py (TUNE_GRIDS); resumable: the same command "
+                        "again reuses the cells already in --out (default reports/tune-<preset>)"
+                        "; with --save each cell's entry is written as soon as it is done")
+
 
 
 def _add_leakage_arguments(p: argparse.ArgumentParser) -> None:

@@ -578,14 +578,15 @@ class Sweep:
 
     def cell_run(self, defense: str, eps: float | None, setting: str | None = None
                  ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
-        """A cell's run config and defense overrides, and the tuned values used (or None).
+        """A cell's run config and defense overrides, and the tuned-values lookup's record
+        (the entry used, or why none; None when the sweep has no tuned values).
 
         Overrides, later ones winning: the preset's tuned values, the sweep's own overrides,
         the paper setting's (if any). A saved message log keeps its own configuration."""
         run = self.run_for(eps)
         if self.messages_dir is not None:
             return run, self.overrides, None
-        run, tuned, used = self._tuned(defense, run, eps)
+        run, tuned, used = self._tuned(defense, run, eps, setting)
         return run, {**tuned, **self.overrides_for(defense),
                      **(self.paper_overrides(defense, eps) if setting else {})}, used
 
@@ -735,13 +736,18 @@ class Sweep:
                         f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
         return views
 
-    def _tuned(self, defense: str, run: RunConfig, eps: float | None,
+    def _tuned(self, defense: str, run: RunConfig, eps: float | None, setting: str | None,
                ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
-        """The cell's run and defense overrides with the preset's tuned values applied, and
-        what was used (None: nothing tuned applies)."""
+        """The cell's run and defense overrides with the entry tuned at the cell's own ε (and
+        for its paper setting or reading, if any) applied, and the lookup's record (the entry
+        used, or why none applies: the cell then runs the untuned defaults). None: the sweep
+        has no tuned values (--untuned)."""
         from privbench.tuning import apply_tuned
 
-        return apply_tuned(self.tuned.get(defense, []), run, eps, defense)
+        if not self.tuned:
+            return run, {}, None
+        fixed = self.paper_overrides(defense, eps) if setting else {}
+        return apply_tuned(self.tuned.get(defense, []), run, eps, defense, fixed)
 
     def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
                timing: dict[str, float], laps: Laps) -> tuple[Built, dict[str, Any]]:
@@ -821,13 +827,19 @@ class Sweep:
 
     @staticmethod
     def _tuned_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
-        """Which cells ran with tuned values, which values, from where (for the report)."""
+        """Per cell, the tuned entry it ran with (its values, the ε it was tuned at, the
+        command, the tuning's privacy cost) or, under `missing`, why none applied (for the
+        terminal and the report)."""
         from privbench.tuning import PRIVACY_NOTE
 
-        used = {f"{c['defense']}@{cell_key(c)}": {
-                    k: c["tuned"][k] for k in ("run", "defense", "tuned_at_epsilon", "command")}
-                for c in cells if c.get("tuned")}
-        return {"source": "privbench/presets/tuned.toml", "cells": used,
+        keys = ("entry", "run", "defense", "tuned_at_epsilon", "fixed", "command",
+                "privacy_cost")
+        looked = {f"{c['defense']}@{cell_key(c)}": c["tuned"] for c in cells if c.get("tuned")}
+        used = {cell: {k: t.get(k) for k in keys} for cell, t in looked.items()
+                if t.get("entry") or t.get("command")}
+        missing = {cell: {"reason": t.get("reason"), "privacy_cost": t.get("privacy_cost")}
+                   for cell, t in looked.items() if cell not in used}
+        return {"source": "privbench/presets/tuned.toml", "cells": used, "missing": missing,
                 "privacy_note": PRIVACY_NOTE}
 
 

@@ -13,7 +13,14 @@ full members and their test accuracy is reported: the test set never takes part 
 The tuning's own privacy cost is not charged: every candidate's run is (ε, δ)-DP, but choosing the
 best of k runs on private data leaks more (Papernot & Steinke, "Hyperparameter Tuning with Renyi
 Differential Privacy", ICLR 2022, bound and mitigate this). The literature usually tunes without
-charging it; privbench does the same and says so wherever tuned values are used.
+charging it; privbench does the same and says so, per cell, wherever tuned values are used
+(`privacy_cost`: the rule, the number of candidates, what "not charged" leaves out).
+
+An entry is tuned for one cell: the run settings (MATCH_FIELDS), the ε (a private defense's
+entry holds at that ε only; a non-private defense's, or one tuned at a fixed paper setting such
+as PartPSP's b, holds at every ε and records none) and the defense values held fixed while
+tuning (`fixed`, e.g. DeFL-VP's paper reading `eps_mode = "per_coordinate"`). A cell with no
+entry at its own ε runs the untuned defaults and says so; it never borrows another ε's values.
 """
 
 from __future__ import annotations
@@ -170,37 +177,126 @@ def load_tuned(path: Path = TUNED_FILE) -> dict[str, Any]:
     return read_toml(path, "tuned-values file") if path.is_file() else {}
 
 
+def fixed_values(defense: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` typed by `defense`'s config, those equal to its defaults left out: the values
+    a tuned entry's `fixed` table is compared with (`"5"` from `--set` equals `5.0`)."""
+    from privbench.registry import load_plugins
+
+    load_plugins()
+    default = DEFENSES.get(defense).Config()
+    typed = replace_checked(default, dict(overrides), where="defense")
+    return {k: getattr(typed, k) for k in overrides if getattr(typed, k) != getattr(default, k)}
+
+
+def _eps_free(entry: dict[str, Any], defense: str) -> bool:
+    """Whether an entry holds at every ε: a non-private defense's, or one with no `epsilon`
+    (tuned at a fixed paper setting, whose noise no ε target sets)."""
+    return not DEFENSES.get(defense).private or "epsilon" not in entry
+
+
 def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
-              defense: str) -> tuple[dict[str, Any] | None, str]:
+              defense: str, fixed: dict[str, Any] | None = None,
+              ) -> tuple[dict[str, Any] | None, str]:
     """The tuned entry that applies to `run` of `defense` at `eps`, or None with the reason.
 
     An entry applies when the run's MATCH_FIELDS (topology "auto" resolved to the defense's
-    graph, as it trains) equal those it was tuned with; among those the entry tuned at the
-    nearest ε (in log scale) is used.
+    graph, as it trains) equal those it was tuned with, its `fixed` values equal `fixed` (the
+    cell's paper setting or reading, `fixed_values`; none for a calibrated cell), and it was
+    tuned at the cell's own ε (`eps`; an ε-free entry, `_eps_free`, at any). A cell whose ε has
+    no entry gets None and the ε values that have one: never another ε's values.
     """
     mine = tuned_settings(run, defense)
-    fits = [e for e in entries
+    want = fixed_values(defense, fixed or {})
+    here = [e for e in entries
             if all(e.get("settings", {}).get(k) == mine[k] for k in MATCH_FIELDS)]
-    if not fits:
-        return None, ("no tuned values for these settings" if entries else "no tuned values")
-    if eps is None:
-        return fits[0], ""
-    best = min(fits, key=lambda e: abs(math.log(e["epsilon"]) - math.log(eps)))
-    return best, ""
+    if not here:
+        return None, ("no tuned entry for these settings" if entries
+                      else "no tuned entry for this defense")
+    fits = [e for e in here if fixed_values(defense, e.get("fixed", {})) == want]
+    free = [e for e in fits if _eps_free(e, defense)]
+    if free:
+        return free[0], ""
+    at = [e for e in fits if eps is not None and math.isclose(e["epsilon"], eps, rel_tol=1e-9)]
+    if at:
+        return at[0], ""
+    where = f" with {_pairs(want)}" if want else ""
+    have = ", ".join(dict.fromkeys(_describe(e, defense) for e in sorted(
+        here, key=lambda e: (not _eps_free(e, defense), e.get("epsilon", 0.0)))))
+    cell = "for a cell without an ε target" if eps is None else f"at ε = {eps:g}"
+    return None, f"no tuned entry {cell}{where} (entries: {have})"
+
+
+def _describe(entry: dict[str, Any], defense: str) -> str:
+    """'ε = 8', 'every ε', 'every ε with b=5'."""
+    at = "every ε" if _eps_free(entry, defense) else f"ε = {entry['epsilon']:g}"
+    fixed = fixed_values(defense, entry.get("fixed", {}))
+    return at + (f" with {_pairs(fixed)}" if fixed else "")
+
+
+def _pairs(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in values.items())
+
+
+def candidate_count(entry: dict[str, Any]) -> int | None:
+    """How many candidates the entry was chosen among: its `candidates`, or the product of the
+    value counts of its command's `--grid` items (entries written before the field)."""
+    if isinstance(entry.get("candidates"), int):
+        return int(entry["candidates"])
+    import shlex
+
+    words = shlex.split(entry.get("command") or "")
+    grids = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--grid"]
+    grids += [w.removeprefix("--grid=") for w in words if w.startswith("--grid=")]
+    if not grids:
+        return None
+    return math.prod(len({v for v in g.partition("=")[2].split(",") if v.strip()})
+                     for g in grids)
+
+
+def privacy_cost(entry: dict[str, Any] | None, defense: str) -> dict[str, Any]:
+    """The tuning's privacy cost for a cell that used `entry` (None: untuned defaults): the
+    rule applied and what it means for the cell's ε."""
+    if entry is None:
+        return {"rule": "none", "meaning": "untuned defaults: no value was chosen on the data"}
+    if not DEFENSES.get(defense).private:
+        return {"rule": "none", "meaning": "a non-private defense makes no privacy claim"}
+    k = candidate_count(entry)
+    among = f"{k} candidates" if k is not None else "the candidates of its grid"
+    return {"rule": "not charged", "candidates": k, "meaning": (
+        f"the cell's ε covers one training run at fixed values; choosing them among {among} "
+        "by their accuracy on a validation split of the same members is not accounted (the "
+        "score is read without noise, so the choice carries no DP guarantee for the "
+        "validation members; Papernot & Steinke 2022 bound tuning whose runs and score are "
+        "private)")}
+
+
+def entry_label(entry: dict[str, Any], defense: str) -> str:
+    """'quick.dyn_d2p at ε = 1' (the preset when known; 'at every ε' for an ε-free entry)."""
+    name = f"{entry['preset']}.{defense}" if entry.get("preset") else defense
+    at = "at every ε" if _eps_free(entry, defense) else f"at ε = {entry['epsilon']:g}"
+    fixed = entry.get("fixed") or {}
+    return f"{name} {at}" + (f" with {_pairs(fixed)}" if fixed else "")
 
 
 def apply_tuned(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
-                defense: str) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
-    """`run` with the applicable tuned entry's run values, its defense overrides, and what was
-    used (the values, where they came from, the command; None and no change when none applies).
+                defense: str, fixed: dict[str, Any] | None = None,
+                ) -> tuple[RunConfig, dict[str, Any], dict[str, Any]]:
+    """`run` with the applicable tuned entry's run values, its defense overrides, and the
+    record of the lookup: the entry used (`entry` its label, the values, where they came from,
+    the command, the tuning's privacy cost), or `entry` None with the reason (no change).
     """
-    entry, _ = entry_for(entries, run, eps, defense)
+    entry, why = entry_for(entries, run, eps, defense, fixed)
     if entry is None:
-        return run, {}, None
-    used = {"run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
-            "tuned_at_epsilon": entry["epsilon"], "command": entry.get("command"),
+        return run, {}, {"entry": None, "reason": f"{why}: untuned defaults",
+                         "privacy_cost": privacy_cost(None, defense)}
+    used = {"entry": entry_label(entry, defense),
+            "run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
+            "tuned_at_epsilon": None if _eps_free(entry, defense) else entry["epsilon"],
+            "fixed": dict(entry.get("fixed", {})), "command": entry.get("command"),
             "validation_accuracy": entry.get("validation_accuracy"),
-            "source": "privbench/presets/tuned.toml", "note": PRIVACY_NOTE}
+            "source": "privbench/presets/tuned.toml", "note": PRIVACY_NOTE,
+            "privacy_cost": privacy_cost(entry, defense)}
     return replace_checked(run, used["run"], where="run"), used["defense"], used
 
 
@@ -216,8 +312,14 @@ def tuned_settings(run: RunConfig, defense: str) -> dict[str, Any]:
 
 
 def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any],
-               command: str) -> str:
-    """One `[[preset.defense]]` table for tuned.toml from a tune result (best candidate)."""
+               command: str, fixed: dict[str, Any] | None = None, eps_free: bool = False,
+               written_by: str | None = None) -> str:
+    """One `[[preset.defense]]` table for tuned.toml from a tune result (best candidate).
+
+    `fixed`: the defense values held fixed while tuning (recorded, and matched on lookup);
+    `eps_free`: the entry holds at every ε (no `epsilon` line: a non-private defense, or a
+    fixed paper setting); `written_by`: the whole-preset command this entry is one cell of.
+    """
     chosen = result["candidates"][result["best"]]
 
     def value(v: Any) -> str:
@@ -233,13 +335,16 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
               else "not measured (--skip-test)")
     return "\n".join([
         f"[[{preset}.{defense}]]",
-        f"epsilon = {run.epsilon!r}",
+        *([] if eps_free else [f"epsilon = {run.epsilon!r}"]),
+        *([f"fixed = {table(fixed)}"] if fixed else []),
         f"run = {table(chosen['run'])}",
         f"defense = {table(chosen['defense'])}",
+        f"candidates = {len(result['candidates'])}",
         f"validation_accuracy = {chosen['validation_accuracy']!r}",
         f"validation = {result['validation']!r}",
         f"settings = {table(tuned_settings(run, defense))}",
         f"command = {value(command)}",
+        *([f"# one cell of `{written_by}`"] if written_by else []),
         f"# test accuracy (reported, not used for the choice): {tested}",
         *(f"# {key} changed nothing here (identical models for each of its values)"
           for key in result.get("inert", [])),
@@ -250,14 +355,33 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
     ])
 
 
-def save_entry(path: Path, text: str, preset: str, defense: str, eps: float) -> None:
-    """Append (or replace the same preset/defense/ε) entry in the tuned-values file."""
-    import re
+def entry_key(defense: str, entry: dict[str, Any]) -> tuple[Any, ...]:
+    """What one entry is tuned for: (ε or None when ε-free, the fixed values)."""
+    eps = None if _eps_free(entry, defense) else float(entry["epsilon"])
+    return eps, sorted(fixed_values(defense, entry.get("fixed", {})).items())
 
+
+def save_entry(path: Path, text: str, preset: str, defense: str, eps: float | None = None,
+               ) -> None:
+    """Append `text` (one `toml_entry`) to the tuned-values file, replacing the entry of the
+    same preset, defense, ε and fixed values (`entry_key`; other entries are kept as they are).
+    `eps` is read from `text` and kept for callers that pass it."""
+    import re
+    import tomllib
+
+    from privbench.registry import load_plugins
     from privbench.results import atomic_write_text
 
+    load_plugins()
+    new = tomllib.loads(text)[preset][defense][0]
     old = path.read_text() if path.is_file() else ""
     header, *blocks = re.split(r"(?m)^(?=\[\[)", old)  # the comment header, then each entry
-    head = f"[[{preset}.{defense}]]\nepsilon = {eps!r}\n"
-    kept = [b.rstrip("\n") + "\n\n" for b in blocks if not b.startswith(head)]
+
+    def same(block: str) -> bool:
+        if not block.startswith(f"[[{preset}.{defense}]]\n"):
+            return False
+        entry = tomllib.loads(block)[preset][defense][0]
+        return entry_key(defense, entry) == entry_key(defense, new)
+
+    kept = [b.rstrip("\n") + "\n\n" for b in blocks if not same(b)]
     atomic_write_text(path, header + "".join(kept) + text)

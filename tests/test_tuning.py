@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from privbench import runner, sweep, tuning
+from privbench import runner, sweep, tune_preset, tuning
 from privbench.cli import main
 from privbench.config import RunConfig, replace_checked
 from privbench.data import carve_validation, split_nodes
 from privbench.errors import ConfigError
 from privbench.provenance import code_digest, code_revision
-from privbench.registry import load_plugins
+from privbench.registry import DEFENSES, load_plugins
 from privbench.testing import TINY_RUN
 
 load_plugins()
@@ -75,9 +75,12 @@ def test_sweep_applies_matching_tuned_values_and_reports_them(tmp_path):
     assert cells["dp_sgp"]["defense_config"]["clip"] == 0.5
     assert cells["dp_sgp"]["tuned"]["run"] == {"lr": 0.3}
     assert "Papernot & Steinke 2022" in cells["dp_sgp"]["tuned"]["note"]
-    assert "tuned" not in cells["dp_dpsgd"]  # tuned for other settings: not applied
+    # tuned for other settings: not applied, and said
+    assert cells["dp_dpsgd"]["tuned"]["entry"] is None
+    assert cells["dp_dpsgd"]["tuned"]["reason"].startswith("no tuned entry for these settings")
     assert cells["dp_dpsgd"]["defense_config"]["clip"] == 1.0
     assert list(res["config"]["tuned"]["cells"]) == ["dp_sgp@8"]
+    assert list(res["config"]["tuned"]["missing"]) == ["dp_dpsgd@8"]
     html = (tmp_path / "a" / "index.html").read_text()
     assert "tuned.toml" in html and "Papernot" in html
 
@@ -95,8 +98,9 @@ def test_save_entry_replaces_the_same_cell_and_keeps_others(tmp_path):
     assert path.read_text().startswith("# header")
     assert [e["defense"]["clip"] for e in data["quick"]["dp_sgp"]] == [3.0]
     assert [e["defense"]["clip"] for e in data["quick"]["dpdl"]] == [2.0]
-    assert tuning.entry_for(data["quick"]["dp_sgp"], TINY, 1.0,
+    assert tuning.entry_for(data["quick"]["dp_sgp"], TINY, TINY.epsilon,
                             "dp_sgp")[0]["command"].endswith("3.0")
+    assert data["quick"]["dp_sgp"][0]["candidates"] == 1
     assert "# test accuracy (reported, not used for the choice): untuned 0.1" in path.read_text()
     assert f"# tuned by {code_revision()} (code sha256 {code_digest()})" in path.read_text()
     del res["untuned_test"]  # a tune run with --skip-test
@@ -117,14 +121,21 @@ def test_committed_tuned_file_parses_and_records_its_commands():
 @pytest.mark.parametrize("eps", [1.0, 8.0])
 def test_the_committed_tuned_values_apply_to_the_default_audit(eps):
     # the default audit runs topology "auto"; every committed quick entry (tuned on the graph
-    # "auto" resolves to) must apply to it, or the audit silently trains untuned defaults
-    run = replace_checked(RunConfig(), sweep.PRESETS["quick"]["run"], where="run")
+    # "auto" resolves to) must apply to it, or the audit silently trains untuned defaults.
+    # Every cell of the default audit has an entry tuned at its own ε (and for its paper
+    # setting or reading), but those whose every candidate diverged (PARTPSP_DIVERGES).
+    run = replace_checked(RunConfig(), {**sweep.PRESETS["quick"]["run"], "epsilon": eps},
+                          where="run")
     assert run.topology == "auto"
     quick = tuning.load_tuned()["quick"]
-    assert {"adp_vrsgp", "dp_sgp", "dyn_d2p", "dpdl", "defl_vp"} <= set(quick)
-    for defense, entries in quick.items():
-        entry, why = tuning.entry_for(entries, run, eps, defense)
-        assert entry is not None, (defense, why)
+    for cell in tune_preset.preset_cells("quick"):
+        if cell.eps not in (None, eps) or cell.name in PARTPSP_DIVERGES:
+            continue
+        entry, why = tuning.entry_for(quick.get(cell.defense, []), run, cell.eps,
+                                      cell.defense, dict(cell.fixed))
+        assert entry is not None, (cell, why)
+        assert entry["command"] == tune_preset.cell_command(
+            "privbench tune --preset quick --all", cell, "privbench/presets/tuned.toml")
 
 
 def test_tune_cli_writes_every_candidate(tmp_path, capsys):
@@ -203,5 +214,183 @@ def test_train_applies_the_entry_tuned_for_its_exact_settings(tmp_path, monkeypa
     capsys.readouterr()
     for extra in (["--untuned"], ["--nodes", "5"]):
         plain = run(*extra)
-        assert plain["tuned"] is None and "tuned values" not in capsys.readouterr().out
+        assert "tuned values" not in capsys.readouterr().out
         assert plain["run"]["lr"] == RunConfig().lr
+        if extra == ["--untuned"]:
+            assert plain["tuned"] is None
+        else:  # looked up, none fits: recorded with the reason
+            assert plain["tuned"]["entry"] is None
+            assert plain["tuned"]["reason"].startswith("no tuned entry for these settings")
+
+
+def _at(eps: float | None, clip: float, defense: str = "dp_sgp", **extra):
+    entry = {"run": {}, "defense": {"clip": clip}, "command": "privbench tune --grid clip=1,2",
+             "settings": tuning.tuned_settings(TINY, defense), **extra}
+    return entry if eps is None else {**entry, "epsilon": eps}
+
+
+def test_the_lookup_takes_the_cells_own_eps_and_says_when_it_has_none():
+    entries = [_at(8.0, 0.5), _at(1.0, 2.0)]
+    assert tuning.entry_for(entries, TINY, 1.0, "dp_sgp")[0]["defense"] == {"clip": 2.0}
+    assert tuning.entry_for(entries, TINY, 8.0, "dp_sgp")[0]["defense"] == {"clip": 0.5}
+    entry, why = tuning.entry_for(entries, TINY, 2.0, "dp_sgp")  # never the nearest ε's
+    assert entry is None and why == "no tuned entry at ε = 2 (entries: ε = 1, ε = 8)"
+    run, over, used = tuning.apply_tuned(entries, TINY, 2.0, "dp_sgp")
+    assert run == TINY and over == {} and used["entry"] is None
+    assert used["reason"].endswith(": untuned defaults")
+    assert used["privacy_cost"]["rule"] == "none"
+    _, _, used = tuning.apply_tuned(entries, TINY, 1.0, "dp_sgp")
+    assert used["entry"] == "dp_sgp at ε = 1" and used["tuned_at_epsilon"] == 1.0
+    assert used["privacy_cost"]["rule"] == "not charged"
+    assert used["privacy_cost"]["candidates"] == 2  # from the command's grid
+    assert "Papernot & Steinke 2022" in used["privacy_cost"]["meaning"]
+
+
+def test_a_non_private_or_fixed_setting_entry_holds_at_every_eps_and_fixed_values_match():
+    # a non-private defense's entry, old ones recorded with an ε too, holds at every ε
+    sgp = [_at(8.0, 0.0, "sgp") | {"defense": {"momentum": 0.9}}]
+    assert tuning.entry_for(sgp, TINY, 1.0, "sgp")[0] is not None
+    assert tuning.entry_for(sgp, TINY, None, "sgp")[0] is not None
+    # DeFL-VP's paper reading and its calibrated cells each get their own entry
+    calibrated = {**_at(1.0, 0.0, "defl_vp"), "defense": {"eta_sign": 0.003}}
+    reading = {**_at(1.0, 0.0, "defl_vp"), "defense": {"eta_sign": 0.1},
+               "fixed": {"eps_mode": "per_coordinate"}}
+    pick = tuning.entry_for([reading, calibrated], TINY, 1.0, "defl_vp", {})[0]
+    assert pick is calibrated
+    pick = tuning.entry_for([calibrated, reading], TINY, 1.0, "defl_vp",
+                            {"eps_mode": "per_coordinate"})[0]
+    assert pick is reading
+    entry, why = tuning.entry_for([calibrated], TINY, 1.0, "defl_vp",
+                                  {"eps_mode": "per_coordinate"})
+    assert entry is None and "with eps_mode=per_coordinate" in why
+    # a paper setting with no ε target (PartPSP's b): its entry records none, holds at any
+    paper = {**_at(None, 1.0, "partpsp"), "fixed": {"b": 5.0}}
+    assert tuning.entry_for([paper], TINY, None, "partpsp", {"b": "5"})[0] is paper
+    entry, why = tuning.entry_for([paper], TINY, 8.0, "partpsp", {})
+    assert entry is None and why == "no tuned entry at ε = 8 (entries: every ε with b=5)"
+
+
+def test_a_sweep_cell_without_an_entry_at_its_eps_runs_the_defaults_and_says_so(tmp_path, capsys):
+    from privbench import cli
+
+    audit = sweep.audit_config("quick", ["sgp", "dp_sgp"], [1.0, 8.0], ["mia_threshold"], None,
+                               {})
+    tuned = {"dp_sgp": [{**_entry(0.5), "candidates": 12, "preset": "quick"}],
+             "sgp": [{**_at(None, 0.0, "sgp"), "defense": {"momentum": 0.5}}]}
+    res = sweep.Sweep(TINY, {}, audit, tmp_path / "a", progress=False, tuned=tuned).run()
+    cells = {c["epsilon"]: c for c in res["cells"]}
+    assert cells[None]["defense_config"]["momentum"] == 0.5  # a non-private entry: any ε
+    assert cells[None]["tuned"]["privacy_cost"]["rule"] == "none"
+    assert cells[8.0]["defense_config"]["clip"] == 0.5
+    default = DEFENSES.get("dp_sgp").Config().clip
+    assert cells[1.0]["defense_config"]["clip"] == default != 0.5  # not ε = 8's value
+    assert cells[1.0]["tuned"]["entry"] is None
+    assert cells[1.0]["tuned"]["reason"] == ("no tuned entry at ε = 1 (entries: ε = 8): "
+                                             "untuned defaults")
+    cost = cells[8.0]["tuned"]["privacy_cost"]
+    assert cost["rule"] == "not charged" and cost["candidates"] == 12
+    written = json.loads((tmp_path / "a" / "results.json").read_text())
+    summary = written["config"]["tuned"]
+    assert summary["cells"]["dp_sgp@8"]["entry"] == "quick.dp_sgp at ε = 8"
+    assert summary["cells"]["dp_sgp@8"]["privacy_cost"]["candidates"] == 12
+    assert summary["missing"]["dp_sgp@1"]["reason"].startswith("no tuned entry at ε = 1")
+    html = (tmp_path / "a" / "index.html").read_text()
+    assert "none: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults" in html
+    assert "not charged (12 candidates): the cell&#39;s ε covers one training run" in html
+    cli._print_tuned(res)
+    out = capsys.readouterr().out
+    assert "  dp_sgp@1: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults" in out
+    assert ("  dp_sgp@8: lr=0.3 clip=0.5 (entry quick.dp_sgp at ε = 8; privacy cost not "
+            "charged, 12 candidates)") in out
+
+
+def test_train_takes_the_entry_of_its_own_eps_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tuning, "load_tuned", lambda: {"paper": {"dp_sgp": [_entry(0.5)]}})
+    flags = ["train", "--defense", "dp_sgp", "--nodes", "4", "--rounds", "10", "--batch-size",
+             "2", "--device", "cpu", "--quiet", "--record", "none", "--set", "max_per_node=40",
+             "--set", "eval_every=10", "--eps", "1", "--out", str(tmp_path)]
+    assert main(flags) == 0
+    out = capsys.readouterr().out
+    assert ("dp_sgp: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults "
+            "(privbench/presets/tuned.toml)") in out
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["defense_config"]["clip"] == DEFENSES.get("dp_sgp").Config().clip != 0.5
+    assert saved["run"]["lr"] == RunConfig().lr != 0.3
+    assert saved["tuned"]["entry"] is None
+
+
+def test_save_entry_keys_on_eps_and_fixed_values(tmp_path):
+    path = tmp_path / "tuned.toml"
+    # an entry written before ε-free entries: a non-private defense's with an ε
+    path.write_text("# header\n\n[[quick.sgp]]\nepsilon = 8.0\nrun = { lr = 0.1 }\n"
+                    "defense = {  }\nsettings = {  }\ncommand = \"old\"\n\n")
+    res = {"candidates": [{"run": {"lr": 0.5}, "defense": {}, "validation_accuracy": 0.5}],
+           "best": 0, "validation": 0.2}
+    text = tuning.toml_entry("quick", "sgp", TINY, res, "new", eps_free=True)
+    assert "epsilon" not in text
+    tuning.save_entry(path, text, "quick", "sgp")
+    assert [e["command"] for e in tomllib.loads(path.read_text())["quick"]["sgp"]] == ["new"]
+    res["candidates"][0].update(run={}, defense={"eta_sign": 0.1})
+    for fixed in ({}, {"eps_mode": "per_coordinate"}, {}):
+        text = tuning.toml_entry("quick", "defl_vp", TINY, res, f"cmd {fixed}", fixed=fixed)
+        tuning.save_entry(path, text, "quick", "defl_vp")
+    kept = tomllib.loads(path.read_text())["quick"]["defl_vp"]
+    assert sorted(e.get("fixed", {}).get("eps_mode", "-") for e in kept) == [
+        "-", "per_coordinate"]
+
+
+# The calibrated PartPSP cells: every candidate of their tune diverges (its noise grows the
+# next round's sensitivity; README, The default audit), so they have no entry.
+PARTPSP_DIVERGES = ("partpsp@eps1", "partpsp@eps8")
+
+SMALL_GRIDS = {"sgp": ("lr=0.1,0.3",), "d_psgd": ("lr=0.2",), "adp_vrsgp": ("clip=1,3",),
+               "defl_vp": ("eta_sign=0.01",), "dyn_d2p": ("lr=0.2,0.5",),
+               "partpsp": ("clip=1",), "dpdl": ("lr=0.05",)}
+
+
+def test_the_whole_preset_tune_writes_every_cell_and_resumes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tune_preset, "TUNE_GRIDS", SMALL_GRIDS)
+    run = replace_checked(RunConfig(), {**sweep.PRESETS["quick"]["run"], "nodes": 3,
+                                        "rounds": 2, "batch_size": 4, "max_per_node": 60,
+                                        "device": "cpu"}, where="run")
+    save, out = tmp_path / "tuned.toml", tmp_path / "tune"
+    command = "privbench tune --preset quick --all --save tuned.toml"
+    rows = tune_preset.tune_preset(run, "quick", out, command, test=False, save=save,
+                                   progress=False)
+    cells = tune_preset.preset_cells("quick")
+    assert [r["cell"] for r in rows] == [c.name for c in cells] and len(cells) == 15
+    assert not any(r["reused"] for r in rows)
+    saved = tomllib.loads(save.read_text())["quick"]
+    finished = {r["cell"] for r in rows if r["best"] is not None}
+    for cell in cells:
+        entry, why = tuning.entry_for(saved.get(cell.defense, []), run, cell.eps, cell.defense,
+                                      dict(cell.fixed))
+        assert (entry is not None) == (cell.name in finished), (cell, why)
+        if entry is not None:
+            assert entry["command"] == tune_preset.cell_command(command, cell, None)
+            assert f"--defense {cell.defense} " in entry["command"]
+    assert "--eps 1 --grid lr=0.2,0.5 " in saved["dyn_d2p"][0]["command"]
+    assert saved["defl_vp"][2]["fixed"] == {"eps_mode": "per_coordinate"}
+    assert "epsilon" not in saved["sgp"][0]  # a non-private entry holds at every ε
+    before = save.read_text()
+
+    def fail(*_a, **_k):
+        raise AssertionError("a finished cell was tuned again")
+
+    monkeypatch.setattr(tuning, "tune", fail)
+    again = tune_preset.tune_preset(run, "quick", out, command, test=False, save=save,
+                                    progress=False)
+    assert all(r["reused"] for r in again) and save.read_text() == before
+    (out / "dpdl@eps8" / "tune.json").unlink()  # an interrupted run: that cell is missing
+    monkeypatch.undo()
+    monkeypatch.setattr(tune_preset, "TUNE_GRIDS", SMALL_GRIDS)
+    third = tune_preset.tune_preset(run, "quick", out, command, test=False, save=save,
+                                    progress=False)
+    assert [r["cell"] for r in third if not r["reused"]] == ["dpdl@eps8"]
+    assert tomllib.loads(save.read_text()) == tomllib.loads(before)
+
+
+def test_tune_all_refuses_a_single_cells_options(capsys):
+    assert main(["tune", "--all", "--defense", "sgp"]) == 2
+    err = capsys.readouterr().err
+    assert "--all tunes the preset's own cells" in err and "drop --defense" in err
