@@ -36,21 +36,33 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _PresetHelp(argparse.HelpFormatter):
-    """Help of `attack`: a default marked PRESET_DEFAULT is the presets' run value (from
-    `privbench.audit_presets`, plain data: the help imports neither the sweep nor torch)."""
+    """Help of `attack`: a default marked PRESET_DEFAULT is the presets' value (a run value, the
+    ε grid or the attacks, from `privbench.audit_presets`, plain data: the help imports neither
+    the sweep nor torch)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and PRESET_DEFAULT in text:
             from privbench.audit_presets import PRESETS
 
-            vals = ", ".join(f"{p['run'][action.dest]} in {name}"
-                             for name, p in PRESETS.items() if action.dest in p["run"])
+            key = _PRESET_KEYS.get(action.dest)
+            vals = "; ".join(f"{_help_value(p[key] if key else p['run'][action.dest])} in {name}"
+                             for name, p in PRESETS.items()
+                             if (key or action.dest in p["run"]))
             text = text.replace(PRESET_DEFAULT, f"the preset's: {vals}")
         return text
 
 
 PRESET_DEFAULT = "<preset>"
+# options whose preset default is a preset's own entry, not one of its run values
+_PRESET_KEYS = {"eps_grid": "eps", "attack": "attacks"}
+
+
+def _help_value(value: Any) -> str:
+    """A preset's value as a user types it: "1, 8" for a grid, "idlg, geiping" for attacks."""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_help_value(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _default(sweep: bool, run_default: str) -> str:
@@ -62,11 +74,14 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by commands that build a run (train, attack)."""
     g = p.add_argument_group("run")
     if sweep:
+        from privbench.audit_presets import DEFAULT_DEFENSES  # plain data, no torch
+
         g.add_argument("--defense", action="append", help="defense(s) to audit, repeatable or "
-                       "comma-separated; 'all' = every registered one (default: the five papers' "
-                       "algorithms and the non-private baselines)")
+                       "comma-separated; 'all' = every registered one (default: the non-private "
+                       "baselines and the five papers' algorithms: "
+                       f"{_help_value(DEFAULT_DEFENSES)})")
         g.add_argument("--eps", dest="eps_grid", action="append", help="ε grid, repeatable or "
-                       "comma-separated (default: the preset's)")
+                       f"comma-separated (default {PRESET_DEFAULT})")
     else:
         g.add_argument("--defense", default="sgp", help="defense registry key (`privbench list`)")
         g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
@@ -104,8 +119,10 @@ _RUN_FLAGS = ("dataset", "data_root", "download", "model", "nodes", "topology", 
 
 def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None = None,
                          ) -> tuple[Any, dict[str, Any]]:
-    """RunConfig and defense overrides from defaults < preset < --config file < flags < --set."""
+    """RunConfig and defense overrides from defaults < preset < --config file < flags < --set;
+    a data root given must be a folder (`datafiles.check_data_root`)."""
     from privbench.config import RunConfig, load_toml, parse_sets, replace_checked
+    from privbench.datafiles import check_data_root
 
     run_over: dict[str, Any] = dict(preset or {})
     def_over: dict[str, Any] = {}
@@ -117,7 +134,9 @@ def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None
     set_run, set_def = parse_sets([s for s in args.sets if not s.startswith("audit.")])
     run_over.update(set_run)
     def_over.update(set_def)
-    return replace_checked(RunConfig(), run_over, where="run"), def_over
+    run = replace_checked(RunConfig(), run_over, where="run")
+    check_data_root(run.data_root, run.download)
+    return run, def_over
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -186,6 +205,7 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
     """Build, train, save (`comm` None: every node in this process)."""
     rank0 = comm is None or comm.rank == 0
     out = Path(args.out)
+    _on_interrupt(lambda: _train_kept(args, out))
     with contextlib.ExitStack() as stack:  # rank 0 holds the folder until it has written
         problem = _claim(stack, out, "results.json", args.overwrite) if rank0 else None
         agreed = comm.all_ok(problem is None) if comm is not None else problem is None
@@ -197,11 +217,10 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
 def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
                 device: Any, tuned: dict[str, Any] | None, out: Path) -> int:
     """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
-    from tqdm import tqdm
-
     from privbench.checkpoint import prepare
     from privbench.engine import train
     from privbench.messages import parse_record_spec
+    from privbench.progress import Phase
     from privbench.runner import build, save_run
 
     rank0 = comm is None or comm.rank == 0
@@ -214,9 +233,8 @@ def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], c
             out / "checkpoint.ckpt", built, _train_fingerprint(args, built), every,
             None if args.quiet else
             (lambda note: print(f"train {built.defense}: {note}", file=sys.stderr)))
-    with tqdm(total=run.rounds, initial=start, desc=f"train {args.defense}", unit="round",
-              disable=args.quiet or not rank0 or not sys.stderr.isatty(),
-              file=sys.stderr) as bar:
+    with Phase(f"train {args.defense}", run.rounds, "round", initial=start,
+               enabled=not args.quiet and rank0) as bar:
         res = train(built.trainer, progress=bar.update, start=start, result=so_far,
                     after_round=saver)
     result = save_run(built, res, out, extra={"tuned": tuned})
@@ -277,8 +295,10 @@ def _check_writable(out: Path) -> None:
     """Fail early (before training) when the output folder cannot be created or written."""
     import os
 
+    from privbench.fingerprint import make_folder
+
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_folder(out)  # removed again if the command is refused (`main`)
     except OSError as exc:
         raise PrivbenchError(f"cannot create output folder {out}: {exc.strerror}") from None
     if not os.access(out, os.W_OK):
@@ -381,25 +401,32 @@ def cmd_attack(args: argparse.Namespace) -> int:
     tuned = _tuned_entries(args, overrides)
     runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
                          command=_command_line(args), tuned=tuned)
-    return _finish_sweep(runner, out)
+    return _finish_sweep(runner, out, args)
 
 
 def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
-    """--out, or reports/<run name>; a run name is one folder name, never a path."""
+    """--out, or reports/<run name>; a run name is one folder name, never a path. A folder
+    holding a finished audit is refused unless --resume or --overwrite."""
     name = args.run_name
     if name is not None and (name in ("", ".", "..") or "/" in name or "\\" in name
                              or "\0" in name):
         raise PrivbenchError(f"--run-name must be a plain folder name (no '/', '..'), got "
                              f"{name!r}; use --out for another location")
     out = Path(args.out or f"reports/{name or default_name}")
+    finished = [f for f in ("results.json", "index.html") if (out / f).exists()]
+    if finished and not (args.resume or args.overwrite):
+        raise PrivbenchError(f"{out} holds a finished audit ({' and '.join(finished)}; a result "
+                             "is never replaced silently); pass --resume to reuse its cells, "
+                             "--overwrite to replace it, or choose another --out")
     _check_writable(out)
     return out
 
 
-def _finish_sweep(runner: Any, out: Path) -> int:
+def _finish_sweep(runner: Any, out: Path, args: argparse.Namespace) -> int:
     from privbench import sweep
     from privbench.report.verdicts import verdict_summary
 
+    _on_interrupt(lambda: _sweep_kept(runner, out, args))
     results = runner.run()
     if runner.resume:
         st = runner.stats
@@ -479,6 +506,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     candidates = tuning.parse_grid(args.grid, args.defense)
     out = Path(args.out or f"reports/tune-{args.preset}-{args.defense}-eps{run.epsilon:g}")
+    _on_interrupt(lambda: _ends_kept(args, out / "tune.json"))
     with contextlib.ExitStack() as stack:  # the folder is this tune's until tune.json is in
         if (problem := _claim(stack, out, "tune.json", args.overwrite)) is not None:
             raise problem
@@ -578,17 +606,26 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     runner = sweep.Sweep(run, saved.get("defense_config", {}), audit, out, resume=args.resume,
                          progress=not args.quiet, messages_dir=folder,
                          command=_command_line(args))
-    return _finish_sweep(runner, out)
+    return _finish_sweep(runner, out, args)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """`privbench list`: every registry."""
+    """`privbench list`: every registry, one line per entry with its description (the first
+    line of its docstring); each defense marked DP (differentially private) or not."""
     from privbench import registry
 
     registry.load_plugins()
     for reg in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS, registry.MODELS,
                 registry.TOPOLOGIES):
-        print(f"{reg.plural}: {', '.join(reg.names()) or '(none)'}")
+        names = reg.names()
+        marked = reg is registry.DEFENSES
+        key = " (DP: differentially private, -: not private)" if marked else ""
+        print(f"{reg.plural}: {len(names) or '(none)'}{key}")
+        width = max(map(len, names), default=0)
+        for name in names:
+            obj = reg.get(name)
+            mark = f"{'DP' if getattr(obj, 'private', False) else '-':<4}" if marked else ""
+            print(f"  {name:<{width}}  {mark}{registry.describe(name, obj)}")
     return 0
 
 
@@ -731,10 +768,12 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 def cmd_leakage(args: argparse.Namespace) -> int:
     """`privbench leakage`: the leakage map (attacks by hop distance, network DP)."""
+    from privbench.datafiles import check_data_root
     from privbench.leakage import config_from, run_leakage
     from privbench.report.leakage import by_distance, markdown, render_leakage
     from privbench.results import atomic_write_text, dumps
 
+    check_data_root(args.data_root)
     defenses = _names(args.defense)
     cfg = config_from({
         "dataset": args.dataset, "data_root": args.data_root, "model": args.model,
@@ -747,6 +786,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         "inversion": args.inversion, "seed": args.seed})
     out = Path(args.out)
     target = out / "leakage.json"
+    _on_interrupt(lambda: _ends_kept(args, target))
     with contextlib.ExitStack() as stack:  # the folder is this run's until it has written
         if (problem := _claim(stack, out, target.name, args.overwrite)) is not None:
             raise problem
@@ -819,6 +859,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         scale = repro.scale(args.scale)
         seeds = tuple(_ints(args.seeds, "--seeds") or scale.seeds)
         _check_writable(out)
+        _on_interrupt(lambda: _reproduce_kept(args, out))
         records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
                             (lambda line: print(line, file=sys.stderr)), workers=args.jobs,
                             rows=_row_labels(args.rows, repro.at(scale)),
@@ -990,7 +1031,7 @@ def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
     """`privbench attack`: the run's settings, attacks, threat model, preset and resuming."""
     _add_run_arguments(p, sweep=True)
     p.add_argument("--attack", action="append", help="attack(s), repeatable or comma-separated; "
-                   "'all' = every registered one (default: the preset's)")
+                   f"'all' = every registered one (default {PRESET_DEFAULT})")
     p.add_argument("--threat", help="who observes: eavesdropper (default), neighbour, colluding, "
                    "or a curious set anywhere in the graph: node:K, nodes:A,B,..., hops:H[xM], "
                    "degree:M, random:M (attacked by gossip inversion beyond the victim's "
@@ -1006,6 +1047,9 @@ def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
                    help="reuse the cells already in --out whose fingerprint (config, data, "
                         "versions, threads) matches; a stale cell is an error naming what "
                         "changed, or with --resume=rerun-stale is recomputed")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the finished audit in --out (refused otherwise; --resume "
+                        "reuses its cells instead)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--untuned", action="store_true",
                    help="ignore the preset's tuned values (privbench/presets/tuned.toml)")
@@ -1168,7 +1212,8 @@ _COMMANDS = (
     _Command("reproduce", "a paper's table on real data: train its grid (resuming), write "
              "runs.jsonl and table.md; --render re-renders the table from runs.jsonl without "
              "training", _add_reproduce_arguments, cmd_reproduce),
-    _Command("list", "print every registry", _no_arguments, cmd_list),
+    _Command("list", "print every registry: each entry with a line of description, the "
+             "private defenses marked DP", _no_arguments, cmd_list),
     _Command("report", "render or merge audit results into one HTML report",
              _add_report_arguments, cmd_report),
     _Command("check", "privacy regression gate: check results against a policy",
@@ -1212,6 +1257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # dp-accounting logs (via absl) every RDP order it drops at high sampling rates: noise for a
     # user, the ε it returns already accounts for it.
     logging.getLogger("absl").setLevel(logging.ERROR)
+    from privbench.fingerprint import discard_created, forget_created
+
+    forget_created()
+    _KEPT.clear()
     try:
         given = list(sys.argv[1:] if argv is None else argv)
         keep_freed_memory()  # before any tensor: see privbench.hostmem
@@ -1220,14 +1269,83 @@ def main(argv: Sequence[str] | None = None) -> int:
         args._argv = given
         return args._commands[args.command](args)
     except PrivbenchError as exc:
+        discard_created()  # a refused command leaves no empty output folder or lock file
         print(f"privbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Terminated:
-        print("privbench: stopped (SIGTERM); results already written are kept", file=sys.stderr)
+        print(f"privbench: stopped (SIGTERM); {_kept_text()}", file=sys.stderr)
         return 128 + 15
     except KeyboardInterrupt:
-        print("privbench: interrupted", file=sys.stderr)
+        print(f"privbench: interrupted; {_kept_text()}", file=sys.stderr)
         return 130
+
+
+# What a stop (Ctrl-C, SIGTERM) keeps, as the running command describes it (`_on_interrupt`):
+# the rest of `main`'s one line.
+_KEPT: list[Callable[[], str]] = []
+
+
+def _on_interrupt(describe: Callable[[], str]) -> None:
+    """From now on, a stop says `describe()`: what was kept and how to continue."""
+    _KEPT[:] = [describe]
+
+
+def _kept_text() -> str:
+    generic = "results already written are kept"
+    try:
+        return _KEPT[-1]() if _KEPT else generic
+    except Exception:  # the description must never hide the stop itself
+        return generic
+
+
+def _again(args: argparse.Namespace, add: str = "") -> str:
+    """The user's command, shell-quoted, with option `add` appended when it is not there."""
+    import shlex
+
+    argv = list(args._argv)
+    if add and not any(a == add or a.startswith(add + "=") for a in argv):
+        argv.append(add)
+    return shlex.join(["privbench", *argv])
+
+
+def _sweep_kept(runner: Any, out: Path, args: argparse.Namespace) -> str:
+    """`attack` stopped: how many of its cells are done (their files are kept)."""
+    again = _again(args, "--resume")
+    if not runner.planned:
+        return f"no cell had started, nothing new in {out}; `{again}` starts again"
+    return (f"kept: {runner.finished} of {runner.planned} cells finished in {out}; `{again}` "
+            "continues")
+
+
+def _train_kept(args: argparse.Namespace, out: Path) -> str:
+    """`train` stopped: its checkpoint, if it saved one, else nothing of the run."""
+    ckpt = out / "checkpoint.ckpt"
+    if args.checkpoint_every is not None and ckpt.is_file():
+        return f"kept: the checkpoint {ckpt}; `{_again(args)}` continues from it"
+    if args.checkpoint_every is not None:
+        return f"no checkpoint was saved yet, nothing of the run is kept; `{_again(args)}` " \
+               "starts again"
+    return (f"nothing of the run is kept (results.json is written when it ends); "
+            f"`{_again(args, '--checkpoint-every')} MINUTES` saves checkpoints a stopped run "
+            "continues from")
+
+
+def _ends_kept(args: argparse.Namespace, target: Path) -> str:
+    """A command that writes its result once at the end (tune, leakage), stopped."""
+    return f"nothing of the run is kept ({target} is written when it ends); `{_again(args)}` " \
+           "starts again"
+
+
+def _reproduce_kept(args: argparse.Namespace, out: Path) -> str:
+    """`reproduce` stopped: the runs already in runs.jsonl and the stopped jobs' checkpoints."""
+    from privbench.reproduce.runs import CHECKPOINTS, RUNS_FILE
+    from privbench.results import counted
+
+    path = out / RUNS_FILE
+    runs = sum(1 for ln in path.read_text().splitlines() if ln.strip()) if path.is_file() else 0
+    saved = len(list((out / CHECKPOINTS).glob("*.ckpt")))
+    more = f" and {counted(saved, 'checkpoint')} in {out / CHECKPOINTS}" if saved else ""
+    return f"kept: {counted(runs, 'run')} in {path}{more}; `{_again(args)}` trains the rest"
 
 
 def _check_text(args: argparse.Namespace) -> None:

@@ -69,6 +69,28 @@ def search_places(name: str, root: str | Path | None) -> list[tuple[str, Path | 
     return places
 
 
+ACCEPTED_ROOT = ("an existing folder holding mnist / fashion-mnist idx files (flat, in "
+                 "torchvision's layout or in a folder named after the dataset) or "
+                 "cifar-10-batches-py")
+
+
+def check_data_root(root: str | Path | None, download: bool = False) -> None:
+    """A `--data-root` that is given must be an existing folder (with `--download` a new one,
+    which the download creates): never skipped in favour of a dataset found elsewhere.
+
+    Raises:
+        DataError: `root` names no folder.
+    """
+    if root is None or str(root) == "":
+        return
+    path = Path(root)
+    if path.is_dir() or (download and not path.exists()):
+        return
+    what = "is not a folder" if path.exists() else "does not exist"
+    raise DataError(f"--data-root {root} {what}; accepted: {ACCEPTED_ROOT}, or a new folder "
+                    "with --download")
+
+
 def describe_places(places: list[tuple[str, Path | None]]) -> str:
     """'--data-root (not given), $PRIVBENCH_DATA=/x, ...' for one-line messages."""
     return ", ".join(f"{label} ({'not set' if p is None else p})" for label, p in places)

@@ -88,24 +88,92 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# Folders and lock files this process created (`make_folder`, `folder_lock`), oldest first: a
+# command refused for bad input removes those that hold nothing else (`discard_created`).
+_CREATED: list[Path] = []
+
+
+def make_folder(folder: Path) -> None:
+    """`folder.mkdir(parents=True, exist_ok=True)`, remembering every folder it created."""
+    missing = []
+    here = folder
+    while not (here.exists() or here.is_symlink()) and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    _CREATED.extend(reversed(missing))
+
+
+def forget_created() -> None:
+    """Start a new command: what earlier ones created is theirs."""
+    _CREATED.clear()
+
+
+def discard_created() -> None:
+    """Remove, newest first, each lock file this process created in a folder that holds nothing
+    else, then each folder it created that is empty: a command refused for bad input leaves
+    no empty output folder or lone lock file behind (anything it wrote stays)."""
+    for path in reversed(_CREATED):
+        try:
+            if path.name == LOCK_NAME:
+                if [p.name for p in path.parent.iterdir()] == [LOCK_NAME]:
+                    path.unlink()
+            elif path.is_dir() and not path.is_symlink():
+                path.rmdir()  # only an empty folder (OSError otherwise: kept)
+        except OSError:
+            pass
+    _CREATED.clear()
+
+
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """The lock file's descriptor, and whether this call created the file."""
+    for _ in range(3):  # the file may come or go between the two opens
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(path, os.O_RDWR), False
+        except FileNotFoundError:
+            continue
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644), False
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd` (a lock file removed by
+    `discard_created` after another process opened it locks nothing)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
     """Hold an exclusive advisory lock (`fcntl.flock`) on `folder` for one writer; a second
     writer fails at once with a one-line error. The lock dies with the process (kill -9 too)."""
     import fcntl
 
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise PrivbenchError(f"cannot lock output folder {folder}: {exc.strerror}") from None
-    try:
+    lock = folder / LOCK_NAME
+    while True:
+        try:
+            make_folder(folder)
+            fd, created = _open_lock(lock)
+        except OSError as exc:
+            raise PrivbenchError(f"cannot lock output folder {folder}: {exc.strerror}") from None
+        if created:
+            _CREATED.append(lock)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise PrivbenchError(f"output folder {folder} is in use by another privbench run "
                                  f"(it holds {LOCK_NAME}); wait for it to finish or choose "
                                  "another --out") from None
+        if _same_file(fd, lock):
+            break
+        os.close(fd)  # locked a file another run has since removed: lock the one there now
+    try:
         yield
     finally:
         os.close(fd)

@@ -64,6 +64,19 @@ class Registry(Generic[T]):
         return len(self._items)
 
 
+def describe(name: str, obj: object) -> str:
+    """One line about a registered object: the first line of its module's docstring when that
+    module is its own (the file stem is the registry key: one defense or attack per file), else
+    the first line of its own docstring."""
+    import inspect
+    import sys
+
+    module = sys.modules.get(getattr(obj, "__module__", "") or "")
+    own = module is not None and module.__name__.rsplit(".", 1)[-1] == name
+    doc = (module.__doc__ if own and module is not None else None) or inspect.getdoc(obj) or ""
+    return doc.strip().split("\n", 1)[0].strip() or "(no description)"
+
+
 DATASETS: Registry = Registry("dataset")
 MODELS: Registry = Registry("model")
 TOPOLOGIES: Registry = Registry("topology", "topologies")

@@ -37,6 +37,7 @@ from privbench.engine import train
 from privbench.errors import ConfigError, DataError, PrivbenchError
 from privbench.gossip_inversion import view_source
 from privbench.messages import GroundTruth, MessageLog, RecordPolicy
+from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES, load_plugins
 from privbench.results import (
     SCHEMA_VERSION,
@@ -484,6 +485,9 @@ class Sweep:
     stats: dict[str, int] = dataclasses.field(default_factory=dict)
     tuned: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     eval_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    planned: int = 0  # cells of the grid, once `run` has planned them
+    finished: int = 0  # of those, the cells whose files are all written (reused ones too)
+    where: str = ""  # the cell in progress, for progress lines
 
     def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
         return self.out / "cells" / f"{defense}@{_cell_key(eps, setting)}"
@@ -536,6 +540,8 @@ class Sweep:
 
     def validate(self) -> None:
         """Every check that needs no training, so that bad options fail before any cell runs."""
+        for attack in self.audit.attacks:  # each attack's config keys and values
+            self.audit.attack_cfg(attack)
         if self.audit.victim >= self.base.nodes:
             raise ConfigError(f"audit.victim must be a node index in 0..{self.base.nodes - 1}, "
                               f"got {self.audit.victim}")
@@ -543,6 +549,26 @@ class Sweep:
         if late:
             raise ConfigError(f"audit.inversion_rounds must be < rounds ({self.base.rounds}), "
                               f"got {late[0]}")
+
+    def check_cells(self, cells: list[tuple[str, float | None, str | None]]) -> None:
+        """Build each cell as it will train (data, model, graph, the privacy plan's
+        calibration) and place the threat model on its graph, without training, so that an ε
+        no noise reaches or a curious node outside the graph fails before any cell trains."""
+        with self.phase(f"checking {len(cells)} cell(s) before training", len(cells),
+                        "cell") as bar:
+            for defense, eps, setting in cells:
+                run, overrides, _ = self.cell_run(defense, eps, setting)
+                try:
+                    built = build(run, defense, overrides, policy=RecordPolicy.none())
+                except PrivbenchError as exc:  # name the cell: the grid may hold many
+                    raise type(exc)(f"{defense} {_setting_label(eps, setting)}: {exc}") from None
+                _audit_threat(built, self.audit)
+                bar.update()
+
+    def phase(self, what: str, total: int | None = None, unit: str = "it") -> Phase:
+        """A long part of the sweep: a bar on a terminal, a heartbeat line in a log."""
+        label = f"{self.where}: {what}" if self.where else what
+        return Phase(label, total, unit, enabled=self.progress)
 
     def fingerprints(self, defense: str, eps: float | None, setting: str | None = None
                      ) -> dict[str, dict[str, Any]]:
@@ -607,22 +633,29 @@ class Sweep:
             self.validate()
             grid = self.grid()
             plan = [(cell, self.plan_cell(*cell)) for cell in grid]  # before training
+            self.check_cells([cell for cell, (todo, _) in plan if todo])  # before training too
+            self.planned = len(grid)
             timings: dict[str, Any] = {"setup_s": laps.lap(), "cells": {}, "reused": []}
             measured = 0.0
             for k, (cell, (todo, prints)) in enumerate(plan, 1):
                 if not todo:
                     timings["reused"].append(self._label(*cell))
+                    self.finished += 1
                     continue
+                self.where = f"cell {k} of {len(grid)} ({cell[0]} {_setting_label(*cell[1:])})"
                 if self.progress:
                     print(f"cell {k} of {len(grid)}: {cell[0]} {_setting_label(*cell[1:])}",
                           file=sys.stderr, flush=True)
                 measured += sum(self.run_cell(*cell, todo, prints, laps).values())
+                self.finished += 1
+            self.where = ""
             results = self.assemble()
             for cell in grid:
                 timings["cells"][self._label(*cell)] = self._read_timings(*cell)
             from privbench.report import render_html
 
-            html = render_html(results, run_name=self.out.name)
+            with self.phase("report (index.html)"):
+                html = render_html(results, run_name=self.out.name)
             text = dumps(results)
             timings["report_s"] = laps.lap()
             timings["eval_within_train_s"] = dict(self.eval_seconds)
@@ -704,7 +737,9 @@ class Sweep:
                 result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
                           "metrics": {}}
             else:
-                result = run_attack(built, attack, self.audit, run.seed, views)
+                with self.phase(f"attack {attack} ({attacks.index(attack) + 1} of "
+                                f"{len(attacks)})"):
+                    result = run_attack(built, attack, self.audit, run.seed, views)
             result.pop("seconds", None)  # timings live in timings.json, not in results
             for view in result.get("views", []):
                 view.pop("seconds", None)
@@ -731,7 +766,8 @@ class Sweep:
             except ConfigError as exc:
                 views[b] = f"not applicable: {exc}"
                 continue
-            res = train(built.trainer, rounds=stop)
+            with self.phase(f"inversion view (batch {b})", stop, "round") as bar:
+                res = train(built.trainer, rounds=stop, progress=bar.update)
             views[b] = (built if res.diverged_round is None else
                         f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
         return views
@@ -757,10 +793,7 @@ class Sweep:
             return built, cell
         built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit, defense))
         timing["build_s"] = laps.lap()
-        from tqdm import tqdm
-
-        with tqdm(total=run.rounds, desc=f"train {defense}", unit="round", leave=False,
-                  disable=not (self.progress and sys.stderr.isatty()), file=sys.stderr) as bar, \
+        with self.phase(f"train {defense}", run.rounds, "round") as bar, \
                 recording_sampling() as drawn:
             res = train(built.trainer, progress=bar.update)
         timing["train_s"] = laps.lap()

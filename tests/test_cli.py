@@ -47,7 +47,7 @@ def test_train_writes_results_and_messages(tmp_path, capsys):
     (["train", "--eps", "-1"], "epsilon must be > 0"),
     (["train", "--delta", "1.5"], "delta must be in (0, 1)"),
     (["train", "--dataset", "mnist", "--data-root", "/nonexistent"],
-     "dataset 'mnist' not found; searched --data-root (/nonexistent)"),
+     "--data-root /nonexistent does not exist; accepted: an existing folder holding mnist"),
     (["train", "--set", "nosuch=1"], "unknown run key 'nosuch'"),
     (["train", "--set", "defense.nosuch=1"], "unknown defense key 'nosuch'"),
     (["train", "--set", "rounds=abc"], "rounds must be int"),
@@ -147,3 +147,66 @@ def test_train_prints_privacy_as_sentences(tmp_path, capsys):
                  "cpu", "--eps", "2", "--out", str(tmp_path / "o"), "--quiet"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("privacy")]
     assert lines and all("{" not in ln and " ε = " in ln and "δ = " in ln for ln in lines)
+
+
+def test_list_describes_each_entry_and_marks_the_private_defenses(capsys):
+    from privbench import registry
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    registry.load_plugins()
+    for reg in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS, registry.MODELS,
+                registry.TOPOLOGIES):
+        for name in reg.names():
+            row = next(x for x in lines if x.split()[:1] == [name])
+            words = row.split()
+            if reg is registry.DEFENSES:  # the mark, then the description
+                assert words[1] == ("DP" if reg.get(name).private else "-"), row
+                words = words[1:]
+            assert len(words) > 3, f"{name} has no description: {row!r}"
+    row = {x.split()[0]: x for x in lines if x.startswith("  ")}
+    assert row["dp_sgp"].split()[1] == "DP" and row["sgp"].split()[1] == "-"
+    assert "Stochastic Gradient Push (non-private baseline)." in row["sgp"]
+    assert "Improved Deep Leakage from Gradients (iDLG)." in row["idlg"]
+    assert "MLP with hidden widths" in row["mlp"]
+
+
+def test_attack_help_shows_the_default_eps_grid_attacks_and_defenses(capsys):
+    from privbench.audit_presets import DEFAULT_DEFENSES, PRESETS
+
+    with pytest.raises(SystemExit):
+        main(["attack", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name, preset in PRESETS.items():
+        eps = ", ".join(f"{e:g}" for e in preset["eps"])
+        assert f"{eps} in {name}" in text, eps
+        assert f"{', '.join(preset['attacks'])} in {name}" in text
+    assert ", ".join(DEFAULT_DEFENSES) in text
+    assert "the preset's)" not in text  # every preset default names its values
+
+
+def test_train_writes_a_heartbeat_line_to_a_log(tmp_path, capsys, monkeypatch):
+    # stderr is not a terminal here: no bar, but a line every HEARTBEAT_SECONDS
+    import time
+
+    from privbench import engine, progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
+    real = engine.train
+
+    def slow(trainer, progress=None, **kwargs):
+        def step(n):
+            time.sleep(0.05)
+            progress(n)
+
+        return real(trainer, progress=step, **kwargs)
+
+    monkeypatch.setattr(engine, "train", slow)
+    assert main(["train", "--defense", "sgp", "--rounds", "4", "--nodes", "3", "--device", "cpu",
+                 "--out", str(tmp_path / "t")]) == 0
+    beats = [x for x in capsys.readouterr().err.splitlines()
+             if x.startswith("privbench: train sgp: round ")]
+    assert beats and all(re.search(r"round \d of 4, \d+ s so far", x) for x in beats), beats
+    assert main(["train", "--defense", "sgp", "--rounds", "4", "--nodes", "3", "--device", "cpu",
+                 "--out", str(tmp_path / "q"), "--quiet"]) == 0
+    assert "privbench: train" not in capsys.readouterr().err  # --quiet: nothing

@@ -129,3 +129,46 @@ def test_truncated_gz_leaves_nothing_behind_and_the_good_file_then_works(tmp_pat
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing extracted or left over
     paths["train-images-idx3-ubyte"].write_bytes(good)
     assert load_dataset("mnist", folder).x_train.shape == (40, 1, 28, 28)
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "--rounds", "1", "--quiet"],
+    ["attack", "--defense", "sgp", "--attack", "mia_threshold", "--rounds", "2", "--quiet"],
+    ["tune", "--defense", "sgp", "--grid", "lr=0.1", "--rounds", "1", "--quiet"],
+    ["leakage", "--defense", "sgp", "--rounds", "1", "--quiet"],
+], ids=["train", "attack", "tune", "leakage"])
+def test_a_data_root_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, monkeypatch,
+                                                              no_data_places, command):
+    # a copy found elsewhere (the Debian package's) must not be trained on instead
+    deb = tmp_path / "deb"
+    write_mnist(deb)
+    monkeypatch.setattr(datafiles, "DEBIAN", {"fashion-mnist": ("dataset-fashion-mnist", deb)})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr("privbench.engine.train", refuse)
+    monkeypatch.setattr("privbench.sweep.train", refuse)
+    missing = tmp_path / "typo"
+    code = main([*command, "--dataset", "fashion-mnist", "--data-root", str(missing),
+                 "--device", "cpu", "--out", str(tmp_path / "out")]
+                if command[0] != "leakage" else
+                [*command, "--dataset", "fashion-mnist", "--data-root", str(missing),
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"privbench: error: --data-root {missing} does not exist; accepted: "
+                          "an existing folder holding mnist / fashion-mnist idx files"), err
+    assert "--download" in err and not (tmp_path / "out").exists()
+    (tmp_path / "afile").write_text("x")
+    assert main(["train", "--data-root", str(tmp_path / "afile"), "--quiet",
+                 "--out", str(tmp_path / "out")]) == 2
+    assert f"--data-root {tmp_path / 'afile'} is not a folder" in capsys.readouterr().err
+
+
+def test_a_new_data_root_is_accepted_with_download(tmp_path):
+    datafiles.check_data_root(tmp_path / "new", download=True)  # the download creates it
+    with pytest.raises(DataError, match="does not exist"):
+        datafiles.check_data_root(tmp_path / "new")
+    datafiles.check_data_root(None)
+    datafiles.check_data_root(tmp_path)

@@ -135,3 +135,96 @@ def test_attack_a_saved_message_log(tmp_path, capsys):
     res = json.loads((out / "results.json").read_text())
     assert res["cells"][0]["defense"] == "sgp"
     assert res["cells"][0]["attacks"]["idlg"]["status"] == "ok"
+
+
+def _refuse_training(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr("privbench.sweep.train", refuse)
+
+
+def test_a_finished_audit_is_not_replaced_without_resume_or_overwrite(audit_dir, tmp_path,
+                                                                      capsys, monkeypatch):
+    tmp, out = audit_dir
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    before = {p.name: p.read_bytes() for p in (copy / "results.json", copy / "index.html")}
+    with monkeypatch.context() as m:
+        _refuse_training(m)
+        assert _audit(tmp, copy, "--seed", "1") == 2  # another config, no --resume
+    err = capsys.readouterr().err
+    assert err == (f"privbench: error: {copy} holds a finished audit (results.json and "
+                   "index.html; a result is never replaced silently); pass --resume to reuse "
+                   "its cells, --overwrite to replace it, or choose another --out\n")
+    assert {p.name: p.read_bytes() for p in (copy / "results.json", copy / "index.html")} \
+        == before
+    assert _audit(tmp, copy, "--seed", "1", "--overwrite") == 0
+    res = json.loads((copy / "results.json").read_text())
+    assert res["config"]["run"]["seed"] == 1 and (copy / "results.json").read_bytes() \
+        != before["results.json"]
+
+
+def test_ctrl_c_says_how_many_cells_are_kept_and_the_command_continues(audit_dir, tmp_path,
+                                                                       capsys, monkeypatch):
+    import shlex
+
+    from privbench import sweep
+
+    tmp, out = audit_dir
+    real, calls = sweep.run_attack, []
+
+    def stop_in_the_second_cell(built, attack, *args, **kwargs):
+        calls.append(built.defense)
+        if built.defense == "d_psgd":
+            raise KeyboardInterrupt
+        return real(built, attack, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_attack", stop_in_the_second_cell)
+    stopped = tmp_path / "run"
+    assert _audit(tmp, stopped) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    head = f"privbench: interrupted; kept: 1 of 2 cells finished in {stopped}; `"
+    assert err.startswith(head) and err.endswith("` continues\n"), err
+    command = shlex.split(err[len(head):-len("` continues\n")])
+    assert command[0] == "privbench" and command[-1] == "--resume"
+    monkeypatch.undo()
+    assert main(command[1:]) == 0  # the command it names continues the audit
+    assert "resume: reused 4 cell file(s), recomputed 2 (2 missing" in capsys.readouterr().out
+    assert (stopped / "results.json").read_bytes() == (out / "results.json").read_bytes()
+
+
+def test_long_phases_write_heartbeat_lines_to_a_log(tmp_path, capsys, monkeypatch):
+    # stderr is not a terminal here: a line per HEARTBEAT_SECONDS names the cell, the phase
+    # and its progress (the training's round, an attack's time)
+    import time
+
+    from privbench import progress, sweep
+
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
+    real_train, real_attack = sweep.train, sweep.run_attack
+
+    def slow_train(trainer, progress=None, **kwargs):
+        def step(n):
+            time.sleep(0.03)
+            if progress is not None:
+                progress(n)
+
+        return real_train(trainer, progress=step, **kwargs)
+
+    def slow_attack(*args, **kwargs):
+        time.sleep(0.1)
+        return real_attack(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "train", slow_train)
+    monkeypatch.setattr(sweep, "run_attack", slow_attack)
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    assert main(["attack", "--config", str(cfg), "--defense", "sgp", "--attack", "mia_threshold",
+                 "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    train = [x for x in err if x.startswith("privbench: cell 1 of 1 (sgp no DP): train sgp: ")]
+    assert train and all(" of 4, " in x and " so far" in x for x in train), err
+    attack = "privbench: cell 1 of 1 (sgp no DP): attack mia_threshold (1 of 1): "
+    assert any(x.startswith(attack) and x.endswith(" so far") for x in err), err

@@ -1,0 +1,116 @@
+"""Progress of a long phase: a bar on a terminal, a heartbeat line in a log.
+
+A phase (training a cell, an inversion, a canary audit) may run for minutes. On a terminal
+(stderr a TTY) it shows a tqdm bar: its count when it has one, else the time spent, refreshed
+every second even while the work reports nothing. Elsewhere (a log file, CI) a line every
+`HEARTBEAT_SECONDS` seconds names the phase, its progress and the time spent, so a log never
+stays silent for minutes:
+
+    privbench: cell 3 of 15 (dp_sgp ε=1): train: round 41 of 60, 30 s so far, about 14 s left
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import IO, Any
+
+HEARTBEAT_SECONDS = 30.0  # a heartbeat line in a log at most this often
+REFRESH_SECONDS = 1.0  # a terminal bar redrawn at least this often
+
+
+def _seconds(s: float) -> str:
+    """"45 s", "3 min 20 s": time spent, for people."""
+    whole = int(s)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
+
+
+class Phase:
+    """One phase's progress: use as a context manager and call `update` as work is done.
+
+    Args:
+        label: what is running, e.g. "cell 3 of 15 (dp_sgp ε=1): train".
+        total: how many units the phase has (None: unknown; only the time is shown).
+        unit: the unit's name ("round").
+        enabled: False shows nothing (--quiet).
+        initial: units done before (a run continued from a checkpoint).
+        stream: where to write (default: sys.stderr when the phase starts).
+        every: seconds between heartbeat lines when `stream` is not a terminal (default
+            `HEARTBEAT_SECONDS`, read when the phase starts).
+    """
+
+    def __init__(self, label: str, total: int | None = None, unit: str = "it",
+                 enabled: bool = True, initial: int = 0, stream: IO[str] | None = None,
+                 every: float | None = None) -> None:
+        self.label, self.total, self.unit, self.enabled = label, total, unit, enabled
+        self.done = self.first = initial
+        self.stream, self.every = stream, every
+        self.bar: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.start = time.monotonic()
+
+    def __enter__(self) -> Phase:
+        if not self.enabled:
+            return self
+        self.stream = self.stream or sys.stderr
+        self.start = time.monotonic()
+        if _is_tty(self.stream):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=self.first, desc=self.label,
+                            unit=self.unit, leave=False, file=self.stream,
+                            bar_format=None if self.total is not None else "{desc}: {elapsed}")
+            tick = REFRESH_SECONDS
+        else:
+            tick = HEARTBEAT_SECONDS if self.every is None else self.every
+        self._thread = threading.Thread(target=self._beat, args=(tick,), daemon=True,
+                                        name="privbench-progress")
+        self._thread.start()
+        return self
+
+    def update(self, n: int = 1) -> None:
+        """`n` more units done."""
+        with self._lock:
+            self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def line(self) -> str:
+        """The heartbeat line: the phase, its progress, the time spent and, with a count, an
+        estimate of what is left."""
+        spent = time.monotonic() - self.start
+        with self._lock:
+            done = self.done
+        parts = [f"{_seconds(spent)} so far"]
+        if self.total is not None:
+            parts.insert(0, f"{self.unit} {done} of {self.total}")
+            if done > self.first and done < self.total:
+                left = spent / (done - self.first) * (self.total - done)
+                parts.append(f"about {_seconds(left)} left")
+        return f"privbench: {self.label}: {', '.join(parts)}"
+
+    def _beat(self, tick: float) -> None:
+        while not self._stop.wait(tick):
+            if self.bar is not None:
+                self.bar.refresh()
+            else:
+                print(self.line(), file=self.stream, flush=True)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or bare stream
+        return False
