@@ -207,11 +207,12 @@ def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
     """
     mine = tuned_settings(run, defense)
     want = fixed_values(defense, fixed or {})
+    at_eps = "" if eps is None else f" at ε = {eps:g}"
     here = [e for e in entries
             if all(e.get("settings", {}).get(k) == mine[k] for k in MATCH_FIELDS)]
     if not here:
-        return None, ("no tuned entry for these settings" if entries
-                      else "no tuned entry for this defense")
+        return None, (f"no tuned entry{at_eps} for these settings" if entries
+                      else f"no tuned entry{at_eps} (none for {defense})")
     fits = [e for e in here if fixed_values(defense, e.get("fixed", {})) == want]
     free = [e for e in fits if _eps_free(e, defense)]
     if free:
@@ -222,8 +223,7 @@ def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
     where = f" with {_pairs(want)}" if want else ""
     have = ", ".join(dict.fromkeys(_describe(e, defense) for e in sorted(
         here, key=lambda e: (not _eps_free(e, defense), e.get("epsilon", 0.0)))))
-    cell = "for a cell without an ε target" if eps is None else f"at ε = {eps:g}"
-    return None, f"no tuned entry {cell}{where} (entries: {have})"
+    return None, f"no tuned entry{at_eps}{where} (entries: {have})"
 
 
 def _describe(entry: dict[str, Any], defense: str) -> str:

@@ -77,7 +77,8 @@ def test_sweep_applies_matching_tuned_values_and_reports_them(tmp_path):
     assert "Papernot & Steinke 2022" in cells["dp_sgp"]["tuned"]["note"]
     # tuned for other settings: not applied, and said
     assert cells["dp_dpsgd"]["tuned"]["entry"] is None
-    assert cells["dp_dpsgd"]["tuned"]["reason"].startswith("no tuned entry for these settings")
+    assert cells["dp_dpsgd"]["tuned"]["reason"].startswith(
+        "no tuned entry at ε = 8 for these settings")
     assert cells["dp_dpsgd"]["defense_config"]["clip"] == 1.0
     assert list(res["config"]["tuned"]["cells"]) == ["dp_sgp@8"]
     assert list(res["config"]["tuned"]["missing"]) == ["dp_dpsgd@8"]
@@ -136,6 +137,16 @@ def test_the_committed_tuned_values_apply_to_the_default_audit(eps):
         assert entry is not None, (cell, why)
         assert entry["command"] == tune_preset.cell_command(
             "privbench tune --preset quick --all", cell, "privbench/presets/tuned.toml")
+
+
+def test_the_paper_presets_dp_cells_say_they_have_no_entry_at_their_eps():
+    # the paper preset's DP defenses are not tuned: each DP cell says so, naming its ε
+    run = replace_checked(RunConfig(), sweep.PRESETS["paper"]["run"], where="run")
+    paper = tuning.load_tuned()["paper"]
+    for defense in (d for d in sweep.DEFAULT_DEFENSES if DEFENSES.get(d).private):
+        for eps in sweep.PRESETS["paper"]["eps"]:
+            entry, why = tuning.entry_for(paper.get(defense, []), run, eps, defense)
+            assert entry is None and why.startswith(f"no tuned entry at ε = {eps:g}"), why
 
 
 def test_tune_cli_writes_every_candidate(tmp_path, capsys):
@@ -220,7 +231,8 @@ def test_train_applies_the_entry_tuned_for_its_exact_settings(tmp_path, monkeypa
             assert plain["tuned"] is None
         else:  # looked up, none fits: recorded with the reason
             assert plain["tuned"]["entry"] is None
-            assert plain["tuned"]["reason"].startswith("no tuned entry for these settings")
+            assert plain["tuned"]["reason"].startswith(
+                "no tuned entry at ε = 8 for these settings")
 
 
 def _at(eps: float | None, clip: float, defense: str = "dp_sgp", **extra):
@@ -235,6 +247,8 @@ def test_the_lookup_takes_the_cells_own_eps_and_says_when_it_has_none():
     assert tuning.entry_for(entries, TINY, 8.0, "dp_sgp")[0]["defense"] == {"clip": 0.5}
     entry, why = tuning.entry_for(entries, TINY, 2.0, "dp_sgp")  # never the nearest ε's
     assert entry is None and why == "no tuned entry at ε = 2 (entries: ε = 1, ε = 8)"
+    why = tuning.entry_for([], TINY, 1.0, "dp_sgp")[1]
+    assert why == "no tuned entry at ε = 1 (none for dp_sgp)"
     run, over, used = tuning.apply_tuned(entries, TINY, 2.0, "dp_sgp")
     assert run == TINY and over == {} and used["entry"] is None
     assert used["reason"].endswith(": untuned defaults")
