@@ -1,52 +1,59 @@
 """ADP-VRSGP: adaptive DP via variance-reduced stochastic gradient push.
 
 Wu, Liu, Wang, Yang, Yu, "ADP-VRSGP: Decentralized Learning with Adaptive Differential Privacy via
-Variance-Reduced Stochastic Gradient Push", arXiv:2510.20157, 2025. Implementation card:
-shared/cards/card-adp-vrsgp.md (the paper's Algorithm boxes are missing from the seed text; the
-loop below is the card's reconstruction, §1.3). Each iteration t = 0..T-1, all nodes at once:
+Variance-Reduced Stochastic Gradient Push", arXiv:2510.20157, 2025 (the ADP-VRSGP paper). Its
+Algorithm 1 (SDLR) and Algorithm 2 (main loop) are rebuilt here from the SGP equations of Sec. 3,
+the schedules of Sec. 4 and the appendix equations (3)-(5), (29), (30). Each iteration
+t = 0..T-1, all nodes at once:
 
-    B_i^t ~ Poisson(q_i), q_i = |B| / |D_i|                               (§1.3 step 1, §3.4)
-    g_{i,b} = grad f(z_i^t; b),  z_i^t = x_i^t / w_i^t                      (step 2)
-    ghat_{i,b} = g_{i,b} min(1, G_t / ||g_{i,b}||)                          (step 3, §2.4)
-    gbar_i^t = (sum_b ghat_{i,b} + alpha(T-t) sigma_hat_i G_t u_i^t) / |B|   (step 4, §2.1, §7.3)
+    B_i^t ~ Poisson(q_i), q_i = |B| / |D_i|                                 (sampling, Theorem 1)
+    g_{i,b} = grad f(z_i^t; b),  z_i^t = x_i^t / w_i^t                        (de-biased model)
+    ghat_{i,b} = g_{i,b} min(1, G_t / ||g_{i,b}||)                            (clipping, Sec. 4)
+    gbar_i^t = (sum_b ghat_{i,b} + alpha(T-t) sigma_hat_i G_t u_i^t) / |B|     (noise, Sec. 4)
     gtil_i^t = (1 - vartheta) gbar_i^t + vartheta gtil_i^{t-1}, reset gtil = gbar at t = 0 and
-               whenever alpha(T-t) changes                                  (step 5, PGF §2.3)
-    x_i^{t+1/2} = x_i^t - (eta / beta^t) gtil_i^t,  eta = K sqrt(n) / T^p   (step 6, eq. (2), §2.2)
-    x^{t+1} = P^t x^{t+1/2},  w^{t+1} = P^t w^t  (push-sum, column-stochastic P^t)   (steps 7-9)
-    G <- psi G at the end of each noise block                              (step 10, §7.11)
+               whenever alpha(T-t) changes                                    (PGF, Sec. 4, (29))
+    x_i^{t+1/2} = x_i^t - (eta / beta^t) gtil_i^t,  eta = K sqrt(n) / T^p     (eq. (2), Theorem 2)
+    x^{t+1} = P^t x^{t+1/2},  w^{t+1} = P^t w^t  (push-sum, column-stochastic P^t)     (Sec. 3)
+    G <- psi G at the end of each noise block                                (clipping, Sec. 4)
 
-with alpha(k) = (floor(k/tau) + 10)^s and beta^t = alpha(t) alpha(T-t) for t <= Xi T, alpha(t)^2
-after (eq. (2)). sigma_hat_i (the base multiplier per unit of the current G) is calibrated per node
-for its own (epsilon_i, delta_i) and q_i by the rigorous accountant over the heterogeneous schedule
-(card §3.4; `privbench.accounting` plan "adp_vrsgp"); the Theorem 1 closed form (c2 fitted to RDP
-at alpha == 1, §3.3) is reported as the `paper` epsilon. Messages (§1.4): `model`
-(P_ji x_i^{t+1/2}, d floats) and `weight` (P_ji w_i^t), both covered by post-processing (§1.5).
+with alpha(k) = (floor(k/tau) + 10)^s (Sec. 6, implementation details) and
+beta^t = alpha(t) alpha(T-t) for t <= Xi T, alpha(t)^2 after (eq. (2)). sigma_hat_i (the base
+multiplier per unit of the current G) is calibrated per node for its own (epsilon_i, delta_i) and
+q_i by a rigorous accountant over the heterogeneous schedule (`privbench.accounting` plan
+"adp_vrsgp"); the Theorem 1 closed form (c2 fitted to RDP at alpha == 1) is reported as the
+`paper` epsilon. Messages: `model` (P_ji x_i^{t+1/2}, d floats) and `weight` (P_ji w_i^t), both
+covered by post-processing of the noisy gradients.
 
-Reductions (§1.6): vartheta = 0 switches PGF off ("DP-SGP with SDLR"); noise_schedule="constant",
+Reductions: vartheta = 0 switches PGF off ("DP-SGP with SDLR"); noise_schedule="constant",
 lr_schedule="constant", lr_rule="run", psi = 1 and vartheta = 0 is exactly `dp_sgp` (the noise is
 then calibrated with the dp_sgp plan, so the same seed gives the same models).
 
-Gradient view (card §9): x_i^t - x_i^{t+1/2} = eta_t gtil_i^t, with x_i^t rebuilt from the victim's
+Gradient view: x_i^t - x_i^{t+1/2} = eta_t gtil_i^t, with x_i^t rebuilt from the victim's
 and its in-neighbours' round t-1 messages (eavesdropper, or a colluding in-neighbourhood); the EMA
 is then undone, gbar^t = (gtil^t - vartheta gtil^{t-1}) / (1 - vartheta), giving exactly the
 released per-step noisy clipped gradient. A single curious neighbour that does not see all of node
 i's inputs gets NotApplicable.
 
-Choices and deviations (card §7 item numbers):
-- Per-sample L2 clipping (7.2); noise on the SUM, divided by the expected batch |B| = the run's
-  batch_size (7.3); Poisson sampling with add/remove adjacency, the batch compacted to its largest
-  realised size with padding masked (7.4).
-- sigma_hat calibrated numerically (7.5) over the multipliers actually applied, alpha(T-t) (7.6).
-- PGF reset at t = 0 and at every change of floor((T-t)/tau) (7.7), i.e. exactly when alpha(T-t)
-  changes; with noise_schedule="constant" the same tau-blocks are kept so that vartheta keeps its
-  meaning in the alpha == 1 ablation.
-- K = 1, Xi = 0.5, p = 1/2 - 2s by default (7.9, 7.10); lr_rule="run" uses the run's lr as eta.
-  With the default lr_rule="paper" the run's `lr` is NOT used.
-- G decays once per noise block (7.11, clip_decay="block"), or every iteration ("iteration"); the
-  noise std follows the current G (§2.4).
-- Per-node budgets via `epsilons`/`deltas` (7.18); plain SGD, no momentum or weight decay (7.16).
+Choices of this implementation, where the paper is silent or inconsistent:
+- Per-sample L2 clipping (Theorem 1's sampling argument needs it); noise on the SUM, divided by
+  the expected batch |B| = the run's batch_size (noise on the mean would be |B| times larger);
+  Poisson sampling with add/remove adjacency (what the RDP / PLD accountants assume), the batch
+  compacted to its largest realised size with padding masked.
+- sigma_hat calibrated numerically (Theorem 1's constants c1, c2 are unspecified and its small-eps
+  condition fails at the paper's settings) over the multipliers actually applied, alpha(T-t).
+- PGF reset at t = 0 and at every change of floor((T-t)/tau) (the paper's "otherwise" branch
+  prints gtil^t = gtil^t, read as a reset), i.e. exactly when alpha(T-t) changes; with
+  noise_schedule="constant" the same tau-blocks are kept so that vartheta keeps its meaning in the
+  alpha == 1 ablation.
+- K = 1, Xi = 0.5, p = 1/2 - 2s by default (K and Xi are not given; Theorem 2 couples p and s,
+  and Sec. 6's "p = -1/2 - 2s" contradicts its own p* values); lr_rule="run" uses the run's lr
+  as eta. With the default lr_rule="paper" the run's `lr` is NOT used.
+- G decays once per noise block (clip_decay="block"; per iteration would shrink G_0 = 0.1 to
+  about 4e-6 by T = 1000), or every iteration ("iteration"); the noise std follows the current G.
+- Per-node budgets via `epsilons`/`deltas` (the notation allows node-specific eps_i); plain SGD,
+  no momentum or weight decay (none is mentioned).
 - The graph is the run's topology (default random_out: non-regular directed, so w really moves);
-  the paper's ring / exponential graphs are regular and leave w == 1 (§4, 7.13).
+  the paper's ring / exponential graphs (Sec. 6) are regular and leave w == 1.
 """
 
 from __future__ import annotations
@@ -83,25 +90,31 @@ from privbench.threat import GradientView, Observation
 
 @dataclass(frozen=True)
 class ADPVRSGPConfig:
-    """ADP-VRSGP hyper-parameters (card §2, §7); defaults are the card's.
+    """ADP-VRSGP hyper-parameters (paper Sec. 4 and 6); defaults are the paper's
+    experimental values, or this implementation's choice where the paper gives none.
 
     Attributes:
-        clip: initial per-sample clip bound G_0 (§2.4; 0.1).
-        psi: clip decay factor (§2.4; 0.99; 1 = constant clip).
-        clip_decay: "block" (G <- psi G once per noise block, §7.11) or "iteration".
-        tau: noise-step interval = PGF reset interval (§2.1, §2.3; 5).
-        s: noise-growth exponent in alpha(k) = (floor(k/tau) + 10)^s (§2.1; 0.2).
-        vartheta: PGF history weight, in [0, 1) (§2.3; 0.5; 0 = no fusion).
-        xi: breakpoint fraction Xi of the piecewise beta, eq. (2) (§2.2, §7.10; 0.5).
-        lr_constant: K in eta = K sqrt(n) / T^p (§2.2, §7.10; 1).
-        lr_exponent: p (None: p = 1/2 - 2s, §7.9).
+        clip: initial per-sample clip bound G_0 (Sec. 4; 0.1).
+        psi: clip decay factor (Sec. 4; 0.99; 1 = constant clip).
+        clip_decay: "block" (G <- psi G once per noise block; the paper leaves the
+            frequency open) or "iteration".
+        tau: noise-step interval = PGF reset interval (Sec. 4 and 6; 5).
+        s: noise-growth exponent in alpha(k) = (floor(k/tau) + 10)^s (Sec. 6; 0.2).
+        vartheta: PGF history weight, in [0, 1) (Sec. 4 and 6; 0.5; 0 = no fusion).
+        xi: breakpoint fraction Xi of the piecewise beta, eq. (2) (not given in the
+            paper; a choice of this implementation, 0.5: the only value that makes beta continuous).
+        lr_constant: K in eta = K sqrt(n) / T^p (not given in the paper; default 1, the
+            coupling of Theorem 2).
+        lr_exponent: p (None: p = 1/2 - 2s, Theorem 2).
         lr_rule: "paper" (eta = K sqrt(n) / T^p) or "run" (eta = the run's lr).
         noise_schedule: "stepwise" (alpha(T - t)) or "constant" (alpha == 1 ablation).
         lr_schedule: "sdlr" (eta_t = eta / beta^t, eq. (2)) or "constant" (beta == 1 ablation).
-        epsilons: per-node epsilon_i (empty: the run's epsilon for all; §3.1 personalised).
+        epsilons: per-node epsilon_i (empty: the run's epsilon for all; Definition 1,
+            personalised per node).
         deltas: per-node delta_i (empty: the run's delta for all).
-        accountant: "pld" or "rdp" for calibration and the calibrated report (§3.4).
-        calibrate_with: "calibrated" (default) or "paper" (Theorem 1 noise, under-noises, §3.4).
+        accountant: "pld" or "rdp" for calibration and the calibrated report.
+        calibrate_with: "calibrated" (default) or "paper" (Theorem 1 noise with c2
+            fitted at alpha == 1; under-noises by 11-22% at the paper's settings).
     """
 
     clip: float = 0.1
@@ -156,7 +169,7 @@ class Schedule:
 
 
 def schedule(cfg: ADPVRSGPConfig, run: RunConfig) -> Schedule:
-    """Card §1.2 (Algorithm 1, SDLR) and §2: every public schedule for T = run.rounds."""
+    """Algorithm 1 (SDLR), Sec. 4 and eq. (2): every public schedule for T = run.rounds."""
     T = run.rounds
     t = np.arange(T)
     if cfg.noise_schedule == "stepwise":
@@ -220,7 +233,7 @@ class ADPVRSGP(Trainer):
         return self.z[t][:, None] * float(self.sched.clip[t])
 
     def round(self, t: int) -> None:
-        """Card §1.3 steps 1-10 for every node at once."""
+        """Algorithm 2 (sample, clip, noise, PGF, local step, push-sum) for every node at once."""
         ctx, th = self.ctx, self.cfg.vartheta
         z = self.models()  # (n, d)
         x, y, mask = ctx.draw(t, rates=self.rates)  # (n, k, ...), (n, k), (n, k)
@@ -254,7 +267,7 @@ class ADPVRSGP(Trainer):
 
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
-        """The released per-step noisy clipped gradient gbar_i^t, by momentum inversion (§9).
+        """The released per-step noisy clipped gradient gbar_i^t, by momentum inversion.
 
         gtil_i^t = (x_i^t - x_i^{t+1/2}) / eta_t (eta_t public), then
         gbar_i^t = (gtil_i^t - vartheta gtil_i^{t-1}) / (1 - vartheta) inside a PGF block and
