@@ -1,11 +1,12 @@
-"""D-PSGD+RR: the card's D-PSGD baseline with sign randomized response (no VR, no compression).
+"""D-PSGD+RR: DeFL-VP's D-PSGD baseline with sign randomized response (no VR, no compression).
 
 Baseline of Xiu et al., "DeFL-VP: Decentralized Federated Learning with Variance Reduction and
-Differential Privacy", 2026, Tables 1-2 (card-defl-vp.md §5.1): y_i^t = RR(sign(g_i^t), eps) /
+Differential Privacy", 2026, Tables 1-2 (the DeFL-VP paper): y_i^t = RR(sign(g_i^t), eps) /
 (2p - 1) enters Eq. 17 with step eta_sign; g_i^t is the G2 local-epoch pseudo-gradient.
 
 A thin alias of `defenses/defl_vp.py` (same trainer, same messages, same accounting) with
-vr=false and compressor=none: exactly one module (RR) added to the card's D-PSGD. Every DeFL-VP
+vr=false and compressor=none: exactly one module (RR) added to D-PSGD (a choice of this
+implementation: every baseline adds or removes one module). Every DeFL-VP
 switch still applies (`--set defense.<field>=<value>`).
 """
 
@@ -20,7 +21,7 @@ from privbench.registry import DEFENSES
 
 @dataclass(frozen=True)
 class DPSGDRRConfig(DeFLVPConfig):
-    """DeFL-VP config with VR and compression off (card §5.1 row D-PSGD+RR)."""
+    """DeFL-VP config with VR and compression off (the paper's D-PSGD+RR row)."""
 
     vr: bool = False
     compressor: Literal["rand_k", "none"] = "none"
@@ -28,7 +29,7 @@ class DPSGDRRConfig(DeFLVPConfig):
 
 @DEFENSES.register("d_psgd_rr")
 class DPSGDRR(DeFLVP):
-    """D-PSGD+RR (card §5.1)."""
+    """D-PSGD+RR (DeFL-VP paper, Tables 1-2)."""
 
     Config = DPSGDRRConfig
     kinds = _kinds(DPSGDRRConfig())

@@ -2,81 +2,90 @@
 
 Xiu, Liu, Zhang, Liao, Sakurai, "DeFL-VP: Decentralized Federated Learning with Variance Reduction
 and Differential Privacy", J. Machine Learning and Information Security 2026, 2(2), 12
-(doi:10.53941/jmlis.2026.100012). Implementation card: shared/cards/card-defl-vp.md.
+(doi:10.53941/jmlis.2026.100012); cited below as the DeFL-VP paper.
 
-One round t, all M nodes at once (card §1.2; Alg. 1 lines 3-10, Alg. 3, Eqs. 10-17):
+One round t, all M nodes at once (Alg. 1 lines 3-10, Alg. 3, Eqs. 10-17; the order "VR before
+RR" of Sec. 3):
 
     A. node i broadcasts x_i^t (`model`) and h_i^t (`control_variate`) to its neighbours
-    1. g_i^t                      local stochastic (pseudo-)gradient at x_i^t       (card §1.3)
+    1. g_i^t                      local stochastic (pseudo-)gradient at x_i^t       (Alg. 1 l.3)
     2. h̄_i^t = sum_j w_ij h_j^t                                                     (Eq. 10)
     3. v_i^t = g_i^t - h_i^t + h̄_i^t                                                (Eq. 11)
     4. h_i^{t+1} = (1 - a) h_i^t + a g_i^t        a = alpha_cv                      (Alg. 1 l.6)
     5. s = sign(v), sign(0) := +1                                                   (Eq. 12)
     6. keep each coordinate w.p. p = e^eps/(e^eps+1), else flip                     (Eqs. 13-14)
     7. ṽ = s̃ / (2p - 1)                                                             (Eq. 15)
-    8. q_i^t = C(ṽ), C = unbiased rand-k: (d/k) u on k uniform coordinates          (Eq. 16, §1.6)
+    8. q_i^t = C(ṽ), C = unbiased rand-k: (d/k) u on k uniform coordinates       (Eq. 16, Alg. 2)
     B. node i broadcasts the same q_i^t (`update`) to every neighbour
     9. x_i^{t+1} = sum_j w_ij x_j^t - eta sum_j w_ij q_j^t                          (Eq. 17)
 
 W is symmetric and doubly stochastic (Metropolis-Hastings on the runner's undirected graph), so
 the network average moves exactly as x̄^{t+1} = x̄^t - eta mean_i q_i^t (Eq. 19).
 
-Messages (card §1.5), all broadcast (the same payload to every neighbour):
+Messages, all broadcast (the same payload to every neighbour). Alg. 1 line 9 lists only q_j as
+received, but lines 4 and 10 need the neighbours' h_j^t and x_j^t:
 
 * `model` x_i^t: DP post-processing of past q's (x^0 is public, x changes only by Eq. 17).
 * `control_variate` h_i^t: an EMA of RAW gradients sent in the clear; NOT covered by the RR
-  guarantee and data dependent: the leak of card §3.3 / §8 A5. A single curious neighbour gets
-  the exact raw gradient g_i^t = (h_i^{t+1} - (1 - a) h_i^t) / a (`gradient_views`).
+  guarantee (Sec. 4.2 privatizes the sign vector only) and data dependent. A single curious
+  neighbour gets the exact raw gradient g_i^t = (h_i^{t+1} - (1 - a) h_i^t) / a
+  (`gradient_views`).
 * `update` q_i^t: covered by RR. Stored in the log as a dense (d,) float32 row (zeros off the
   rand-k support), not as (indices, values): the log is for attacks, and the support is exactly
-  `q != 0` (every kept value is +-(d/k)/(2p-1) != 0). The wire size of card §1.5 (k int32 indices
-  + k float32 values) is counted in `comm_bytes`.
+  `q != 0` (every kept value is +-(d/k)/(2p-1) != 0). The wire size (k int32 indices + k float32
+  values) is counted in `comm_bytes`.
 
-Every [CHOICE] of the card is a `DeFLVPConfig` field with the card's default; the §5.1 baselines
-and ablations are switches that each add or remove exactly one module:
+Every setting the paper leaves open is a `DeFLVPConfig` field (defaults below); the baselines
+and ablations of Tables 1, 4 and 5 are switches that each add or remove exactly one module (a
+choice of this implementation: the paper does not define them further):
 
-| card §5.1 name    | vr    | dp   | compressor | --defense / --set                                |
+| paper's name      | vr    | dp   | compressor | --defense / --set                                |
 |-------------------|-------|------|------------|--------------------------------------------------|
 | DeFL-VP           | true  | rr   | rand_k     | defl_vp                                          |
-| D-PSGD (card A18) | false | none | none       | defl_vp + vr=false dp=none compressor=none       |
+| D-PSGD            | false | none | none       | defl_vp + vr=false dp=none compressor=none       |
 | D-PSGD+RR         | false | rr   | none       | d_psgd_rr (alias)                                |
 | DFL+Compression   | false | none | rand_k     | dfl_compression (alias)                          |
 | DFL+VR            | true  | none | none       | dfl_vr (alias)                                   |
-| w/o DP            | true  | none | rand_k     | defl_vp + dp=none (A21 alt.: dp=sign, eps = inf) |
+| w/o DP            | true  | none | rand_k     | defl_vp + dp=none (or dp=sign: eps = inf)        |
 | w/o VR            | false | rr   | rand_k     | defl_vp + vr=false                               |
 | w/o Comp.         | true  | rr   | none       | defl_vp + compressor=none                        |
 
-(`defenses/d_psgd.py` is Lian et al.'s single-gradient D-PSGD, not the card's epoch-then-gossip
-baseline above.) With dp=sign, vr=false, compressor=none the update is sign(g): decentralized
-signSGD (card §8 acceptance check 5).
+(`defenses/d_psgd.py` is Lian et al.'s single-gradient D-PSGD, not the epoch-then-gossip
+baseline above, which is Eq. 17 with raw local-epoch updates.) With dp=sign, vr=false,
+compressor=none the update is sign(g): decentralized signSGD.
 
-Choices and deviations (card §8):
+Choices of this implementation, where the paper is silent or inconsistent:
 
-* A1 `gradient`: G2 (default) one local epoch of momentum SGD (lr `local_lr`, momentum
-  `local_momentum`, batch = the run's `batch_size`, buffer reset every round) from x_i^t, then
+* `gradient`: Alg. 1 uses one gradient per round, Sec. 5.1 one local epoch per round. G2
+  (default) one local epoch of momentum SGD (lr `local_lr`, momentum `local_momentum`, batch =
+  the run's `batch_size`, buffer reset every round) from x_i^t, then
   g = (x_i^t - x̂_i^t) / local_lr and x̂ is discarded; G1 one mini-batch gradient per round; G3
   (every mini-batch step is one Alg.-1 iteration) is computed exactly like G1: the run's
   `rounds` then counts mini-batch iterations, not epochs. The epoch is vectorized over nodes:
   max_i ceil(|D_i| / B) steps, and a node whose epoch has ended stops moving (masked step).
-* A2 step sizes: raw-update methods (dp=none) use eta = local_lr; sign methods (dp=rr/sign)
-  use eta = `eta_sign` (paper-literal 0.01). The run's `lr` (--lr) is not used by this trainer.
-* A3 `eps_mode`: per_run (default, the accounting package's calibration: eps0 = eps / (d T), the
-  whole run eps-LDP, so a cell `defl_vp@1` spends 1), per_coordinate (the paper's Alg. 3:
+* Step sizes: Sec. 5.1 gives one lr (0.01). Raw-update methods (dp=none) use eta = local_lr;
+  sign methods (dp=rr/sign) use eta = `eta_sign` (paper-literal 0.01). The run's `lr` (--lr) is
+  not used by this trainer.
+* `eps_mode`: per_run (default, the accounting package's calibration: eps0 = eps / (d T), the
+  whole run eps-LDP, so a cell `defl_vp@1` spends 1), per_coordinate (Alg. 3 / Eq. 14:
   p = sigmoid(eps) per coordinate per round, which composes to d T eps: ~10^6 at eps = 1 for the
-  MLP; the card's reading for reproducing the paper) or per_vector (Theorem 1: eps0 = eps / d,
-  so each round's whole message is eps-LDP, T eps over the run). The run's --eps is that budget.
-  Both readings (per coordinate and composed over d coordinates and T rounds) are reported by
-  `privacy()` for every mode.
-* A4 / §1.7 `protect_control_variate`: false (default, VR -> RR, h from raw g, leaks); true is
-  the card's order=rr_vr: a = RR(sign(g)) / (2p - 1), v = a - h + h̄, q = C(v),
-  h^{t+1} = (1 - a) h + a * a_i, so the exchanged h is post-processing of RR outputs.
-* A6 alpha_cv = 0.5; A7 h^0 = 0, x^0 shared and public; A8 rand-k with k = ceil(0.2 d);
-  A9 topology: the runner's symmetric random graph (Metropolis-Hastings weights), not ER(10, 0.3);
-  A12 sign(0) = +1; A13 every trainable parameter is randomized.
+  MLP; the reading under which the paper's accuracies are reachable) or per_vector (Theorem 1,
+  Eq. 28: eps0 = eps / d, so each round's whole message is eps-LDP, T eps over the run,
+  Corollary 2). The run's --eps is that budget. Both readings (per coordinate and composed over
+  d coordinates and T rounds) are reported by `privacy()` for every mode.
+* `protect_control_variate`: false (default, VR -> RR as in Sec. 3 and Eqs. 11-16, h from raw
+  g, leaks); true is RR -> VR, the order that Lemmas 4-5 (Sec. 4.3) assume:
+  a = RR(sign(g)) / (2p - 1), v = a - h + h̄, q = C(v), h^{t+1} = (1 - a) h + a * a_i, so the
+  exchanged h is post-processing of RR outputs.
+* alpha_cv = 0.5 (not given); h^0 = 0, x^0 shared and public; rand-k with k = ceil(0.2 d) (the
+  paper asks only for an unbiased compressor, Eqs. 8-9; 0.2 matches the time ratio of Table 5);
+  topology: the runner's symmetric random graph (Metropolis-Hastings weights); sign(0) = +1
+  (Def. 1: ties broken deterministically); every trainable parameter is randomized.
 * RR uniforms are float64 so the realised keep probability equals p to ~1e-16 (float32 uniforms
   would round p up by up to 6e-8, a small unaccounted privacy loss, and destroy per_vector mode).
 * Randomness: RR flips use stream ("noise", "rr"), rand-k supports ("noise", "compress"),
-  batches "batch": independent of each other and of the data (card §1.1).
+  batches "batch": independent of each other and of the data (what makes compression
+  post-processing).
 """
 
 from __future__ import annotations
@@ -105,7 +114,7 @@ VIEWS = ("control_variate", "sign", "model_difference")
 
 
 def sign_pm1(v: Tensor) -> Tensor:
-    """sign(v) in {-1, +1} with sign(0) := +1 (card §8 A12; torch.sign(0) = 0)."""
+    """sign(v) in {-1, +1}, sign(0) := +1 (Def. 1: ties broken deterministically; torch: 0)."""
     return torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
 
 
@@ -147,12 +156,12 @@ def privatize_sign(v: Tensor, coordinate_epsilon: float, gen: torch.Generator) -
 
 
 def rand_k_count(d: int, ratio: float) -> int:
-    """k = ceil(ratio * d), at least 1 (card §1.6)."""
+    """k = ceil(ratio * d), at least 1."""
     return max(1, min(d, math.ceil(ratio * d)))
 
 
 def rand_k(u: Tensor, k: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Unbiased random-k sparsification, a fresh support per row (card §1.6, Eqs. 8-9).
+    """Unbiased random-k sparsification, a fresh support per row (Eqs. 8-9).
 
     C(u)_j = (d/k) u_j on k coordinates drawn uniformly without replacement, else 0, so
     E[C(u)] = u and E||C(u) - u||^2 = (d/k - 1) ||u||^2.
@@ -177,28 +186,31 @@ def rand_k(u: Tensor, k: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
 
 @dataclass(frozen=True)
 class DeFLVPConfig:
-    """DeFL-VP switches and hyper-parameters (card §8 choices; defaults = card defaults).
+    """DeFL-VP switches and hyper-parameters (defaults: Sec. 5.1 where the paper gives a
+    value, otherwise this implementation's choice, see the module docstring).
 
     Attributes:
         vr: variance reduction with exchanged control variates (Eqs. 10-11, Alg. 1 l.4-6).
         dp: "rr" sign + randomized response + debias (Alg. 3); "sign" sign without flips
-            (eps = inf, card A21 alternative); "none" the raw (VR-corrected) update.
-        compressor: "rand_k" (unbiased, card §1.6) or "none" (identity).
-        compress_ratio: k / d of rand-k (card A8: 0.2, beta = 4).
-        gradient: meaning of g_i^t (card §1.3): "G2" one local epoch pseudo-gradient, "G1" one
-            mini-batch gradient, "G3" like G1 with rounds counting mini-batch iterations.
-        alpha_cv: control-variate EMA rate (card A6: 0.5).
-        local_lr: local SGD lr eta_l of G2, and eta of Eq. 17 for raw updates (card §5: 0.01).
-        local_momentum: momentum of the local epoch (G2 only; card §5: 0.9).
-        eta_sign: eta of Eq. 17 for sign updates (card §1.4: paper-literal 0.01).
-        eps_mode: what the run's epsilon means (card §2 / A3): "per_run" (default: eps / (d T)
-            per coordinate, so the whole run's messages compose to eps, the cell's label),
+            (eps = inf, the other reading of "w/o DP"); "none" the raw (VR-corrected) update.
+        compressor: "rand_k" (unbiased, Eqs. 8-9) or "none" (identity).
+        compress_ratio: k / d of rand-k (a choice of this implementation, default 0.2: beta = 4).
+        gradient: meaning of g_i^t (Alg. 1 l.3 vs Sec. 5.1): "G2" one local epoch
+            pseudo-gradient, "G1" one mini-batch gradient, "G3" like G1 with rounds counting
+            mini-batch iterations.
+        alpha_cv: control-variate EMA rate (not given in the paper; default 0.5).
+        local_lr: local SGD lr eta_l of G2, and eta of Eq. 17 for raw updates (Sec. 5.1: 0.01).
+        local_momentum: momentum of the local epoch (G2 only; Sec. 5.1: 0.9).
+        eta_sign: eta of Eq. 17 for sign updates (paper-literal 0.01).
+        eps_mode: what the run's epsilon means (Alg. 3 vs Theorem 1): "per_run" (default:
+            eps / (d T) per coordinate, so the whole run's messages compose to eps, the cell's
+            label),
             "per_coordinate" (Alg. 3: eps per coordinate per round; the run then composes to
             d T eps) or "per_vector" (Theorem 1, eps / d per coordinate; composes to T eps).
-        protect_control_variate: the card's order=rr_vr (§1.7): RR before VR, control variates
-            built from privatized signs (privacy-clean h).
+        protect_control_variate: order rr_vr (Lemmas 4-5, Sec. 4.3): RR before VR, control
+            variates built from privatized signs (privacy-clean h).
         composition: pure-epsilon composition rule of the calibrated report ("basic"/"advanced").
-        weight_decay: L2 term added to every local gradient (card §5: 0).
+        weight_decay: L2 term added to every local gradient (not given in the paper; 0).
     """
 
     vr: bool = True
@@ -244,12 +256,13 @@ class DeFLVPConfig:
 
     @property
     def order(self) -> str:
-        """The card's `order` (§1.7): "rr_vr" when the control variate is protected."""
+        """Order of VR and RR (Sec. 3 vs Lemmas 4-5): "rr_vr" when the control variate is protected.
+        """
         return "rr_vr" if self.protect_control_variate else "vr_rr"
 
 
 def _kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
-    """The message kinds sent under `cfg`, with their DP coverage (card §1.5, §3.3).
+    """The message kinds sent under `cfg`, with their DP coverage (Alg. 1; Sec. 4.2).
 
     Without VR no control variate is sent, so none is declared (nor flagged uncovered).
     """
@@ -271,7 +284,7 @@ def _kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
 
 @DEFENSES.register("defl_vp")
 class DeFLVP(Trainer):
-    """DeFL-VP (and, by its switches, the card §5.1 baselines and ablations) on gossip."""
+    """DeFL-VP (and, by its switches, the paper's baselines and ablations) on gossip."""
 
     Config: ClassVar[type] = DeFLVPConfig
     kinds = _kinds(DeFLVPConfig())
@@ -305,18 +318,18 @@ class DeFLVP(Trainer):
         return self.x
 
     def round(self, t: int) -> None:
-        """Card §1.2: messages A, local gradient, VR, RR, rand-k, message B, Eq. 17."""
+        """Alg. 1 lines 3-10: messages A, local gradient, VR, RR, rand-k, message B, Eq. 17."""
         cfg, bus, mixer = self.cfg, self.ctx.bus, self.mixer
         w = mixer.matrix(t)  # (n, n) doubly stochastic
         x_mix = gossip(bus, mixer, t, self.x, "model")  # (n, d) sum_j w_ij x_j^t
         g = self._local_gradient(t, self.x)  # (n, d)
         if cfg.vr:
             h_bar = gossip(bus, mixer, t, self.h, "control_variate")  # (n, d) Eq. 10
-        if cfg.protect_control_variate:  # order rr_vr (card §1.7)
+        if cfg.protect_control_variate:  # order rr_vr (Lemmas 4-5)
             a = privatize_sign(g, self.coordinate_epsilons[t], self._gen("rr"))  # (n, d)
             v = a - self.h + h_bar
             msg, cv_input = v, a
-        else:  # order vr_rr (card §1.2)
+        else:  # order vr_rr (Sec. 3, Eqs. 11-16)
             v = g - self.h + h_bar if cfg.vr else g  # (n, d) Eq. 11
             msg = (privatize_sign(v, self.coordinate_epsilons[t], self._gen("rr")) if cfg.signed
                    else v)
@@ -339,7 +352,7 @@ class DeFLVP(Trainer):
             self.ctx.streams.get(purpose)
 
     def _local_gradient(self, t: int, x: Tensor) -> Tensor:
-        """g_i^t for every node (card §1.3): (n, d)."""
+        """g_i^t for every node (Alg. 1 l.3, read by `gradient`): (n, d)."""
         if self.cfg.gradient != "G2":  # G1 / G3: one mini-batch gradient at x_i^t
             xb, yb, mb = self.sample_batch(t)
             return batch_grads(self.ctx.fm, x, xb, yb, mb) + self.cfg.weight_decay * x
@@ -381,7 +394,7 @@ class DeFLVP(Trainer):
         x_hat.sub_(cfg.local_lr * buf)
 
     def _count_bytes(self, t: int) -> None:
-        """Wire bytes (card A23): float32 dense x and h, rand-k q as k int32 + k float32."""
+        """Wire bytes: float32 dense x and h, rand-k q as k int32 + k float32."""
         edges = int(self.mixer.adjacency(t).sum())
         dense = 4 * self.d
         self.comm_bytes["model"] += edges * dense
@@ -393,7 +406,8 @@ class DeFLVP(Trainer):
     # ----------------------------------------------------------- privacy
 
     def _plan(self) -> Any:
-        """privbench.accounting's defl_vp plan for this run's eps and eps_mode (card §3.2)."""
+        """privbench.accounting's defl_vp plan for this run's eps and eps_mode (Lemma 1, Theorem 1,
+        Corollary 2)."""
         run, cfg = self.ctx.run, self.cfg
         eps = run.epsilon / self.d if cfg.eps_mode == "per_vector" else run.epsilon
         return make_plan("defl_vp", eps, run.delta, run.rounds, 1.0, cfg.composition, dim=self.d,
@@ -420,7 +434,8 @@ class DeFLVP(Trainer):
             reports = [(dataclasses.replace(r, uncovered=uncovered), name)
                        for r, name in zip(self.plan.reports, names, strict=True)]
         warning = ("control variates h_i (EMA of raw gradients) are sent in the clear and are "
-                   "NOT covered by this epsilon (card §3.3)") if uncovered else ""
+                   "NOT covered by this epsilon (only the sign vector is randomized)"
+                   ) if uncovered else ""
         extra = {"eps_mode": cfg.eps_mode, "order": cfg.order,
                  "coordinate_epsilon": (self.coordinate_epsilon if cfg.dp == "rr" else None),
                  "keep_prob": (float(self.plan.noise["keep_prob"]) if cfg.dp == "rr" else 1.0),
