@@ -33,7 +33,7 @@ import torch
 
 from privbench.config import RunConfig, to_dict
 from privbench.engine import train
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.gossip_inversion import BestViews
 from privbench.inversion import grade, invert_many
 from privbench.membership import ci_level, claims, membership_scores
@@ -258,14 +258,21 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
         DEFENSES.get(d)  # unknown names fail before any training
     if cfg.inversion != "auto":
         ATTACKS.get(cfg.inversion)
+    grid = [(d, eps) for d in cfg.defenses
+            for eps in (cfg.eps if getattr(DEFENSES.get(d), "private", False)
+                        else (float("inf"),))]
+    for d, eps in grid:  # every run built (data, graph, privacy calibration) before any trains
+        for members, batch in ((1, 1), (cfg.members, cfg.members)):
+            try:
+                build(cfg.run(eps, members, batch), d)
+            except PrivbenchError as exc:  # name the run: the grid may hold many
+                raise type(exc)(f"{d} eps={eps:g}: {exc}") from None
     cells = []
-    for d in cfg.defenses:
-        private = getattr(DEFENSES.get(d), "private", False)
-        for eps in (cfg.eps if private else (float("inf"),)):
-            start = time.perf_counter()
-            cells.append(_cell(cfg, d, eps))
-            if progress:
-                progress(f"{d} eps={eps:g}: {time.perf_counter() - start:.0f} s")
+    for d, eps in grid:
+        start = time.perf_counter()
+        cells.append(_cell(cfg, d, eps))
+        if progress:
+            progress(f"{d} eps={eps:g}: {time.perf_counter() - start:.0f} s")
     return {"format": LEAKAGE_FORMAT, "config": to_dict(cfg),
             "environment": environment(torch.device("cpu")),  # every cell trains on the CPU
             "placements": [{"label": lab, "spec": s, "distance": h, "size": m}

@@ -139,6 +139,15 @@ def test_attack_checks_every_cell_before_any_cell_trains(tmp_path, capsys, monke
     assert not (tmp_path / "reports").exists()  # no folder, no lock, no train.json
 
 
+def test_leakage_checks_every_run_before_any_run_trains(tmp_path, capsys, monkeypatch):
+    _refuse_training(monkeypatch)
+    monkeypatch.setattr("privbench.leakage.train", lambda *a, **k: pytest.fail("trained"))
+    assert main(["leakage", "--defense", "dp_sgp", "--eps", "1,1e300", "--rounds", "2",
+                 "--quiet", "--out", str(tmp_path / "new" / "leak")]) == 2
+    _one_line_error(capsys, "dp_sgp eps=1e+300: no mu reaches delta=1e-05 at epsilon=1e+300")
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.parametrize("args", [
     ["train", "--defense", "dp_sgp", "--eps", "1e300", "--nodes", "4", "--rounds", "2",
      "--device", "cpu", "--quiet"],
