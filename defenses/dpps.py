@@ -1,13 +1,14 @@
 """DPPS, the Differentially Private Perturbed Push-Sum protocol, and its SGP-DP instance.
 
 Zhou, Xue, Chen, "Differentially Private Perturbed Push-Sum Protocol and Its Application in
-Non-Convex Optimization" (2025); card: shared/cards/card-dpps-partpsp.md. Released code:
-github.com/WearTheClo/PartPSP (read by the card's author; nothing copied).
+Non-Convex Optimization" (2025), cited below as the DPPS paper. The authors' released code:
+github.com/WearTheClo/PartPSP (consulted; nothing copied); "code" below means that code.
 
-This module holds the DPPS mechanism once (card §1.2, §2.2) and the trainer that applies it to
-SGD with a local / shared parameter split (PartPSP, Algorithm 2, card §1.3). The registry key
-`dpps` shares **every** parameter: that is the paper's SGP-DP baseline (card §6.2, §8 item 9);
-`partpsp` (defenses/partpsp.py) is the same trainer with the card §4 split (PartPSP-1 / -2).
+This module holds the DPPS mechanism once (Algorithm 1; Remark 1, Eq. 22) and the trainer that
+applies it to SGD with a local / shared parameter split (PartPSP, Algorithm 2). The registry key
+`dpps` shares **every** parameter: that is the paper's SGPDP baseline (Tables 2 and 4: SGP with
+the same Laplace noise, all parameters communicated); `partpsp` (defenses/partpsp.py) is the same
+trainer with the split of Sec. 5.4 (PartPSP-1 / -2).
 
 One round t, all nodes at once (stacked: s (n, d_s), a (n,), l (n, d_l)):
 
@@ -23,12 +24,14 @@ One round t, all nodes at once (stacked: s (n, d_s), a (n,), l (n, d_l)):
     D6  y_i = s_i / a_i                                                  (Eq. 10)
 
 So the Laplace scale per coordinate is gamma_n S / b, and Theorem 1 makes one round
-(b / gamma_n)-DP with NODES as records (card §3). **b is not epsilon.**
+(b / gamma_n)-DP with NODES as records (Definitions 2-5, Lemma 1, Eqs. 8, 27). **b is not
+epsilon.**
 
-Sync (card §1.4, §8 item 3): when (t + 1) mod SP == 0 the round mixes over the complete graph
+Sync (the "synchronization interval" of Sec. 3.3 and 5.2-5.3, absent from Algorithms 1-2; as
+in the code): when (t + 1) mod SP == 0 the round mixes over the complete graph
 (W = 11^T / N, every node sends its noisy s to all others); noise is still added first.
 
-Accounting (card §3; privbench.accounting plans `dpps` / `partpsp`): with `b` unset the per-round
+Accounting (privbench.accounting plans `dpps` / `partpsp`): with `b` unset the per-round
 epsilon is calibrated from the run's target epsilon (basic or advanced composition over the
 rounds; `calibrate_with="paper"` reads the target as the paper's per-round budget) and
 b(t) = epsilon_round * gamma_n(t). With `b` set (the paper's knob, e.g. 1, 2, 3 of Table 2) the
@@ -37,54 +40,57 @@ not composed), the calibrated one (composed over the rounds run) and a third "re
 the composition of S_real(t) / scale(t), i.e. the epsilon w.r.t. the TRUE L1 sensitivity of the
 noise actually drawn (larger than the calibrated one exactly when the estimate fell below the
 truth). The broadcast scalar S_i is data-dependent (it reveals gamma_s ||g_i||_1) and is not
-covered by any of them (card §3, §8 item 7).
+covered by any of them (the paper neither composes over rounds nor accounts for S_i).
 
-Meaningful budgets (card §2.3): the estimate grows by about rho = lambda (1 + 2 C' d_s / eps_round)
-per round between resets, and the injected noise makes the real sensitivity grow with it. At a
-calibrated eps_round << d_s (e.g. `--eps 8` over 500 rounds) S(t) explodes within a sync period.
-Either the model overflows (the engine reports `diverged_round`, `sensitivity_check` gives
-`first_non_finite_round`), or (tanh models) the shared weights blow up, tanh saturates, the shared
-gradient becomes exactly 0, S(t) = 0 after the next reset and the noise stops: the shared layers
-are frozen at a huge random value and only the local layers learn. Nothing hides this: it is the
-protocol's behaviour at that budget.
+Meaningful budgets (derived from Eq. 22, E||n||_1 = d_s S / b): the estimate grows by about rho =
+lambda (1 + 2 C' d_s / eps_round) per round between resets, and the injected noise makes the real
+sensitivity grow with it. At a calibrated eps_round << d_s (e.g. `--eps 8` over 500 rounds) S(t)
+explodes within a sync period. Either the model overflows (the engine reports `diverged_round`,
+`sensitivity_check` gives `first_non_finite_round`), or (tanh models) the shared weights blow up,
+tanh saturates, the shared gradient becomes exactly 0, S(t) = 0 after the next reset and the noise
+stops: the shared layers are frozen at a huge random value and only the local layers learn. Nothing
+hides this: it is the protocol's behaviour at that budget.
 
-Diagnostics (card §1.1 item 9, §2.4): every round records S_i (n,), max_i S_i, the real
-sensitivity S_real = max_{i,j} ||s_i^{t+1/2} - s_j^{t+1/2}||_1, the S used for the noise, the
-per-coordinate Laplace scale, ||eps_i||_1 and ||n_i||_1. `sensitivity_trace()` returns them;
-`privacy()` carries a summary (`sensitivity_check`: rounds where the estimate < real, the min
-ratio over the finite rounds with the non-finite rounds listed, and whether C' < 1 voids the
-reset-round bound: at a reset S_real <= 2 gamma_s max ||g||_1 needs C' >= 1, card §8 item 5).
+Diagnostics (the paper's privacy validation, Fig. 2 and Table 3): every round records S_i (n,),
+max_i S_i, the real sensitivity S_real = max_{i,j} ||s_i^{t+1/2} - s_j^{t+1/2}||_1, the S used for
+the noise, the per-coordinate Laplace scale, ||eps_i||_1 and ||n_i||_1. `sensitivity_trace()`
+returns them; `privacy()` carries a summary (`sensitivity_check`: rounds where the estimate < real,
+the min ratio over the finite rounds with the non-finite rounds listed, and whether C' < 1 voids the
+reset-round bound: at a reset S_real <= 2 gamma_s max ||g||_1 needs C' >= 1).
 The realized reading is the headline (`reading: "realized"`): `privbench.results.claimed_eps`,
 the gate and the report's verdict read it, not the assumed (calibrated) one.
 
-Choices and deviations (card §8 item numbers):
+Choices of this implementation, and deviations from the paper or the code:
 - The mixing matrix is the run topology's column-stochastic push-sum matrix (privbench
-  convention: sender-side 1/(out-degree + 1), the paper's convention, item 14). On a regular
+  convention: sender-side 1/(out-degree + 1), the paper's convention, Definition 1). On a regular
   graph (the one-peer `exponential` graph = the paper's EXP for N = 10, or `circulant` registered
   here = the paper's d-Out) it is doubly stochastic and a_i == 1; on a `random_out` graph it is
   not, a_i moves, and Lemma 2's sensitivity argument does not apply. So a run with topology
   "auto" (the default) uses `exponential`, and a non-doubly-stochastic graph is refused unless
   `require_doubly_stochastic=false` (then `sensitivity_check.doubly_stochastic` is false).
-- Sensitivity max (item 7): simulated broadcast: every node sends S_i to every other node.
-- `sensitivity_mode` (item 8): "estimated" (Eq. 22, default), "oracle" (noise from S_real, as
+- Sensitivity max (how S_i is broadcast on a directed graph is unspecified): simulated broadcast:
+  every node sends S_i to every other node.
+- `sensitivity_mode`: "estimated" (Eq. 22, default), "oracle" (noise from S_real, as
   Table 2 and "PartPSP-Real"; the oracle value is not a node's message so no `sensitivity`
   message is sent), "none" (NoDP rows: no noise, epsilon infinite).
-- S^(0) term (item 4): dropped by default (code); `s0_term=True` adds 2C'||s_i^(0)||_1 at t = 0.
-- Eq. 22 uses the current (decayed) gamma_n (code). Decay (item 11): gamma_s, gamma_l and gamma_n
+- S^(0) term of Eq. 22: dropped by default (code); `s0_term=True` adds 2C'||s_i^(0)||_1 at t = 0.
+- Eq. 22 uses the current (decayed) gamma_n (code). Decay (code only): gamma_s, gamma_l and gamma_n
   are multiplied by `decay_factor` at each round in `decay_rounds`, with one global round counter
   (the released code restarts its counter; documented difference).
-- gamma_s / gamma_l default to the run's lr (the card's code default is 0.1 for both).
-- C' = 0.78, lambda = 0.55: the paper's Fig 2 MLP-1 values (item 5: tune per run; the code
-  defaults 0.5 / 0.3 are used nowhere). CLIP off by default (the MLP runs use no clipping).
-- Models: `psp_mlp` is the paper's MLP (card §4: Linear(D->10)-tanh-Linear(10->D)-tanh-
+- gamma_s / gamma_l default to the run's lr (the code's default is 0.1 for both).
+- C' = 0.78, lambda = 0.55: the paper's Fig 2 MLP-1 values (C' and lambda cannot be derived and
+  are tuned per run; the code defaults 0.5 / 0.3 are used nowhere). CLIP off by default (the MLP
+  runs use no clipping).
+- Models: `psp_mlp` is the paper's MLP (Sec. 5.4: Linear(D->10)-tanh-Linear(10->D)-tanh-
   Linear(D->10)-tanh, D = input size, tanh on the logits as in the code) without the code's
-  residual connections (item 13). The split takes the model's first `shared_layers` layers
-  (the input-side extractor, card §4: an MLP's or CNN's first parameterised modules; a ResNet's
+  residual connections. The split takes the model's first `shared_layers` layers
+  (the input-side extractor, Sec. 5.4: an MLP's or CNN's first parameterised modules; a ResNet's
   convolutional blocks, `FlatModel.layers`, so PartPSP-1 shares the stem with stage 1) or
   explicit `shared_prefixes`.
-- Node i's initial models are identical (privbench's public shared initialisation; item 4).
-- Evaluation: privbench's engine evaluates every node's (y_i, l_i) and the average model; the card
-  evaluates (s_bar, l_i) (§1.6), which equals the engine's mean per-node accuracy right after a
+- Node i's initial models are identical (privbench's public shared initialisation, which dropping
+  the S^(0) term assumes).
+- Evaluation: privbench's engine evaluates every node's (y_i, l_i) and the average model; the paper
+  evaluates (s_bar, l_i) (Sec. 5.4), which equals the engine's mean per-node accuracy right after a
   sync round. The engine's "average model" also averages the local parts, which PartPSP never
   does: read `mean_node_accuracy` for PartPSP.
 """
@@ -118,12 +124,12 @@ from privbench.topology import Topology, column_stochastic, complete
 SENSITIVITY_MODES = ("estimated", "oracle", "none")
 
 
-# ---------------------------------------------------------------- model and topology (card §4, §5)
+# --------------------------------------------------------------- model and topology (Sec. 2.1, 5.4)
 
 
 @MODELS.register("psp_mlp")
 def psp_mlp(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The paper's MLP (card §4): D->10, 10->D, D->classes, tanh after every layer (logits too)."""
+    """The paper's MLP (Sec. 5.4): D->10, 10->D, D->classes, tanh after every layer (logits too)."""
     d = math.prod(input_shape)
     return nn.Sequential(nn.Flatten(), nn.Linear(d, 10), nn.Tanh(), nn.Linear(10, d), nn.Tanh(),
                          nn.Linear(d, num_classes), nn.Tanh())
@@ -132,7 +138,7 @@ def psp_mlp(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 @TOPOLOGIES.register("circulant")
 def circulant(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = False,
               symmetric: bool = False) -> Topology:
-    """The paper's d-Out graph (card §5): node i sends to i+1..i+k (mod n); d-Out = k + 1.
+    """The paper's d-Out graph (Sec. 2.1): node i sends to i+1..i+k (mod n); d-Out = k + 1.
 
     Static, directed, regular: its push-sum matrix (weights 1/(k+1)) is doubly stochastic.
     """
@@ -146,7 +152,7 @@ def circulant(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = Fal
     return Topology("circulant", n, adj[None], bool(symmetric))
 
 
-# ---------------------------------------------------------------- the mechanism (card §1.2, §2.2)
+# -------------------------------------------------------------- the mechanism (Algorithm 1, Eq. 22)
 
 
 def laplace(shape: tuple[int, ...], scale: Tensor, gen: torch.Generator,
@@ -189,7 +195,8 @@ def real_sensitivity(s_half: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class DPPSConfig:
-    """DPPS / PartPSP hyper-parameters (card §1, §2, §3, §8 defaults).
+    """DPPS / PartPSP hyper-parameters (defaults: the paper's, else the code's, else
+    this implementation's choice; see the module docstring).
 
     Attributes:
         shared_layers: number of the model's input-side layers shared (`FlatModel.layers`;
@@ -199,7 +206,7 @@ class DPPSConfig:
         b: the paper's privacy knob (NOT epsilon); None derives it from the run's epsilon.
         calibrate_with: with b unset, "calibrated" (run epsilon composed over the rounds) or
             "paper" (run epsilon read as the per-round Theorem 1 budget).
-        composition: pure-epsilon composition for the calibrated reading, "basic" (the card's),
+        composition: pure-epsilon composition for the calibrated reading, "basic" (default),
             "advanced" or "laplace_pld" (tight: dp-accounting's Laplace PLD, about 10x less
             noise than basic for the same (ε, δ) claim over hundreds of rounds).
         gamma_n: noise rate multiplying the raw Laplace draw.
@@ -258,7 +265,7 @@ def noise_feedback(d_shared: int, eps_round: float, mix: Tensor) -> dict[str, fl
 
 
 def shared_mask(fm: FlatModel, cfg: DPPSConfig) -> Tensor:
-    """(d,) bool mask of the shared coordinates (card §4: the input-side layers)."""
+    """(d,) bool mask of the shared coordinates (Sec. 5.4: the input-side layers)."""
     if cfg.shared_prefixes:
         mask = fm.slice_of(cfg.shared_prefixes)
     else:
@@ -321,7 +328,8 @@ class DPPS(Trainer):
                     description="P_ji * a_i, push-sum weight (Eq. 9a)"),
         MessageKind("sensitivity", covered=False, data_dependent=True,
                     description="S_i^(t) of Eq. 22, broadcast to every node; reveals "
-                                "gamma_s ||g_i,s||_1 (card §8 item 7)"),
+                                "gamma_s ||g_i,s||_1 (S_i^(t-1) is known and the noise term "
+                                "concentrates)"),
     )
     mixing = "column"
     private = True
@@ -439,7 +447,7 @@ class DPPS(Trainer):
             self.record(rows(self.S_i), s_real, s_used, scale, rows(eps_norm))
 
     def mixer_at(self, t: int) -> Mixer:
-        """Round t's mixer: the complete graph in a sync round (card §1.4), else the topology's
+        """Round t's mixer: the complete graph in a sync round, else the topology's
         (the trainer's side of `mixing_into`)."""
         return self.sync_mixer if is_sync(self.cfg, t) else self.mixer
 
@@ -474,7 +482,7 @@ class DPPS(Trainer):
     # -- reporting --------------------------------------------------------------------------------
 
     def sensitivity_trace(self) -> dict[str, Any]:
-        """Per-round diagnostics (card §2.4): lists over rounds.
+        """Per-round diagnostics (the paper's privacy validation): lists over rounds.
 
         Keys: S_i (per node, Eq. 22), S_est (max_i S_i), S_real (true L1 sensitivity of the
         clean half-step vectors), S_used (the S of the noise), scale (per-coordinate Laplace
@@ -618,7 +626,7 @@ def _pre_step(obs: Observation, victim: int, t: int, cfg: DPPSConfig,
 def mixing_into(obs: Observation, cfg: DPPSConfig, t: int,
                 victim: int) -> tuple[Tensor, list[int]]:
     """Round t's (n, n) push-sum matrix and the senders the victim combines (itself included):
-    the complete graph in a sync round (card §1.4), else the run topology."""
+    the complete graph in a sync round, else the run topology."""
     n = obs.topology.n
     if is_sync(cfg, t):
         return torch.full((n, n), 1.0 / n), list(range(n))

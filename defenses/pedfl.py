@@ -3,9 +3,9 @@
 Chen, Wang, Yu, Ren, Xu, Zheng, "Privacy-enhanced decentralized federated learning at dynamic
 edge", IEEE Trans. Comput. 72(8), 2023 (PED^2FL), as DPPS's paper runs it: "a decentralized
 federated learning algorithm with differential privacy by Laplace mechanism" (Zhou, Xue, Chen,
-§6.2, ref. [5]). Its code is not released and the DPPS paper does not say how it was adapted to
-directed graphs, so this is the card's re-implementation (card-dpps-partpsp.md §6.2 "[ours]",
-§8 item 9): a D-PSGD gossip step on ALL parameters,
+Sec. 5.4, ref. [5]). Its code is not released and the DPPS paper does not say how it was adapted
+to directed graphs, so this is a re-implementation of this project's own design: a D-PSGD gossip
+step on ALL parameters,
 
     g_i^t = grad F_i(x_i^t; xi_i^t)                     (at the node's own model, D-PSGD)
     g_i^t <- g_i^t / max(1, ||g_i^t||_1 / CLIP)            (optional, as DPPS's Eq. 24)
