@@ -1,7 +1,7 @@
 """Dyn[C]-D2P (Alg. 3): dynamic clip bound C_k, constant budget mu_bar (eq. 9).
 
 A thin alias of `dyn_d2p` with `variant="dyn_c"` (Zhu et al., "Dyn-D2P: Dynamic Differentially
-Private Decentralized Learning with Provable Utility Guarantee"; card-dyn-d2p.md §1.5), so
+Private Decentralized Learning with Provable Utility Guarantee", Sec. 3 and Appendix D), so
 that the audit grid and `privbench train --defense dyn_c_d2p` can name the variant directly. Every
 field, choice and deviation is documented in `defenses/dyn_d2p.py`.
 """

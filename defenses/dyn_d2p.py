@@ -2,10 +2,11 @@
 
 Zhu, Huang, Wang, Ji, Xu, "Dyn-D2P: Dynamic Differentially Private Decentralized Learning with
 Provable Utility Guarantee" (Zhejiang Univ. / Qilu Univ. of Technology;
-year not given in the seed text). Card: shared/cards/card-dyn-d2p.md. Algorithm 1 (card §1.3),
-vectorised over the n nodes (state (n, d)), with the variants of card §1.5 as `variant`:
+year not given in the paper's text), cited below as the Dyn-D2P paper. Algorithm 1, vectorised
+over the n nodes (state (n, d)), with the variants of Sec. 3 and Algorithms 3-5 (Appendix D) as
+`variant`:
 
-    sample S_i^k                         Poisson(p = B/J_i) (card §1.6), or one uniform sample
+    sample S_i^k                         Poisson(p = B/J_i) (Prop. 3), or one uniform sample
     h_j = grad f_i(z_i^k; j)             per sample, at the de-biased model z = x / w (line 4)
     C_k = C_0 rho_c^(-k/K)               dynamic clip bound (line 5); C_bar for dyn_mu / const
     c_j = h_j min(1, C_k / ||h_j||)      flat L2 clip (line 6, eq. 5)
@@ -21,46 +22,58 @@ vectorised over the n nodes (state (n, d)), with the variants of card §1.5 as `
 | dyn_mu (Dyn[mu]-D2P) | C_bar | mu_0 rho_mu^(k/K) | eq. (8) | Alg. 4 |
 | const (Const-D2P) | C_bar | mu_bar | eq. (9) | Alg. 5 |
 
-The non-private baseline is `sgp` (defenses/sgp.py). Messages (card §1.4): `model` =
+The non-private baseline is `sgp` (defenses/sgp.py). Messages (Alg. 1 line 11): `model` =
 x_i^{k+1/2} (scaled by the public P_ji in transit) and `weight` = w_i^k; both are covered (the
 weight is data-independent, the model message is the Gaussian mechanism's output plus
-post-processing). Accounting (card §3) comes from `privbench.accounting` (`plan_dyn_d2p`): eq. (4)
-mu_tot, eq. (8) mu_0 by bisection in (mu_bar / rho_mu, mu_bar], eq. (9) mu_bar; the paper's
-GDP-CLT epsilon (`paper`, approximate) and a rigorous PLD / RDP epsilon (`calibrated`) are both
-reported per node.
+post-processing). Accounting (Sec. 3, Props. 1-3) comes from `privbench.accounting`
+(`plan_dyn_d2p`): eq. (4) mu_tot, eq. (8) mu_0 by bisection in (mu_bar / rho_mu, mu_bar], eq. (9)
+mu_bar; the paper's GDP-CLT epsilon (`paper`, approximate) and a rigorous PLD / RDP epsilon
+(`calibrated`) are both reported per node.
 
-Choices and deviations (card section in brackets):
-- Mini-batch generalisation [§1.6, §8.1]: Poisson sampling with p_i = B / J_i (B = the run's
+Choices of this implementation, where the paper is silent (reason in brackets):
+- Mini-batch generalisation [the algorithm and its accountant use one sample per step; the
+  experiments' batch size is not reported]: Poisson sampling with p_i = B / J_i (B = the run's
   batch size) is the default; noise goes on the sum of clipped per-sample gradients, which is
   divided by the EXPECTED batch size min(B, J_i), so the sensitivity stays C_k / B.
   `sampling="one_sample"` is the paper-literal mode: one uniform sample per node and round. The
-  paper accounts it as Poisson(1/J_i) [§8.2]; privbench accounts it as what is drawn, a fixed-size
-  sample without replacement (replace-one adjacency, sensitivity 2 C_k; dp-accounting's
-  `SampledWithoutReplacementDpEvent` under RDP), so it is calibrated with about twice the noise.
-- Add/remove-one adjacency, per-step L2 sensitivity C_k [§8.3]; flat L2 norm over all
-  parameters [§8.7]; clip factor C / max(||h||, 1e-12) via `engine.clip_l2` [§8.6].
-- Nodes with different J_i each solve their own mu_0 with p_i = B / J_i [§8.17]; every node's
+  paper accounts it as Poisson(1/J_i) (Prop. 3, although Alg. 1 line 3 draws uniformly); privbench
+  accounts it as what is drawn, a fixed-size sample without replacement (replace-one adjacency,
+  sensitivity 2 C_k; dp-accounting's `SampledWithoutReplacementDpEvent` under RDP), so it is
+  calibrated with about twice the noise.
+- Add/remove-one adjacency, per-step L2 sensitivity C_k [the paper's "differing on a
+  single entry"; replace-one would need 2 C_k]; flat L2 norm over all
+  parameters (eq. 5); clip factor C / max(||h||, 1e-12) via `engine.clip_l2` [undefined at
+  ||h|| = 0].
+- Nodes with different J_i each solve their own mu_0 with p_i = B / J_i [the paper runs IID
+  splits only]; every node's
   (epsilon, delta) is its own, never summed.
-- Noise calibration [§8.13]: `calibrate_with="calibrated"` (default: mu_0 such that the rigorous
-  PLD / RDP epsilon meets the target, so `dyn_d2p@8` spends at most 8) or `"paper"` (the card's
-  recommendation for reproducing the paper: the CLT of eqs. 4/6/8 sets mu_0; the CLT is not an
-  upper bound and the rigorous epsilon then exceeds the target, by up to ~33%). Both epsilons are
-  always reported, the CLT one flagged approximate. The PLD accountant buckets the schedule into
-  <= 48 noise levels, each charged at its smallest noise (conservative, card §3.6).
+- Noise calibration [the CLT of eq. 6 is asymptotic, not an upper bound]:
+  `calibrate_with="calibrated"` (default: mu_0 such that the rigorous PLD / RDP epsilon meets the
+  target, so `dyn_d2p@8` spends at most 8) or `"paper"` (for reproducing the paper: the CLT of eqs.
+  4/6/8 sets mu_0; the CLT is not an upper bound and the rigorous epsilon then exceeds the target,
+  by up to ~33%). Both epsilons are always reported, the CLT one flagged approximate. The PLD
+  accountant buckets the schedule into <= 48 noise levels, each charged at its smallest noise
+  (conservative).
 - The noise schedule sigma_k = C_k / mu_k is drawn from the plan itself: its `schedule` is
   z_k = 1 / mu_k (eq. 7's growth applied by the plan), exactly the schedule its reports compose
   (one source of truth); the trainer only multiplies by the clip schedule C_k.
-- Defaults C_0 = 4, C_bar = 1.5 are the card's shallow-CNN values [§5, §2]; rho_c = rho_mu = 2
-  (1/rho = 0.5) is the card's no-search default [§2]. Grid-search C_bar for the baselines.
-- Topology [§4, §8.18]: any directed graph with column-stochastic uniform weights
-  1 / (1 + outdeg) [§8.9]; the run default `random_out` is non-regular directed, so w != 1 and
-  the de-bias step is exercised. The paper's graph is `--topology exponential`.
-- Same public initial model on every node [§8.10]. No momentum, weight decay or BatchNorm.
-- Evaluation: the engine evaluates each z_i and the mean of the z_i; the card's primary metric
-  x_bar = mean_i x_i equals it when w = 1 (exponential graph) [§8.11].
+- Defaults: C_0 = 4, the paper's shallow-CNN value (Appendix F.1); C_bar = 1.5 and
+  rho_c = rho_mu = 2 (1/rho = 0.5) are a choice of this implementation, the middle of the grids of
+  Appendix F.1 [the paper grid-searches them and does not report the winners]. Grid-search C_bar
+  for the baselines.
+- Topology [every graph of the paper is doubly stochastic, so w == 1 and push-sum is never
+  exercised; the weights are not stated]: any directed graph with column-stochastic uniform
+  weights 1 / (1 + outdeg); the run default `random_out` is non-regular directed, so w != 1 and
+  the de-bias step is exercised. The paper's graph (Appendix E) is `--topology exponential`.
+- Same public initial model on every node [not stated in the paper]. No momentum, weight decay or
+  BatchNorm.
+- Evaluation: the engine evaluates each z_i and the mean of the z_i; the network average
+  x_bar = mean_i x_i equals it when w = 1 (exponential graph) [the paper's "final testing
+  accuracy" does not say which model].
 - epsilon = inf (`--eps inf`) turns the noise off (sigma_k = 0) and reports epsilon = inf: with a
-  huge clip bound this is plain SGP, the §9 item 9 check.
-- Prop. 4 / eq. (10) (general-schedule calibration) is not implemented: invalid for Alg. 1 [§8.14].
+  huge clip bound this is plain SGP.
+- Prop. 4 / eq. (10) (general-schedule calibration) is not implemented: invalid for Alg. 1 [its
+  bound e^x - 1 < 2x needs mu_k <= 1, which fails in the paper-literal mode].
 """
 
 from __future__ import annotations
@@ -186,9 +199,9 @@ def node_plan(cfg: DynD2PConfig, epsilon: float, delta: float, steps: int,
 
 
 def clt_spent(mus: np.ndarray, sample_rate: float, t: int, delta: float) -> tuple[float, float]:
-    """Online accountant of card §3.6: (mu_spent(t), epsilon_spent(t)) after t steps (eq. 6, 4).
+    """Online accountant: (mu_spent(t), epsilon_spent(t)) after t steps (eq. 6, 4).
 
-    Approximate (the CLT is not an upper bound, card §3.8).
+    Approximate (the CLT of eq. 6 is not an upper bound).
     """
     with np.errstate(over="ignore"):
         total = float(np.sum(np.expm1(np.asarray(mus[:t], dtype=float) ** 2)))
@@ -293,7 +306,7 @@ class DynD2P(Trainer):
                 "mu_spent": [m for m, _ in spent], "epsilon_spent": [e for _, e in spent]}
 
     def epsilon_spent(self, t: int) -> list[float]:
-        """Per-node paper (CLT) epsilon after t completed rounds (card §3.6; approximate)."""
+        """Per-node paper (CLT) epsilon after t completed rounds (eqs. 6, 4; approximate)."""
         run = self.ctx.run
         out = []
         for i, p in enumerate(self.rates):

@@ -1,7 +1,7 @@
 """Dyn[mu]-D2P (Alg. 4): constant clip bound C_bar, growing budget mu_k (eqs. 7, 8).
 
 A thin alias of `dyn_d2p` with `variant="dyn_mu"` (Zhu et al., "Dyn-D2P: Dynamic Differentially
-Private Decentralized Learning with Provable Utility Guarantee"; card-dyn-d2p.md §1.5), so
+Private Decentralized Learning with Provable Utility Guarantee", Sec. 3 and Appendix D), so
 that the audit grid and `privbench train --defense dyn_mu_d2p` can name the variant directly. Every
 field, choice and deviation is documented in `defenses/dyn_d2p.py`.
 """

@@ -9,7 +9,7 @@ x_i and a weight w_i; each round
     x_j^{k+1} = sum_i P_ji x_i^{k+1/2},  w_j^{k+1} = sum_i P_ji w_i
                                             (push-sum, P column-stochastic)
 
-Messages (as every push-sum defense card names them): `model` (P_ji x_i^{k+1/2}) and `weight`
+Messages (named as in every push-sum defense of this suite): `model` (P_ji x_i^{k+1/2}) and `weight`
 (P_ji w_i). Neither is protected: this is the attackable baseline.
 """
 
