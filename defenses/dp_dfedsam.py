@@ -1,10 +1,11 @@
 """DP-DFedSAM: DFedSAM's sharpness-aware local step, made sample-level DP, inside push-sum.
 
-ADP-VRSGP's DFedSAM baseline (card-adp-vrsgp.md §5 "Baselines", [47]: Shi et al., "Improving the
-Model Consistency of Decentralized Federated Learning", ICML 2023; the paper's one line, "SAM
-flat local models robust to Gaussian noise", also fits DP-FedSAM, Shi et al., CVPR 2023), ported
-by the card's rule ([R], §5 and §7 item 19): run over the same SGP gossip, keep its own
-mechanism, use the same (epsilon, delta) accountant. DFedSAM's local step is SAM (Foret et al.,
+ADP-VRSGP's DFedSAM baseline (Wu et al., arXiv:2510.20157, Sec. 6 and Table 2, ref. [47]: Shi et
+al., "Improving the Model Consistency of Decentralized Federated Learning", ICML 2023; the paper's
+one line, "SAM flat local models robust to Gaussian noise", also fits DP-FedSAM, Shi et al., CVPR
+2023), ported as this implementation's rule for ADP-VRSGP's baselines (the paper does not say how
+they were ported): run over the same SGP gossip, keep its own mechanism, use the same
+(epsilon, delta) accountant. DFedSAM's local step is SAM (Foret et al.,
 ICLR 2021), w <- w - lr grad f(w + rho grad f(w) / ||grad f(w)||), whose ascent gradient is a
 second look at the batch. Made DP at the sample level as DP-SAT does (Park et al.,
 "Differentially Private Sharpness-Aware Training", ICML 2023, Alg. 2): the ascent direction is

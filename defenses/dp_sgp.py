@@ -1,14 +1,14 @@
 """DP-SGP: constant-noise DP-SGD inside Stochastic Gradient Push (the DP push-sum baseline).
 
-The baseline of card-adp-vrsgp.md §1.6 ("alpha == 1, beta == 1 and psi = 1 recover DP-SGD + SGP
-with constant noise", with theta = 0) and §3.4 (its noise multiplier is the card's z_const column):
-DP-SGD (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) run inside push-sum
-(Assran et al., "Stochastic Gradient Push for Distributed Deep Learning", ICML 2019). Each round,
-for every node i at once:
+ADP-VRSGP with its three additions switched off (Wu et al., arXiv:2510.20157: noise factor
+alpha == 1, step factor beta == 1, clip decay psi = 1, no gradient fusion theta = 0), i.e. DP-SGD
+(Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) run inside push-sum (Assran et
+al., "Stochastic Gradient Push for Distributed Deep Learning", ICML 2019) with constant noise.
+Each round, for every node i at once:
 
-    B_i^t ~ Poisson(q_i) over D_i, q_i = |B| / |D_i|           (card §3.4 item 1)
+    B_i^t ~ Poisson(q_i) over D_i, q_i = |B| / |D_i|           (Poisson, add/remove)
     g_{i,b} = grad f(z_i^t; b),  z_i^t = x_i^t / w_i^t         (gradient at the de-biased model)
-    gbar_i^t = (sum_b clip(g_{i,b}, G) + sigma_i G u_i^t) / |B|,  u ~ N(0, I_d)   (card §7 item 3)
+    gbar_i^t = (sum_b clip(g_{i,b}, G) + sigma_i G u_i^t) / |B|,  u ~ N(0, I_d)   (noise on the sum)
     x_i^{t+1/2} = x_i^t - lr * gbar_i^t
     x^{t+1} = P^t x^{t+1/2},  w^{t+1} = P^t w^t                (push-sum, P column-stochastic)
 
@@ -17,7 +17,7 @@ rigorous accountant (`privbench.accounting` plan "dp_sgp"); the paper-mode epsil
 (moments-accountant) reading of the same noise. Messages: `model` (P_ji x_i^{t+1/2}) and `weight`
 (P_ji w_i), both covered by post-processing.
 
-Design choice (documented for issue 4): this is a clean standalone trainer, not an alias of
+Design choice: this is a clean standalone trainer, not an alias of
 `adp_vrsgp`; `tests/defenses/test_adp_vrsgp.py` checks that ADP-VRSGP with theta = 0,
 alpha == beta == 1, psi = 1 produces exactly the same models as this trainer for the same seed.
 Other DP push-sum defenses may reuse `node_plans`, `plan_schedule` and `node_budgets`; batches
@@ -25,7 +25,8 @@ come from the context's one sampling path (`ctx.draw(t, rates=...)`).
 
 Choices: |B| (the normaliser and the expected batch) is the run's batch_size; the Poisson batch is
 compacted to its largest realised size (padding masked), so no sample slot is truncated; clip
-defaults to card-adp-vrsgp.md's G_0 = 0.1 so that the baseline matches ADP-VRSGP's clipping.
+defaults to ADP-VRSGP's G_0 = 0.1 (its Sec. 4 and 6) so that the baseline matches ADP-VRSGP's
+clipping.
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ class DPSGPConfig:
     """DP-SGP hyper-parameters beyond the run's lr, batch size, epsilon and delta.
 
     Attributes:
-        clip: per-sample L2 clip bound G (card-adp-vrsgp.md §2.4 G_0).
+        clip: per-sample L2 clip bound G (ADP-VRSGP's G_0).
         epsilons: per-node budgets epsilon_i (empty: every node uses the run's epsilon).
         deltas: per-node delta_i (empty: every node uses the run's delta).
-        accountant: rigorous accountant for calibration, "pld" or "rdp" (card §3.4 item 2).
+        accountant: rigorous accountant for calibration, "pld" or "rdp".
         calibrate_with: "calibrated" (rigorous accountant, default) or "paper" (RDP reading).
     """
 
@@ -88,7 +89,7 @@ def node_budgets(run: RunConfig, n: int, epsilons: tuple[float, ...],
 
 
 def sample_rates(ctx: Context) -> list[float]:
-    """Poisson rates q_i = |B| / |D_i| (card §3.4 item 1), one per node."""
+    """Poisson rates q_i = |B| / |D_i| (Poisson sampling), one per node."""
     counts = ctx.data.counts.tolist()
     if min(counts) < ctx.run.batch_size:
         raise ConfigError(f"batch_size {ctx.run.batch_size} exceeds the smallest local dataset "
