@@ -1,9 +1,9 @@
 """DPDL: differentially private decentralized learning with calibrated cross-gradients.
 
 Yuan, Xiao, Wang, Li, "DPDL: Towards Differential Privacy Preservation in Decentralized Stochastic
-Learning on Non-IID Data", arXiv 2606.04399 (2026). Implementation card:
-`shared/cards/card-dpdl.md` (sections cited as §N). Equations (paper numbering, bodies from the
-card's [T] transcription, card convention g^{ij} = gradient of i's data at j's model):
+Learning on Non-IID Data", arXiv 2606.04399 (2026), cited below as the DPDL paper. Equations in the
+paper's numbering, with its convention g^{ij} = gradient of i's data at j's model (Definition 2,
+eq. (3)):
 
     (8)-(10)  ddot g^{ij} = (1/B) (sum_b clip_C(grad l(x_j; xi_{i,b})) + z^{ij}), z ~ N(0, s^2C^2 I)
     (11)-(13) ddot g^{ii} the same at the agent's own model x_i (never sent, noised because it
@@ -14,17 +14,17 @@ card's [T] transcription, card convention g^{ij} = gradient of i's data at j's m
     (19)-(20) v~_i = beta v_i + g~^i,  x~_i = x_i - eta v~_i
     (21)-(22) v_i <- sum_j w_ij v~_j,   x_i <- sum_j w_ij x~_j
 
-One round for all agents, vectorized (§3 "matrix form"): the receivers' models for every directed
-edge i->j are stacked with the agents' own models into one (E + n, d) parameter stack, each row
-paired with its sender's batch, and `privbench.engine.per_sample_grads` is called once on it;
-clipping, noise, cosine calibration (`index_add` over receivers) and mixing (W @ .) are tensor ops.
+One round for all agents, vectorized (the matrix form of Remark 1, eqs. (63), (71)): the receivers'
+models for every directed edge i->j are stacked with the agents' own models into one (E + n, d)
+parameter stack, each row paired with its sender's batch, and `privbench.engine.per_sample_grads`
+is called once on it; clipping, noise, cosine calibration (`index_add` over receivers) and mixing
+(W @ .) are tensor ops.
 
-Messages (card §4 names, used verbatim): `model` x_i^{t-1} (broadcast), `cross_grad`
-ddot g^{ij}_t (per edge, the only Gaussian-noised payload), `half_model` x~_i^t and
-`half_momentum` v~_i^t (broadcast). The issue text calls them cross_gradient / model_half /
-momentum_half and DESIGN.md `cross_gradient` / `momentum`; the card's names win (lead's brief).
+Messages (Sec. IV): `model` x_i^{t-1} (broadcast), `cross_grad` ddot g^{ij}_t (per edge, the
+only Gaussian-noised payload), `half_model` x~_i^t and `half_momentum` v~_i^t (broadcast).
 
-Privacy (card §5.3; readings `paper`, `full`, `strict`): per node i, with sample rate
+Privacy (readings `paper`, `full`, `strict`; the paper's Theorem 1 leaves its constants c1, c2
+unspecified, so sigma is calibrated numerically): per node i, with sample rate
 q_i = min(1, B / |D_i|), mechanism A (its n_i - 1 cross-gradients, one batch, z_A = s/sqrt(n_i-1))
 and mechanism B (x~_i, v~_i through g~^i: sensitivity C (coef_ii + alpha kappa), noise
 s C sqrt(sum_j coef_ij^2) [paper, eq. 40] or s C coef_ii [strict]); A and B share the batch, so
@@ -36,47 +36,53 @@ readings are reported for every node (results JSON: `privacy`, keys node and rea
 A noisy node hurts DPDL more than gossip SGD: its cross-gradient noise reaches each neighbour with
 weight 1/(sqrt(w_ij) N) (e.g. 0.30 on a two-hub spoke-hub edge, N = 10), not w_ij (0.11).
 
-Gradient views (`gradient_views(obs, victim, rounds, view=...)`, card §10): "cross_gradient"
+Gradient views (`gradient_views(obs, victim, rounds, view=...)`; the paper's Sec. VI-D attacks):
+"cross_gradient"
 (the message itself, at the receiver's model from that receiver's own `model` broadcast; a
-curious receiver's observation includes what it sends), "momentum" (v~_i^t - beta v_i^{t-1}),
-"momentum_isolated" (minus the observed incoming cross-gradients).
+curious receiver's observation includes what it sends), "momentum" (v~_i^t - beta v_i^{t-1}, the
+paper's MM target), "momentum_isolated" (minus the observed incoming cross-gradients).
 
-Choices and deviations (card §12 numbers in brackets):
-- Mixing weights (`weights="card"`): §7. On `ring` and `complete` these equal the
+Choices of this implementation, where the paper's text is silent (its numbers were lost with
+the typeset math), and deviations:
+- Mixing weights (`weights="card"`, the CGA code base's weights; the paper gives none). On
+  `ring` and `complete` these equal the
   Metropolis-Hastings weights privbench already builds (1/3, 1/N). On `two_hub` they are the CGA
   "Bipar" weights (a = floor(100/(N-1))/100, spoke self 1-2a, hub self 1-(N-2)a); privbench's
   two_hub links the two hubs (nodes 0 and 1) to each other, the CGA graph does not, so that edge
-  gets weight 0 and carries no message [11]. Any other undirected topology (e.g. the default
+  gets weight 0 and carries no message. Any other undirected topology (e.g. the default
   `random_out`, built symmetric for doubly-mixing defenses) uses Metropolis-Hastings.
   `weights="metropolis"` uses Metropolis-Hastings everywhere. N_i = support of row i of W.
-- alpha: 1.0 on two_hub / complete / other graphs, 0.5 on ring (§8) unless set.
-- eta is the run's `lr`; the card's default is 0.01 (§8).
-- One batch per round shared by every cross-gradient and the self-gradient [5].
+- alpha: 1.0 on two_hub / complete / other graphs, 0.5 on ring unless set (the paper uses one value
+  for bipartite and fully connected graphs and another for the ring; both values are lost).
+- eta is the run's `lr` (the paper's value is lost; 0.01 is this implementation's default for
+  the reproduction).
+- One batch per round shared by every cross-gradient and the self-gradient.
   `sampling="poisson"` (default) samples each member with probability q_i and divides by the
-  expected size q_i |D_i|: Poisson add/remove accounting, sensitivity C. `sampling="fixed"` (the
-  card's [6]) draws B samples without replacement and divides by B (by |D_i| when |D_i| < B); it
-  is accounted as what it is, sampling without replacement with replace-one adjacency and
-  sensitivity 2C (RDP, `SampledWithoutReplacementDpEvent`), so it needs about twice the noise.
-  Every report names its `sampling` model.
+  expected size q_i |D_i|: Poisson add/remove accounting, sensitivity C. `sampling="fixed"` draws B
+  samples without replacement and divides by B (by |D_i| when |D_i| < B); it is accounted as what
+  it is, sampling without replacement with replace-one adjacency and sensitivity 2C (RDP,
+  `SampledWithoutReplacementDpEvent`), so it needs about twice the noise. Every report names its
+  `sampling` model.
 - Calibration weight of the agent's own term (eq. 15 with j = i): `self_weight="clean"`
   (default, a deviation) computes S^ii = cos(hat g^ii, hat g^ii) from the clean self-gradient,
   so c^ii = sigmoid(-1) is data-independent and the calibration term alpha sum_j w_ij c^ij
-  hat g^ii is (0.731 + 1/4 < 1)-Lipschitz in hat g^ii (card §5.2 Lemma 2): sensitivity
+  hat g^ii is (0.731 + 1/4 < 1)-Lipschitz in hat g^ii (Lemma 2, eqs. (44)-(47)): sensitivity
   <= alpha kappa C / B with kappa = 1, so the strict reading is an upper bound.
   `self_weight="noisy"` is the paper's S^ii = cos(ddot g^ii, hat g^ii): the weight then depends
-  on the noise and the data together (card §5.2 Lemma 3: kappa ~ 1 + w_ii C / (4 nu), taken as
-  1), so every reading is flagged approximate.
-- `sigma_rule="max"` (card §5.3) gives every agent the sigma that the worst agent needs (under
-  Dirichlet splits the smallest agent, whose q_i is largest); `"per_node"` (a deviation, not in
-  the card) lets each agent i use its own sigma_i with eps_i <= target, the paper's "each agent
-  satisfies (eps, delta)-DP"; in the paper/full readings a neighbour's sigma_j enters node i's
-  noise (eq. 40), so nodes under target are raised until none is (see `plan_privacy`).
+  on the noise and the data together (Lemma 3, eqs. (48)-(50): kappa ~ 1 + w_ii C / (4 nu), taken
+  as 1), so every reading is flagged approximate.
+- `sigma_rule="max"` (default) gives every agent the sigma that the worst agent needs (under
+  Dirichlet splits the smallest agent, whose q_i is largest); `"per_node"` lets each agent i use
+  its own sigma_i with eps_i <= target, the paper's "each agent satisfies (eps, delta)-DP"; in the
+  paper/full readings a neighbour's sigma_j enters node i's noise (eq. 40), so nodes under target
+  are raised until none is (see `plan_privacy`).
 - Default noise calibration reading is `strict` (privbench's rule: calibrate with the rigorous
-  accountant); the card reproduces the paper with `calibrate_with="paper"` [10].
-- RDP over integer orders 2..256 (§5.3) by default; `accountant="pld"` is tighter.
-- delta = the run's delta (card default 1e-5 [7]). kappa = 1 (§5.2, eq. 53).
+  accountant); the paper's tables are reproduced with `calibrate_with="paper"` (which reading
+  produced the paper's epsilon is not stated).
+- RDP over integer orders 2..256 by default; `accountant="pld"` is tighter.
+- delta = the run's delta (the paper's is not given). kappa = 1 (eq. (53)).
 - Time-varying graphs: privacy uses each node's worst period.
-- sigma = 0 and clip = inf give the no-defence variants ND-CG / ND-MM of §10 [15].
+- sigma = 0 and clip = inf give the no-defence variants ND-CG / ND-MM of Sec. VI-D.
 """
 
 from __future__ import annotations
@@ -123,21 +129,21 @@ class DPDLConfig:
     """DPDL hyper-parameters beyond the run's lr (eta), batch size (B), epsilon and delta.
 
     Attributes:
-        clip: per-sample L2 clipping threshold C (§8: 1.0); `inf` disables clipping.
-        momentum: beta (§8: 0.9).
-        alpha: calibration weight of eq. (17); None = 1.0, or 0.5 on a ring (§8).
-        kappa: Lipschitz factor of the calibration term in the sensitivity (§5.2, eq. 53).
-        cross_coef: "inv_sqrt_w_over_N" (eq. 17, default) or "w" (ablation, §12 item 2).
+        clip: per-sample L2 clipping threshold C (default 1.0); `inf` disables clipping.
+        momentum: beta (default 0.9).
+        alpha: calibration weight of eq. (17); None = 1.0, or 0.5 on a ring.
+        kappa: Lipschitz factor of the calibration term in the sensitivity (eq. (53)).
+        cross_coef: "inv_sqrt_w_over_N" (eq. 17, default) or "w" (ablation: plain w_ij).
         sigma: noise multiplier; None calibrates it to the run's (epsilon, delta); 0 = no noise.
-        sigma_rule: "max" (card §5.3: one sigma for all, max_i eps_i <= target) or "per_node"
+        sigma_rule: "max" (one sigma for all, max_i eps_i <= target) or "per_node"
             (each agent its own sigma_i, every eps_i <= target; a deviation, see the docstring).
         calibrate_with: reading that sets sigma: "strict" (default), "full" or "paper".
-        accountant: "rdp" (§5.3, integer orders 2..256) or "pld".
-        sampling: "poisson" (default; Poisson add/remove accounting) or "fixed" (§12 item 6;
-            accounted as sampling without replacement, replace-one, sensitivity 2C).
+        accountant: "rdp" (integer orders 2..256) or "pld".
+        sampling: "poisson" (default; Poisson add/remove accounting) or "fixed" (B without
+            replacement; accounted as sampling without replacement, replace-one, sensitivity 2C).
         self_weight: "clean" (default; c^ii from the clean self-gradient, exact accounting) or
             "noisy" (the paper's eq. 15; the readings are then approximate).
-        weights: "card" (§7: CGA weights on two_hub, else Metropolis-Hastings) or "metropolis".
+        weights: "card" (CGA weights on two_hub, else Metropolis-Hastings) or "metropolis".
         row_chunk: per-sample-gradient rows per call (0 = all E + n rows in one call).
     """
 
@@ -180,17 +186,17 @@ class DPDLConfig:
         return "calibrated" if self.calibrate_with == "strict" else "paper"
 
 
-# ---------------------------------------------------------------- mixing (card §7)
+# ------------------------------------------------------------ mixing (weights of the CGA code base)
 
 
 def cga_two_hub_weights(n: int) -> Tensor:
-    """(n, n) CGA "Bipar" weights (card §7) with hubs 0 and 1 (privbench's two_hub numbering).
+    """(n, n) CGA "Bipar" weights with hubs 0 and 1 (privbench's two_hub numbering).
 
     a = floor(100/(n-1))/100; spoke row: self 1 - 2a, each hub a; hub row: every spoke a, self
     1 - (n-2)a, other hub 0. Symmetric and doubly stochastic.
     """
     if n < 4:
-        raise ConfigError(f"the card's two-hub weights need nodes >= 4 (spoke self-weight "
+        raise ConfigError(f"the CGA two-hub weights need nodes >= 4 (spoke self-weight "
                           f"1 - 2a > 0), got {n}; use weights=metropolis")
     a = math.floor(100 / (n - 1)) / 100
     w = torch.zeros(n, n)
@@ -202,7 +208,7 @@ def cga_two_hub_weights(n: int) -> Tensor:
 
 
 def mixing_matrix(topology: Topology, t: int, weights: str = "card") -> Tensor:
-    """(n, n) symmetric doubly-stochastic W of round t (card §7; see the module docstring)."""
+    """(n, n) symmetric doubly-stochastic W of round t (see the module docstring)."""
     adj = topology.adjacency(t)
     if weights == "card" and topology.name == "two_hub":
         return cga_two_hub_weights(topology.n)
@@ -224,7 +230,7 @@ def graph_periods(topology: Topology, weights: str,
 
 
 def cross_coefficient(w: Tensor, n: int, kind: str) -> Tensor:
-    """Coefficient of a received gradient in eq. (17): 1/(sqrt(w) N) (card) or w (ablation)."""
+    """Coefficient of a received gradient in eq. (17): 1/(sqrt(w) N) (paper) or w (ablation)."""
     return 1.0 / (w.sqrt() * n) if kind == "inv_sqrt_w_over_N" else w
 
 
@@ -239,18 +245,18 @@ def cosine(a: Tensor, b: Tensor) -> Tensor:
 
 
 def default_alpha(cfg: DPDLConfig, topology_name: str) -> float:
-    """alpha of eq. (17): the config's, or the card's §8 default (0.5 ring, else 1.0)."""
+    """alpha of eq. (17): the config's, or the default (0.5 ring, else 1.0)."""
     if cfg.alpha is not None:
         return cfg.alpha
     return 0.5 if topology_name == "ring" else 1.0
 
 
-# ---------------------------------------------------------------- accounting (card §5.3)
+# -------------------------------------------------------- accounting (paper, full, strict readings)
 
 
 def node_multipliers(w: Tensor, sigma: np.ndarray, alpha: float, kappa: float,
                      cross_coef: str) -> list[dict[str, float]]:
-    """Per node, the noise multiplier z of its round release under each reading (card §5.3).
+    """Per node, the noise multiplier z of its round release under each reading.
 
     Node i's data enters mechanism A (its n_i - 1 cross-gradients, one batch: z_A =
     sigma_i / sqrt(n_i - 1)) and mechanism B (x~_i, v~_i via g~^i: sensitivity
@@ -338,7 +344,7 @@ def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_siz
                  epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
     """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`.
 
-    sigma_rule "max" (card §5.3): one sigma, the smallest with max_i eps_i <= epsilon.
+    sigma_rule "max": one sigma, the smallest with max_i eps_i <= epsilon.
     "per_node": start from sigma_i = z*(q_i) / r_i, each node calibrated as if its neighbours
     used its own sigma (r_i: its multiplier per unit of a uniform sigma), then raise only the
     nodes still under target, sigma_i <- sigma_i max(1, z*(q_i) / z_i(sigma)), until none is
@@ -432,7 +438,7 @@ def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Ten
     """Round t's batches for every agent, recorded as ground truth (shared with DP-DPSGD).
 
     Args:
-        sampling: "fixed" (B without replacement, card §12 #6) or "poisson" (rates q_i).
+        sampling: "fixed" (B without replacement) or "poisson" (rates q_i).
         rates: (n,) Poisson rates q_i = B / |D_i|; counts: (n,) |D_i|.
 
     Returns:
@@ -450,7 +456,7 @@ def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Ten
 
 @DEFENSES.register("dpdl")
 class DPDL(Trainer):
-    """DPDL (card §3): DP cross-gradients, cosine calibration, momentum, gossip of x~ and v~."""
+    """DPDL (Sec. IV): DP cross-gradients, cosine calibration, momentum, gossip of x~ and v~."""
 
     Config = DPDLConfig
     kinds = (
@@ -482,7 +488,7 @@ class DPDL(Trainer):
         self.sigma = torch.tensor(self.plan.sigma, dtype=torch.float32, device=ctx.device)  # (n,)
         self.x = self.init_params()  # (n, d) x_i^{t-1}
         self.v = torch.zeros_like(self.x)  # (n, d) v_i^{t-1}
-        self.taps: dict[str, Tensor] = {}  # last round's internals (oracle taps, card §4)
+        self.taps: dict[str, Tensor] = {}  # last round's internals (oracle taps)
         self._reports: list[dict[str, Any]] | None = None
 
     def models(self) -> Tensor:
@@ -504,7 +510,7 @@ class DPDL(Trainer):
         return torch.cat(out)
 
     def round(self, t: int) -> None:
-        """One DPDL round for all agents (card §3 steps 1-15)."""
+        """One DPDL round for all agents (eqs. (8)-(22))."""
         ctx, n, cfg = self.ctx, self.ctx.n, self.cfg
         w, adj, src, dst = self.graphs[t % len(self.graphs)]  # (n,n), (n,n), (E,), (E,)
         e = src.numel()
@@ -544,7 +550,7 @@ class DPDL(Trainer):
         self.x = w @ xh  # eq. (22)
 
     def privacy(self) -> list[dict[str, Any]]:
-        """Per node: paper, full and strict readings (card §5.3) for the sigma used."""
+        """Per node: paper, full and strict readings for the sigma used."""
         if self._reports is None:
             run = self.ctx.run
             self._reports = privacy_reports(self.plan, self.cfg, run.delta, run.rounds)
@@ -553,7 +559,7 @@ class DPDL(Trainer):
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int],
                        view: str = "cross_gradient") -> list[GradientView]:
-        """The victim's released gradients, derived from observed messages only (card §10).
+        """The victim's released gradients, derived from observed messages only (Sec. VI-D).
 
         Args:
             obs: the observation.
@@ -563,9 +569,9 @@ class DPDL(Trainer):
                 victim's batch) at the receiver's model x_j^{t-1}, taken from the `model` message
                 j broadcast in round t; the receiver is the lowest-numbered observed one.
                 "momentum": g~^i_t = v~_i^t - beta v_i^{t-1} at x_i^{t-1}, with
-                v_i^{t-1} = sum_k w_ik v~_k^{t-1} (0 at t = 0), the card's MM target (raw).
+                v_i^{t-1} = sum_k w_ik v~_k^{t-1} (0 at t = 0), the paper's MM target (raw).
                 "momentum_isolated": the same minus the observed incoming cross-gradients
-                sum_{j != i} coef_ij ddot g^{ji}_t (card §10.2).
+                sum_{j != i} coef_ij ddot g^{ji}_t.
 
         Raises:
             NotApplicable: when a needed message is not observed (e.g. the momentum view for a
