@@ -1,16 +1,17 @@
 """DP-CGA: Cross-Gradient Aggregation with batch-level clipping and Gaussian noise (baseline).
 
-DPDL's baseline "DP-CGA" (card-dpdl.md §9): Cross-Gradient Aggregation, Esfandiari, Tan, Jiang,
-Balu, Herron, Hegde, Sarkar, "Cross-Gradient Aggregation for Decentralized Learning from Non-IID
-Data", ICML 2021 (ref. [15]; reference code `yasesf93/CrossGradientAggregation`,
-`Optimizers/CGA.py` (`step`, `ProjSGA`) and `collaborative.py`), with the DP variant of the DPDL
-paper: "each agent first computes the average cross-gradient (or self-gradient) over its local
-data batch, and then conducts clipping operation and adds Gaussian noise". Notation as the card
-(§1): g^{ij} is agent i's gradient on its own data at agent j's model, sent from i to j.
+DPDL's baseline "DP-CGA" (Yuan et al., arXiv 2606.04399, Sec. VI-A): Cross-Gradient Aggregation,
+Esfandiari, Tan, Jiang, Balu, Herron, Hegde, Sarkar, "Cross-Gradient Aggregation for Decentralized
+Learning from Non-IID Data", ICML 2021 (ref. [15]; reference code
+`yasesf93/CrossGradientAggregation`, `Optimizers/CGA.py` (`step`, `ProjSGA`) and
+`collaborative.py`), with the DP variant of the DPDL paper: "each agent first computes the average
+cross-gradient (or self-gradient) over its local data batch, and then conducts clipping operation
+and adds Gaussian noise". Notation as the DPDL paper (Definition 2, eq. (3)): g^{ij} is agent i's
+gradient on its own data at agent j's model, sent from i to j.
 
 Round t, all agents in lock-step (one round = one batch per agent):
 
-    1. x_j^t is broadcast (`model`) to every neighbour (off-diagonal support of W, card §7).
+    1. x_j^t is broadcast (`model`) to every neighbour (off-diagonal support of W).
     2. Agent i draws one batch xi_i (Poisson at q_i = min(1, B / |D_i|), divisor B_i the expected
        size q_i |D_i|; or `sampling="fixed"`: B without replacement, divisor the batch size) and
        for every neighbour j and for itself releases
@@ -31,7 +32,7 @@ Round t, all agents in lock-step (one round = one batch per agent):
        u_j = g~_j + beta h_j (Nesterov, `nesterov=True`; `False`: u_j = h_j), then
        x_j^{t+1} = sum_k w_jk x_k^t - lr u_j.
 
-Vectorized (DESIGN.md): every directed edge i -> j's (receiver model, sender batch) pair is one
+Vectorized: every directed edge i -> j's (receiver model, sender batch) pair is one
 row of an (E + n, d) stack with the n self rows, and `privbench.engine.batch_grads` computes all
 batch-mean gradients in one vmap; the QPs of all receivers and layers are one batched solver
 (`solve_dual_qp`: Lawson-Hanson's exact active-set method, as `scipy.optimize.nnls`, in Gram
@@ -40,7 +41,8 @@ the largest in-degree with zero rows, which do not change g~ (a zero row contrib
 M^T v, and its v_k sits at the margin). Loops run over parameter tensors and solver iterations
 only.
 
-Privacy (sample-level, agent i's local data; card §5.1 DP notion, §5.3 accountant conventions):
+Privacy (sample-level, agent i's local data, DPDL's Definition 3; readings as in
+`defenses/dpdl.py`):
 per round agent i's data enters its n_i - 1 outgoing cross-gradients and its noisy self-gradient
 (n_i = |N_i|, self included, in the worst graph period). Everything else it releases or
 influences is post-processing: its broadcast model x_i^{t+1} is a function of ddot g^{ii}, of
@@ -72,20 +74,21 @@ r_i = 1 / (2 B_i sqrt(n_i)) (strict, Poisson) or 1 / (B_i sqrt(n_i)) (strict, fi
 the node's largest neighbourhood over the graph periods. For the same epsilon the strict reading
 needs 2 B_i (Poisson) or B_i (fixed: both readings then count replace-one sensitivity) times the
 paper's sigma, since eps_i depends on sigma_i r_i and q_i only: batch-level clipping gets no 1/B
-sensitivity reduction (DPDL's point against DP-CGA in §9). `sigma=None` calibrates the smallest
+sensitivity reduction (DPDL's point against DP-CGA). `sigma=None` calibrates the smallest
 sigma with max_i eps_i <= the run's epsilon under `calibrate_with` (default "strict", privbench's
 rule), as DP-DPSGD does (`defenses.dpdl.calibrate_sigmas`, RDP integer orders 2..256 by
 default); both readings are reported for every node (`privacy()`: keys node, reading).
 
-Gradient view (card §10): `cross_gradient`, the `cross_grad` message i -> j itself (already a
-batch-mean gradient of the victim's batch, clipped and noised) at the receiver's model x_j^t
-from j's `model` broadcast of the same round.
+Gradient view (DPDL's CG attack, Sec. VI-D): `cross_gradient`, the `cross_grad` message i -> j
+itself (already a batch-mean gradient of the victim's batch, clipped and noised) at the receiver's
+model x_j^t from j's `model` broadcast of the same round.
 
 Choices and deviations:
-- Mixing weights: `defenses.dpdl.mixing_matrix` (card §7: the CGA "Bipar" weights on two_hub,
+- Mixing weights: `defenses.dpdl.mixing_matrix` (the CGA "Bipar" weights on two_hub,
   Metropolis-Hastings otherwise, equal to the CGA code's on ring and complete); undirected
   topologies only, as DPDL.
-- beta = 0.9 (card §8: "same for both"); the reference's default is 0.95. lr is the run's.
+- beta = 0.9, DPDL's default here (DPDL uses one momentum for all methods; its value is lost
+  from the text); the reference's default is 0.95. lr is the run's.
 - The reference drops a neighbour whose row is all zero before `quadprog`; here zero rows stay
   (padding) and are inert, so the result is the same. Where `quadprog` fails the reference
   reuses the previous round's v; the batched solver always returns a feasible v.
@@ -140,9 +143,9 @@ class DPCGAConfig:
     """DP-CGA hyper-parameters beyond the run's lr, batch size, epsilon and delta.
 
     Attributes:
-        clip: batch-level L2 clipping threshold C of each batch-mean gradient (card §8: 1.0);
+        clip: batch-level L2 clipping threshold C of each batch-mean gradient (default 1.0);
             `inf` disables clipping (needs sigma = 0).
-        momentum: beta (card §8: 0.9).
+        momentum: beta (default 0.9).
         nesterov: u = g~ + beta m (the reference code's update) or u = m (False).
         margin: lower bound of the QP's dual variables (reference: 0.5).
         qp_eps: ridge added to the Gram matrix (reference: 1e-12).
@@ -458,7 +461,8 @@ def group_edges(src: Tensor, dst: Tensor, n: int) -> EdgeGroups:
 
 @DEFENSES.register("dp_cga")
 class DPCGA(Trainer):
-    """DP-CGA (card §9): DP cross-gradients, CGA's QP per receiver, Nesterov momentum, gossip."""
+    """DP-CGA (DPDL's baseline): DP cross-gradients, CGA's QP per receiver, Nesterov momentum,
+    gossip."""
 
     Config = DPCGAConfig
     kinds = (
@@ -466,7 +470,7 @@ class DPCGA(Trainer):
                     "post-processing of the node's noisy self-gradients and received releases"),
         MessageKind("cross_grad", covered=True, per_edge=True,
                     description="ddot g^{ij}: clip_C(mean of i's batch gradient at x_j^t) + "
-                    "N(0, (sigma C / B_i)^2), batch-level clipping (card §9); sensitivity 2C "
+                    "N(0, (sigma C / B_i)^2), batch-level clipping; sensitivity 2C "
                     "(strict reading)"),
     )
     mixing = "doubly"
@@ -578,7 +582,7 @@ class DPCGA(Trainer):
     @classmethod
     def gradient_views(cls, obs: Observation, victim: int, rounds: list[int],
                        view: str = "cross_gradient") -> list[GradientView]:
-        """The victim's `cross_grad` messages, each at its receiver's model (card §10).
+        """The victim's `cross_grad` messages, each at its receiver's model.
 
         Args:
             view: "cross_gradient" (the only one): ddot g^{ij}_t (a clipped, noisy batch-mean

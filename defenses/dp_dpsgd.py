@@ -1,8 +1,8 @@
 """DP-DPSGD: decentralized parallel SGD with per-sample clipping and Gaussian noise (baseline).
 
-DPDL's baseline "DP-DPSGD" (card-dpdl.md §9, ref. [26]: Xu, Zhang, Wang, "Decentralized
-Stochastic Gradient Descent with Differential Privacy" (A(DP)^2SGD), TPAMI 2021), run
-synchronously as the card's hint says:
+DPDL's baseline "DP-DPSGD" (Yuan et al., arXiv 2606.04399, Sec. VI-A, ref. [26]: Xu, Zhang, Wang,
+"Decentralized Stochastic Gradient Descent with Differential Privacy" (A(DP)^2SGD), TPAMI 2021), run
+synchronously (a choice of this implementation: DPDL's rounds are synchronous):
 
     x_i^{t+1} = sum_j w_ij x_j^t - eta (1/B) (sum_b clip_C(grad l(x_i^t; xi_{i,b})) + z_i^t),
     z_i^t ~ N(0, sigma^2 C^2 I_d)
@@ -11,16 +11,16 @@ Message: `model` x_i^t (broadcast), a post-processing of the node's earlier nois
 Every round is one Poisson(q_i)-subsampled Gaussian release with noise multiplier sigma per node
 (q_i = min(1, B / |D_i|)); sigma is the smallest with max_i eps_i <= the run's target, the same
 rule and accountant (RDP, integer orders 2..256) as `defenses/dpdl.py`, so the two are compared
-at equal budgets. Graph and weights: `defenses.dpdl.mixing_matrix` (card §7: CGA weights on
-two_hub, Metropolis-Hastings otherwise, identical to the card's on ring and complete).
+at equal budgets. Graph and weights: `defenses.dpdl.mixing_matrix` (CGA weights on two_hub,
+Metropolis-Hastings otherwise, identical to the CGA code's on ring and complete).
 
 `sigma_rule="per_node"` (a deviation shared with DPDL's option) gives node i its own sigma_i, the
 smallest with eps_i <= target.
 
-Choices (card §12): Poisson batches by default (`sampling="poisson"`, Poisson add/remove
-accounting); `sampling="fixed"` keeps the card's fixed-size batches, accounted as sampling without
+Choices of this implementation: Poisson batches by default (`sampling="poisson"`, Poisson add/remove
+accounting); `sampling="fixed"` keeps fixed-size batches, accounted as sampling without
 replacement with replace-one adjacency and sensitivity 2C (as in DPDL); optional heavy-ball
-`momentum` (0 = the card's plain step). DP-CGA (card §9, a quadratic program per agent, with
+`momentum` (0 = A(DP)^2SGD's plain step). DP-CGA (a quadratic program per agent, with
 batch-level clipping) is `defenses/dp_cga.py`.
 """
 
@@ -122,8 +122,8 @@ class DPDPSGDConfig:
     """DP-DPSGD hyper-parameters beyond the run's lr, batch size, epsilon and delta.
 
     Attributes:
-        clip: per-sample L2 clipping threshold C (card §8: 1.0).
-        momentum: heavy-ball momentum on the noisy gradient (0: the card's plain step).
+        clip: per-sample L2 clipping threshold C (default 1.0).
+        momentum: heavy-ball momentum on the noisy gradient (0: the plain step).
         sigma: noise multiplier; None calibrates it to the run's (epsilon, delta); 0 = no noise.
         sigma_rule: "max" (one sigma, max_i eps_i <= target) or "per_node" (sigma_i per agent).
         accountant: "rdp" (integer orders 2..256, as DPDL) or "pld".
@@ -151,7 +151,7 @@ class DPDPSGDConfig:
 
 @DEFENSES.register("dp_dpsgd")
 class DPDPSGD(Trainer):
-    """Gossip SGD with DP-SGD gradients (card-dpdl.md §9)."""
+    """Gossip SGD with DP-SGD gradients (DPDL's DP-DPSGD baseline)."""
 
     Config = DPDPSGDConfig
     kinds = (MessageKind("model", covered=True, description="x_i^t, the current model; "

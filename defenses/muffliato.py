@@ -1,9 +1,10 @@
 """MUFFLIATO: a local DP-SGD step, then accelerated gossip of the noisy models (DPDL's baseline).
 
 Cyffers, Even, Bellet, Massoulié, "Muffliato: Peer-to-Peer Privacy Amplification for
-Decentralized Optimization and Averaging", NeurIPS 2022: card-dpdl.md §9, ref. [27] ("adds
-Gaussian noise to the updated model parameters, then several gossip-averaging steps whose number
-is set from the spectral gap (Chebyshev-accelerated gossip)"). One engine round is one
+Decentralized Optimization and Averaging", NeurIPS 2022, as the DPDL paper describes its baseline
+(Yuan et al., arXiv 2606.04399, Sec. VI-A, ref. [27]: it "adds Gaussian noises to the updated
+model parameters without clipping, followed by multi-rounds gossip averaging based on the
+spectral gap"; Chebyshev-accelerated gossip is Muffliato's own). One engine round is one
 communication step; a gradient step opens every block of K rounds:
 
     round t = sK (release):  y_i^0 = x_i - eta (1/B) (sum_b clip_C(grad l(x_i; xi_{i,b})) + z_i^s),
@@ -26,12 +27,12 @@ smallest with max_i eps_i <= target). Muffliato's own network-DP amplification (
 sees a value averaged with others' noise) is not claimed: the reported epsilon is the local one,
 the guarantee against any observer of node i's messages.
 
-Choices (card §9 gives one line; the rest is ours):
+Choices of this implementation (DPDL describes the baseline in one line):
 * `clip` C = 1 per sample. The DPDL paper runs MUFFLIATO "without clipping", which bounds no
   sensitivity (no finite epsilon); the clip is the same as DP-DPSGD's so the two compare at
   equal budgets.
 * `gossip_steps` K: 0 (default) = ceil(1 / sqrt(1 - mu)) from the spectral gap (3 on the
-  card's two-hub graph with N = 10); `acceleration` "chebyshev" (default) or "none" (K plain
+  CGA two-hub graph with N = 10); `acceleration` "chebyshev" (default) or "none" (K plain
   gossip steps y^{k+1} = W y^k).
 * Weights and sampling as DP-DPSGD's (`weights` "card": CGA's on two_hub, else
   Metropolis-Hastings; `sampling` "poisson" or "fixed").
@@ -142,7 +143,7 @@ def gossip_constants(cfg: MuffliatoConfig, ws: list[Tensor]) -> tuple[float, int
 
 @DEFENSES.register("muffliato")
 class Muffliato(Trainer):
-    """Local DP-SGD step, then K rounds of Chebyshev-accelerated gossip (card-dpdl.md §9)."""
+    """Local DP-SGD step, then K rounds of Chebyshev-accelerated gossip (DPDL's baseline)."""
 
     Config = MuffliatoConfig
     kinds = (
