@@ -2,7 +2,8 @@
 
 Not a registry entry (underscore). The attacks in `attacks/dlg.py`, `attacks/idlg.py` and
 `attacks/geiping.py` are thin configurations of what is here; the recipes and defaults follow
-the reference note `reference/gradient-inversion.md` §1.1-1.3 and §4.
+the papers and their authors' released code (mit-han-lab/dlg, PatrickZH/Improved-Deep-Leakage-
+from-Gradients, JonasGeiping/invertinggradients).
 
 Interface (what `privbench attack` builds on)
 ---------------------------------------------
@@ -40,22 +41,21 @@ as P = K*R independent problems in one vectorized program: the per-problem objec
 by `torch.func.grad_and_value` and vectorized by `vmap` over P. Nothing mixes problems: each
 problem has its own parameters, target, mask and cosine/L2 over its own full gradient, the
 objective is a sum of per-problem terms and Adam (and its signed variant) is elementwise, so
-the result equals P separate runs (reference note §4). L-BFGS (DLG, iDLG by default) has a
-global line search and history, so it runs one instance per problem (a Python loop), as the
-reference note prescribes.
+the result equals P separate runs. L-BFGS (DLG, iDLG by default) has a global line search and
+history, so it runs one instance per problem (a Python loop), as the released codes do.
 
-Label inference (`infer_labels`, iDLG §1.2 and its batch generalisation)
--------------------------------------------------------------------------
+Label inference (`infer_labels`, iDLG Sec. 3 and its batch generalisation)
+---------------------------------------------------------------------------
 The last linear layer (last 2-d parameter with `num_classes` rows) has gradient rows
 dL/dW_c = mean_i (p_ic - y_ic) a_i. With non-negative penultimate features (sigmoid LeNet) only
 present classes have negative row sums s_c. B = 1: label = argmin_c s_c (iDLG). B > 1: the
-simple variant of Wainakh et al.'s LLG (reference note §1.2 table): impact m = (sum of the
-negative s_c) / B; stage 1 gives one label to every class with s_c < 0 and adds |m| to its sum;
-stage 2 repeatedly gives a label to the most negative remaining sum (adding |m| each time) until
-B labels are assigned (if stage 1 found more than B negative classes, the B most negative win).
-For sign views the rule runs on sign(g) (same sign pattern). When the last layer is not observed
-(partial view) labels cannot be inferred; attacks then fall back to joint soft-label optimisation
-(DLG style) and say so in the status.
+simple variant of Wainakh et al.'s LLG ("User-Level Label Leakage from Gradients in Federated
+Learning", PoPETs 2022): impact m = (sum of the negative s_c) / B; stage 1 gives one label to
+every class with s_c < 0 and adds |m| to its sum; stage 2 repeatedly gives a label to the most
+negative remaining sum (adding |m| each time) until B labels are assigned (if stage 1 found more
+than B negative classes, the B most negative win). For sign views the rule runs on sign(g) (same
+sign pattern). When the last layer is not observed (partial view) labels cannot be inferred;
+attacks then fall back to joint soft-label optimisation (DLG style) and say so in the status.
 
 Choices / deviations (all attacks)
 ----------------------------------
@@ -458,7 +458,7 @@ def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_
               tv: float, label_mode: str, steps: int, lr: float, max_iter: int, history: int,
               tol: float, boxed: bool, name: str, cfg: Any,
               precision: str = "float32") -> Reconstruction:
-    """The L-BFGS attack: one instance per target and restart (a Python loop, §4)."""
+    """The L-BFGS attack: one instance per target and restart (a Python loop)."""
     start = time.perf_counter()
     probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
                                              restarts, init, label_mode, precision)

@@ -5,7 +5,7 @@ dummy soft label y' = softmax(v) are optimised jointly so that the gradient of t
 at the known model matches the observed gradient under the squared L2 distance summed over all
 parameters, ||dL(x', y')/dθ - g||², with L-BFGS.
 
-Defaults are the reference code's (mit-han-lab/dlg main.py, reference note §1.1): L-BFGS with
+Defaults are the reference code's (mit-han-lab/dlg main.py): L-BFGS with
 PyTorch defaults (lr 1, max_iter 20, history 100, no line search), 300 outer steps (the paper's
 1,200 is `steps=1200`), N(0, 1) initialisation of image and label logits, no prior, no box, no
 restarts.
@@ -14,7 +14,7 @@ Choices / deviations:
 * Works on any `GradientView` kind (sign views use the soft-sign transform, partial views match
   only observed coordinates; see `attacks/_inversion.py`).
 * `restarts` > 1 keeps the restart with the lowest final gradient-matching loss.
-* Runs one L-BFGS instance per target and restart (L-BFGS cannot be batched, note §4).
+* Runs one L-BFGS instance per target and restart (L-BFGS cannot be batched).
 * A blow-up to non-finite values keeps the last finite iterate and says so in the status.
 """
 

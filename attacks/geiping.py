@@ -11,7 +11,7 @@ every step, and restarts of which the one with the lowest final gradient-matchin
 (never the best match to the truth).
 
 Defaults follow the reference code's CLI run (JonasGeiping/invertinggradients rec_mult.py /
-options.py, reference note §1.3): signed Adam lr 0.1, boxed, cost "sim" over all tensors,
+options.py): signed Adam lr 0.1, boxed, cost "sim" over all tensors,
 α_TV = 1e-4 (the --tv default), 4,800 iterations (rec_mult; the paper/CLI's 24,000 is
 `steps=24000`), 1 restart, randn init, labels not known to the attacker.
 

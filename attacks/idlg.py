@@ -6,15 +6,15 @@ non-negative penultimate features the true class is the row of the last layer's 
 with a negative (the smallest) row sum; the image is then recovered by L2 gradient matching with
 the label fixed (DLG's objective without the label variable).
 
-Defaults are the reference code's (PatrickZH/Improved-Deep-Leakage-from-Gradients iDLG.py,
-reference note §1.2): label = argmin of the row sums of dL/dW_last; L-BFGS (lr 1, PyTorch
-defaults otherwise) over the image only, 300 steps, N(0, 1) init, early stop when the gradient
-loss < 1e-6 (checked every 10 steps, as in the code).
+Defaults are the reference code's (PatrickZH/Improved-Deep-Leakage-from-Gradients iDLG.py): label =
+argmin of the row sums of dL/dW_last; L-BFGS (lr 1, PyTorch defaults otherwise) over the image
+only, 300 steps, N(0, 1) init, early stop when the gradient loss < 1e-6 (checked every 10 steps, as
+in the code).
 
-Batch generalisation (reference note §1.2 table): for B > 1 the simple variant of Wainakh et
-al.'s LLG on the same row sums (one label per negative class, then the most negative remaining
-sum after subtracting the per-label impact), which allows repeated labels; see
-`attacks/_inversion.py::infer_labels`.
+Batch generalisation: for B > 1 the simple variant of Wainakh et al.'s LLG ("User-Level Label
+Leakage from Gradients in Federated Learning", PoPETs 2022) on the same row sums (one label per
+negative class, then the most negative remaining sum after subtracting the per-label impact), which
+allows repeated labels; see `attacks/_inversion.py::infer_labels`.
 
 Choices / deviations:
 * Deviation: the image step runs by default in the batched vectorized Adam program (all targets

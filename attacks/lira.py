@@ -2,8 +2,7 @@
 
 Carlini, Chien, Nasr, Song, Terzis, Tramer, "Membership Inference Attacks From First Principles",
 IEEE S&P 2022, Algorithm 1 (online) and §IV-C (offline); reference code tensorflow/privacy
-research/mi_lira_2021 (plot.py `generate_ours`, `generate_ours_offline`); summarised in
-reference/membership-inference-and-accounting.md §2.1.
+research/mi_lira_2021 (plot.py `generate_ours`, `generate_ours_offline`).
 
 Statistic: the logit-scaled confidence phi = log(p_y / (1 - p_y)) of the true label (stable form in
 attacks/_mia.py). For each candidate x, reference models trained with x ("IN") and without it

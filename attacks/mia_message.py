@@ -21,8 +21,7 @@ proportion to the noise. This is the white-box "all updates visible" auditor of 
 "Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023 (statistic:
 the dot product of the observed update with the canary's gradient), and the gradient-alignment
 membership signal of Nasr, Shokri, Houmansadr, "Comprehensive Privacy Analysis of Deep Learning",
-IEEE S&P 2019 (white-box gradient features); reference/membership-inference-and-accounting.md
-§3.3 and §8 item 2.
+IEEE S&P 2019 (white-box gradient features).
 
 "span" (in "all", or alone) is the rank test of a Linear first layer: that layer's weight
 gradient is sum_i e_i a_i^T over the batch, so its row space is the span of the batch's inputs,

@@ -3,9 +3,10 @@
 Yeom, Giacomelli, Fredrikson, Jha, "Privacy Risk in Machine Learning: Analyzing the Connection to
 Overfitting", IEEE CSF 2018 (the loss attack: predict "member" when the loss is below a
 threshold); the confidence variant thresholds the softmax confidence of the true label (Salem et
-al., "ML-Leaks", NDSS 2019). reference/membership-inference-and-accounting.md §1.2 ("Population /
-LOSS threshold"). The threshold is not chosen here: the attack returns a score per candidate and
-the ROC sweeps every threshold (so AUC and TPR at low FPR describe the whole family).
+al., "ML-Leaks", NDSS 2019); Attack P ("population") of Ye et al., "Enhanced Membership Inference
+Attacks against Machine Learning Models", CCS 2022. The threshold is not chosen here: the attack
+returns a score per candidate and the ROC sweeps every threshold (so AUC and TPR at low FPR
+describe the whole family).
 
 Choices: `signal` "loss" (default; score = -loss), "confidence" (score = p_y) or "logit" (score =
 log(p_y / (1 - p_y)), LiRA's statistic without reference models).

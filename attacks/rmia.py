@@ -1,8 +1,7 @@
 """RMIA (offline): robust membership inference by pairwise likelihood ratios.
 
-Zarifzadeh, Liu, Shokri, "Low-Cost High-Power Membership Inference Attacks", ICML 2024, §3
-(Eqs. 3-4, offline approximation in §3.1 / App. B.2.2); summarised in
-reference/membership-inference-and-accounting.md §2.2. With target model theta, candidate x and
+Zarifzadeh, Liu, Shokri, "Low-Cost High-Power Membership Inference Attacks", ICML 2024, Sec. 3
+(Eqs. 3-4, offline approximation in Sec. 3.1 / App. B.2.2). With target model theta, candidate x and
 population samples z:
 
     Pr(x) = 1/2 ((1 + a) Pr_OUT(x) + (1 - a))       offline: Pr_OUT = mean over OUT reference models
