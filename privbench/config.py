@@ -1,10 +1,10 @@
 """Frozen dataclass configs, TOML run files and `--set key=value` overrides.
 
 A run has one `RunConfig` (data, model, graph, training, privacy target, device, seed) and one
-defense config (the defense's own frozen dataclass, every [CHOICE] of its card a field with the
-card's default). In a TOML file run fields are top-level keys and defense fields live under
-`[defense]`; on the command line `--set lr=0.05` sets a run field and `--set defense.clip=1.0` a
-defense field. Every key and value is checked against the field names and types.
+defense config (the defense's own frozen dataclass: every setting the paper leaves open is a field,
+with this implementation's default). In a TOML file run fields are top-level keys and defense
+fields live under `[defense]`; on the command line `--set lr=0.05` sets a run field and `--set
+defense.clip=1.0` a defense field. Every key and value is checked against the field names and types.
 """
 
 from __future__ import annotations

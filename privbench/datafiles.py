@@ -16,8 +16,7 @@ labels in range. A truncated, corrupt or missing file is a one-line `DataError` 
 
 Compressed files are decompressed in memory, never next to the data: a truncated `.gz` leaves
 nothing behind, a read-only folder (the Debian one) works, and the next run with a good file just
-works (issue 26, "atomic data extraction": nothing is extracted, so nothing half-written can be
-read later).
+works (nothing is extracted, so nothing half-written can be read later).
 """
 
 from __future__ import annotations

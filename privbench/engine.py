@@ -370,7 +370,8 @@ class Trainer(abc.ABC):
     The contract (what tests/test_contract.py, test_sampling_contract.py, test_dp_selfcheck.py,
     test_plan_is_the_noise.py and tests/distributed/ check for every registered defense):
 
-    * declare `Config` (a frozen dataclass, every card [CHOICE] a field with the card's default),
+    * declare `Config` (a frozen dataclass; every setting the paper leaves open is a field,
+      with a documented default),
       `kinds` (every message kind it sends, with `covered` / `data_dependent`), `mixing`, and
       `private`;
     * keep all node state stacked (n, d) and implement `round(t)` and `models()`;

@@ -21,8 +21,9 @@ rows or samples), without forming the (m, B, d) per-sample stack:
 
 Models whose parametrised modules also have children, are called more than once (shared
 weights), or take several inputs fall back to `vmap(vmap(grad))` per-sample gradients for the
-whole model (`FastClip.build` returns None). Reference: /work/shared/reference/
-clipping-bounds-graph-attacks.md §1; equality with clip(per-sample gradients) is tested to 1e-5.
+whole model (`FastClip.build` returns None). Sources: Goodfellow 2015 ("Efficient per-example
+gradient computations"), Li et al. 2022 and Bu et al. 2023 above; equality with clip(per-sample
+gradients) is tested to 1e-5.
 """
 
 from __future__ import annotations

@@ -34,12 +34,12 @@ class MessageKind:
     """A kind of message a defense sends.
 
     Attributes:
-        name: the card's name (e.g. "model", "weight", "cross_gradient").
+        name: the kind's name (e.g. "model", "weight", "cross_gradient").
         covered: whether the defense's DP guarantee covers it (directly or by post-processing).
         data_dependent: whether its content depends on private data (an uncovered, data-dependent
             kind is a leak the report must show).
         per_edge: whether each receiver gets its own payload.
-        description: what it carries, in the card's notation.
+        description: what it carries, in the paper's notation.
     """
 
     name: str

@@ -2,7 +2,7 @@
 
 The core computes these (privbench.membership, for the target, the reference models and a
 population set) and the attacks in `attacks/` score them: the contract lives here, in the core,
-so that the core never imports an attack (DESIGN.md, layers).
+so that the core never imports an attack (the core sits below the plugins).
 
 Signals (`model_signals`), all per (model, sample), computed for every model row at once with one
 `vmap` over models:

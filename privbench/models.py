@@ -2,10 +2,12 @@
 
 * `lenet`: the LeNet with sigmoid activations of DLG / iDLG (Zhu et al. 2019, Zhao et al. 2020):
   three 5x5 convolutions of 12 channels (strides 2, 2, 1) and one linear layer.
-* `lenet5`: LeNet-5 (ReLU, max-pool), the MNIST model proposed in card-dpdl.md §7.
+* `lenet5`: LeNet-5 (ReLU, max-pool), a choice of this implementation for DPDL's MNIST "LeNet"
+  (DPDL paper, Sec. VI-A: two convolutions with max-pooling, then fully connected layers).
 * `cnn`: the FedAvg CNN (McMahan et al. 2017): conv5x5(32)-ReLU-pool2, conv5x5(64)-ReLU-pool2,
-  FC(512)-ReLU, FC(classes); card-adp-vrsgp.md §5 and card-dyn-d2p.md §5.
-* `mlp`: fully connected, hidden widths and activation configurable (card-dpps-partpsp.md §4 uses
+  FC(512)-ReLU, FC(classes); stands in for the unspecified 2-conv CNNs of ADP-VRSGP (Sec. 6) and
+  Dyn-D2P (Sec. 5.1) and for DeFL-VP, which names no model.
+* `mlp`: fully connected, hidden widths and activation configurable (DPPS's MLP, Sec. 5.4, uses
   tanh layers).
 * `resnet`: a small pre-activation-free ResNet (3 stages of one BasicBlock) with GroupNorm.
 
@@ -121,8 +123,9 @@ class _Block(nn.Module):
 def resnet(input_shape: Shape, num_classes: int, width: int = 16) -> nn.Module:
     """A small ResNet (3 stages, one BasicBlock each, widths w, 2w, 4w) with GroupNorm.
 
-    Its layers (`FlatModel.layers`) are ResNet-18's convolutional blocks as card-dpps-partpsp.md
-    §4 counts them: the stem with stage 1, stage 2, then stage 3 with the classifier.
+    Its layers (`FlatModel.layers`) are ResNet-18's convolutional blocks as the DPPS paper's
+    PartPSP splits count them (Sec. 5.4): the stem with stage 1, stage 2, then stage 3 with the
+    classifier.
     """
     c = input_shape[0]
     net = nn.Sequential(
@@ -189,7 +192,7 @@ class FlatModel:
     @property
     def layers(self) -> list[tuple[str, ...]]:
         """The model's layers, input side first, each as parameter-name prefixes: what "the
-        first k layers" of a split counts (card-dpps-partpsp.md §4). A model may declare them
+        first k layers" of a split counts (DPPS paper, Sec. 5.4). A model may declare them
         (`layer_prefixes` on the module: a ResNet's layer is a convolutional block); otherwise
         each parameterised module is one layer (an MLP's Linear, a CNN's conv)."""
         declared = getattr(self.module, "layer_prefixes", None)

@@ -1,8 +1,8 @@
 """One `Registry` class and the registries every part of privbench shares.
 
-Defenses, attacks, datasets, models and topologies register themselves under their file stem
-(DESIGN.md conventions); a lookup of an unknown name raises `UnknownNameError` listing the known
-names, which the CLI prints as a one-line error.
+Defenses, attacks, datasets, models and topologies register themselves under their file stem; a
+lookup of an unknown name raises `UnknownNameError` listing the known names, which the CLI prints
+as a one-line error.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ as the largest TPR among thresholds whose FPR is at most the target.
 
 A target FPR alpha is *resolved* only when there are enough non-members for one false positive to
 fit under it: n_nonmembers * alpha >= 1 (so 1% FPR needs >= 100 non-members and 0.1% needs
->= 1,000; reference/membership-inference-and-accounting.md §2.4). An unresolved TPR is reported
+>= 1,000; the practice of LiRA and RMIA). An unresolved TPR is reported
 as None with `resolved: False`; the TPR at FPR = 0 (always computable) is reported separately.
 
 Uncertainty (95 % intervals, in every summary): the AUC's is a stratified percentile bootstrap
