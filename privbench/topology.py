@@ -14,9 +14,8 @@ Topologies (all registered by name):
   at round t node i sends to i + 2^(t mod log2 n).
 * `random_out`: random directed graph where every node has out-degree k (in-degrees vary, so the
   push-sum weights really move); resampled until strongly connected; static or time-varying.
-* `ring`, `complete`, `two_hub` (two hubs each linked to every other node and to each other:
-  the CGA "Bipar" graph that stands in
-  for the DPDL paper's unspecified "bipartite" topology).
+* `ring`, `complete`, `two_hub` (two hubs each linked to every other node and to each other; with
+  CGA's "Bipar" weights it stands in for the DPDL paper's unspecified "bipartite" topology).
 """
 
 from __future__ import annotations
@@ -164,7 +163,7 @@ def complete(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = Fals
 @TOPOLOGIES.register("two_hub")
 def two_hub(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = False,
             symmetric: bool = True) -> Topology:
-    """Two hubs (nodes 0 and 1) linked to each other and to every other node (CGA's "Bipar")."""
+    """Two hubs (nodes 0 and 1) linked to each other and to every other node."""
     _check_n(n, 3)
     adj = torch.zeros(n, n, dtype=torch.bool)
     adj[:2, :] = True
