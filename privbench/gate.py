@@ -239,11 +239,14 @@ def measured_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Chec
     if not eps.get("applicable"):
         return Check(name, False, f"not measured: {eps.get('reason')}")
     lo, hi = eps["ratio_interval"]
+    why = (f"noise multiplier x{_num(eps['z_ratio'])}, sampling rate {_num(eps['rate'])} vs "
+           f"{_num(eps['ledger_rate'])}" if "z_ratio" in eps else
+           f"flip rate {_num(eps['flip_rate'])} vs {_num(eps['ledger_flip_rate'])}"
+           if "flip_rate" in eps else eps.get("basis", ""))
     detail = (f"node {eps['node']}: measured ε {_num(eps['epsilon'])} "
               f"[{_num(eps['interval'][0])}, {_num(eps['interval'][1])}] vs claimed "
               f"{_num(eps['claimed'])}: ratio {_num(eps['ratio'])} [{_num(lo)}, {_num(hi)}] "
-              f"(bound {limit:g}; noise multiplier x{_num(eps['z_ratio'])}, sampling rate "
-              f"{_num(eps['rate'])} vs {_num(eps['ledger_rate'])})")
+              f"(bound {limit:g}; {why})")
     return Check(name, lo <= limit, detail)
 
 

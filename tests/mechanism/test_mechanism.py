@@ -17,6 +17,7 @@ import pytest
 
 from privbench import gate
 from privbench.mechanism import audit_mechanism, audited_rounds, gaussian_epsilon
+from privbench.seeding import noise_off
 from tests.mechanism.mutants import AUDITED, MUTANTS, RULES, cell, failed_rules, quick_run
 
 EXPECTED = {  # the rule each mutant must fail, at least
@@ -65,12 +66,38 @@ def test_no_false_alarm_on_correct_defenses(defense, eps, seed):
     assert not failed, [c.detail for c in failed]
 
 
-def test_a_defense_without_release_noise_is_not_applicable_with_its_reason():
-    res = audit_mechanism(quick_run(1.0), "dpdl", {})
+def test_a_defense_without_any_noise_multiplier_is_not_applicable_with_its_reason():
+    res = audit_mechanism(quick_run(1.0), "pedfl", {})
     assert res["applicable"] and not res["epsilon"]["applicable"]
-    assert "release_noise" in res["epsilon"]["reason"]
-    failed = [c for c in gate.check_bound(RULES, cell("dpdl", 1.0, res)) if not c.passed]
+    assert res["epsilon"]["reason"]
+    failed = [c for c in gate.check_bound(RULES, cell("pedfl", 1.0, res)) if not c.passed]
     assert any("max_measured_ratio" in c.name and "not measured" in c.detail for c in failed)
+
+
+def test_dpdl_is_recomposed_from_its_reported_joint_multiplier():
+    failed, res = failed_rules("dpdl", 1.0, None)
+    assert not failed, [c.detail for c in failed]
+    e = res["epsilon"]
+    assert e["accountant"] == "dp_accounting RDP"  # as its ledger composes
+    assert e["ledger_recomputed"] == pytest.approx(e["claimed"], rel=0.02)
+    assert e["z_ratio"] >= 1  # it measures at least the noise the strict reading trusts
+
+
+def test_randomized_response_flip_rate_is_measured_and_its_absence_caught():
+    failed, res = failed_rules("d_psgd_rr", 1.0, None)
+    assert not failed, [c.detail for c in failed]
+    assert res["epsilon"]["flip_interval"][0] <= 0.5 <= res["epsilon"]["flip_interval"][1]
+    with noise_off():  # no flip at all, the claim kept
+        broken = audit_mechanism(quick_run(1.0), "d_psgd_rr", {})
+    assert broken["epsilon"]["flip_rate"] == 0 and math.isinf(broken["epsilon"]["epsilon"])
+    checks = gate.check_bound(RULES, cell("d_psgd_rr", 1.0, broken))
+    assert "max_measured_ratio" in _names([c for c in checks if not c.passed])
+
+
+def test_an_unbounded_contribution_voids_the_claim():
+    res = audit_mechanism(quick_run(1.0), "partpsp", {})
+    assert any("unbounded" in f for f in res["findings"])
+    assert math.isinf(res["epsilon"]["epsilon"])
 
 
 def test_a_non_private_defense_has_no_ledger_to_measure():
