@@ -1,16 +1,17 @@
-"""ADP-VRSGP, Table 2 (F-MNIST rows): test accuracy against epsilon (card-adp-vrsgp.md §5, §6).
+"""ADP-VRSGP, Table 2 (F-MNIST rows): test accuracy against epsilon (paper Sec. 6).
 
 Rows: Non-private (SGP), DP-SGP (the Gaussian-mechanism decentralized baseline; the paper's
 closest is A(DP)^2SGD, whose F-MNIST numbers are shown beside it), ADP-VRSGP with the paper's
 defaults (G = 0.1, psi = 0.99, tau = 5, s = 0.2, vartheta = 0.5) and its PGF ablation
-vartheta = 0 (the paper's Fig. 5 / 6 claim: every non-zero vartheta beats 0). The card's
-setting: n = 8 on the undirected ring {i-1, i, i+1} (§4), Dirichlet alpha = 2 label skew (§7
-item 12), local batch 64 (Poisson), T = 1,000, delta = 1e-5, epsilon in {2, 4, 6, 8}, the CNN
-with 2 conv + 2 FC layers. Step sizes tuned on F-MNIST at the reduced scale, epsilon = 4, seed
-100, on a validation split of the members (`privbench tune`): ADP-VRSGP K over {10, 30, 100,
+vartheta = 0 (the paper's Fig. 5 / 6 claim: every non-zero vartheta beats 0). The paper's
+setting as read here: n = 8 on the undirected ring {i-1, i, i+1} ("two immediate neighbors"),
+Dirichlet alpha = 2 label skew (unstated for Table 2; alpha = 2 is the Table 5 column its
+numbers are closest to), local batch 64 (Poisson), T = 1,000, delta = 1e-5, epsilon in {2, 4, 6,
+8}, the CNN with 2 conv + 2 FC layers. Step sizes tuned on F-MNIST at the reduced scale, epsilon =
+4, seed 100, on a validation split of the members (`privbench tune`): ADP-VRSGP K over {10, 30, 100,
 300, 1000} -> 100 (validation 0.804), DP-SGP lr over {1, 2, 4, 8, 16} -> 8 (0.807), both at
 G = 0.1; SGP lr 0.2 (the MLP's non-private step). DFedSAM, the paper's strongest identified
-baseline (Shi et al. 2023), is ported by the card's rule onto the same push-sum with DP-SGP's
+baseline (Shi et al. 2023), is ported onto the same push-sum with DP-SGP's
 noise and accountant (`defenses/dp_dfedsam.py`: a sharpness-aware step whose ascent direction
 is the node's previous privatized gradient, DP-SAT's way); lr {4, 8, 16} x rho {0, 0.01, 0.05,
 0.2}, then lr {16, 32} x rho {0, 0.5, 1, 2}, then lr 16 x rho {4, 8} (each grid's best on its
@@ -21,7 +22,7 @@ DP-SGP at 8 and adds "DP-SGP lr 16": the headline claim at both steps, and DFedS
 DP-SGP at its own step (what the sharpness-aware step adds). ADP-VRSGP's K, re-checked on that
 split over {50, 100, 150, 200}: 0.8034 / 0.8132 / 0.8064 / 0.7981, stays 100.
 
-On the card's CNN (headline scale, epsilon = 4, seed 100, the same validation split, one
+On the 2-conv CNN (headline scale, epsilon = 4, seed 100, the same validation split, one
 candidate per process, about 20 min each): DP-SGP lr 4 / 8 / 16 -> 0.769 / 0.820 / 0.807, which
 keeps it at 8; ADP-VRSGP K 30 / 100 / 300 -> 0.791 / 0.810 / 0.594, which keeps 100; DFedSAM at
 rho 4, lr 8 / 16 -> 0.8226 / 0.8043, so the CNN's DFedSAM step is 8, not the MLP's 16: the
@@ -38,7 +39,7 @@ from __future__ import annotations
 from privbench.reproduce.spec import REPRODUCTIONS, Method, Reproduction, Scale
 
 DFEDSAM_CNN_ROW = "DFedSAM lr 8"
-_CARD = (("dataset", "fashion-mnist"), ("nodes", 8), ("topology", "ring"),
+_SETTING = (("dataset", "fashion-mnist"), ("nodes", 8), ("topology", "ring"),
          ("partition", "dirichlet"), ("alpha", 2.0), ("batch_size", 64), ("rounds", 1000),
          ("delta", 1e-5), ("holdout", 0.0), ("eval_every", 1000), ("eval_subset", 0))
 
@@ -49,7 +50,7 @@ _METHODS = (
     Method("ADP-VRSGP vartheta=0", "adp_vrsgp", (("lr_constant", 100.0), ("vartheta", 0.0))),
     Method("DFedSAM", "dp_dfedsam", (("rho", 4.0),), run=(("lr", 16.0),)),
     Method("DP-SGP lr 16", "dp_sgp", run=(("lr", 16.0),)),
-    # DFedSAM at its step validated on the card's CNN (module docstring), headline only
+    # DFedSAM at its step validated on the CNN (module docstring), headline only
     Method(DFEDSAM_CNN_ROW, "dp_dfedsam", (("rho", 4.0),), run=(("lr", 8.0),)),
 )
 # the rows tuned and run on the MLP (the CNN-validated DFedSAM step is the headline's alone)
@@ -68,17 +69,17 @@ ADP_VRSGP = REPRODUCTIONS.register("adp_vrsgp")(Reproduction(
     orderings=(("ADP-VRSGP", "DP-SGP"), ("ADP-VRSGP", "DP-SGP lr 16"), ("ADP-VRSGP", "DFedSAM"),
                ("ADP-VRSGP", DFEDSAM_CNN_ROW), ("ADP-VRSGP", "ADP-VRSGP vartheta=0")),
     scales=(
-        Scale("reduced", (*_CARD, ("model", "mlp")), seeds=(0, 1, 2, 3, 4),
+        Scale("reduced", (*_SETTING, ("model", "mlp")), seeds=(0, 1, 2, 3, 4),
               rows=_MLP_ROWS,
               note="MLP (784-128-64-10) instead of the 2-conv CNN and 5 seeds (the paper does "
                    "not state its count): the CNN takes about 2 s per round for 8 nodes at "
                    "batch 64 on one CPU thread (over 30 min per run); the paper's DP-SGP row is "
                    "A(DP)^2SGD's"),
-        Scale("paper", (*_CARD, ("model", "cnn")), seeds=(0, 1, 2), rows=_MLP_ROWS,
-              note="the card's setting (the 2-conv CNN, T = 1,000; privbench's FedAvg CNN "
-                   "with 'same' padding, 1.66 M parameters, where the card proposes 'valid' "
-                   "padding, 582 k: the paper states no widths)"),
-        Scale("headline", (*_CARD, ("model", "cnn")), seeds=(0, 1, 2),
+        Scale("paper", (*_SETTING, ("model", "cnn")), seeds=(0, 1, 2), rows=_MLP_ROWS,
+              note="the paper's setting (the 2-conv CNN, T = 1,000; privbench's FedAvg CNN "
+                   "with 'same' padding, 1.66 M parameters, 582 k with 'valid' padding: the "
+                   "paper states no widths)"),
+        Scale("headline", (*_SETTING, ("model", "cnn")), seeds=(0, 1, 2),
               rows=("Non-private", "DP-SGP", "ADP-VRSGP", "DFedSAM", DFEDSAM_CNN_ROW),
               note="the card's setting (the 2-conv CNN, T = 1,000; privbench's FedAvg CNN "
                    "with 'same' padding, 1.66 M parameters, where the card proposes 'valid' "

@@ -1,33 +1,32 @@
 """DPDL, Table I (MNIST -> Fashion-MNIST): bipartite graph, N = 10, high heterogeneity
-(card-dpdl.md §7, §8, §9, §11).
+(paper Sec. VI-A and Table I).
 
-Yuan et al., "DPDL: Towards Differential Privacy Preservation in Decentralized Stochastic
-Learning on Non-IID Data". The paper's MNIST table, block H (the smaller Dirichlet a_dir = 0.1)
-on the bipartite graph with N = 10 (card §7: CGA's two-hub "Bipar" weights), on Fashion-MNIST,
-the closest dataset available offline (the issue's stand-in for MNIST). Rows: DP-DPSGD
+Yuan et al., "DPDL: Towards Differential Privacy Preservation in Decentralized Stochastic Learning
+on Non-IID Data". The paper's MNIST table, block H (the smaller Dirichlet a_dir = 0.1) on the
+bipartite graph with N = 10 (CGA's two-hub "Bipar" weights: the paper does not define the graph), on
+Fashion-MNIST, the closest dataset available offline (a stand-in for MNIST). Rows: DP-DPSGD
 (A(DP)^2SGD, per-sample clipping and Gaussian noise on the local gradient), DP-CGA (cross-gradient
-aggregation by CGA's quadratic program with batch-level clipping and Gaussian noise, card §9),
+aggregation by CGA's quadratic program with batch-level clipping and Gaussian noise, Sec. VI-A),
 MUFFLIATO (a local DP-SGD step, then K = 3 rounds of Chebyshev-accelerated gossip: 3,000 rounds for
 the same 1,000 gradient steps and releases; `defenses/muffliato.py`) and DPDL; DP-NETFLEET is not
-implemented. Non-private checks (the issue's first
-question: is a gap the paper, the setting or our code?): DPDL with its noise switched off
-(sigma = 0, clipping kept) and with no defence at all (sigma = 0, C = inf: the card's ND-CG,
-§10).
+implemented. Non-private checks (is a gap the paper, the setting or this code?): DPDL with its noise
+switched off (sigma = 0, clipping kept) and with no defence at all (sigma = 0, C = inf: the paper's
+ND-CG, Sec. VI-D).
 
-The card's setting (§8): Dirichlet label skew a_dir = 0.1, batch B = 32 (Poisson), lr eta = 0.01,
-C = 1, momentum beta = 0.9, calibration alpha = 1 (bipartite), T = 1,000, delta = 1e-5,
-epsilon in {1, 2, 4} (the paper's three budgets are lost; the card's choice). The noise is set the
-paper's way (`calibrate_with="paper"`, card §12 item 10: the reproduction uses the paper
-reading) for DPDL and DP-CGA; every line also carries the rigorous (strict) epsilon of that
-noise. DP-DPSGD has one (rigorous) reading. Both papers' readings are loose (DP-CGA's by orders
-of magnitude: its batch-level noise is read as if it protected one sample at the batch mean's
+The paper's setting as read here (its values were lost with the typeset math): Dirichlet label skew
+a_dir = 0.1, batch B = 32 (Poisson), lr eta = 0.01, C = 1, momentum beta = 0.9, calibration alpha =
+1 (bipartite), T = 1,000, delta = 1e-5, epsilon in {1, 2, 4} (the paper's three budgets are lost).
+The noise is set the paper's way (`calibrate_with="paper"`: the reading whose object the paper's
+eqs. (39)-(55) analyse) for DPDL and DP-CGA; every line also carries the rigorous (strict) epsilon
+of that noise. DP-DPSGD has one (rigorous) reading. Both papers' readings are loose (DP-CGA's by
+orders of magnitude: its batch-level noise is read as if it protected one sample at the batch mean's
 sensitivity), so DPDL and DP-CGA are also run "calibrated": noise set by the strict reading, the
 epsilon a reader can rely on, and the claims are tested at both.
 
 Step sizes, tuned on Fashion-MNIST at epsilon = 2 on a validation split of the members, seed 100
-(`privbench tune`): DPDL lr over {0.003, 0.01, 0.03} -> 0.01, the card's (validation 0.513,
+(`privbench tune`): DPDL lr over {0.003, 0.01, 0.03} -> 0.01, the default (validation 0.513,
 0.617, 0.600); DP-DPSGD, which has no momentum, lr over {0.01, 0.03, 0.1, 0.3, 1} -> 0.1
-(0.288, 0.532, 0.604, 0.503, 0.465; the card's 0.01 leaves it untrained); MUFFLIATO, also without
+(0.288, 0.532, 0.604, 0.503, 0.465; DPDL's 0.01 leaves it untrained); MUFFLIATO, also without
 momentum, lr over {0.03, 0.1, 0.3, 1} -> 0.3 (0.535, 0.638, 0.660, 0.566). DP-CGA keeps DPDL's
 (lr 0.01, momentum 0.9: the paper runs its baselines with the same hyper-parameters).
 
@@ -45,7 +44,7 @@ DP_CGA_STEP_ROW = "DP-CGA lr 0.01"
 # 3,000 rounds: its 1,000 DP-SGD steps, each followed by K - 1 = 2 more gossip rounds
 _MUFFLIATO = dict(defense="muffliato", overrides=(("gossip_steps", 3),),
                   run=(("lr", MUFFLIATO_LR), ("rounds", 3000), ("eval_every", 3000)))
-_CARD = (("dataset", "fashion-mnist"), ("nodes", 10), ("topology", "two_hub"),
+_SETTING = (("dataset", "fashion-mnist"), ("nodes", 10), ("topology", "two_hub"),
          ("partition", "dirichlet"), ("alpha", 0.1), ("batch_size", 32), ("lr", 0.01),
          ("rounds", 1000), ("delta", 1e-5), ("holdout", 0.0), ("eval_every", 1000),
          ("eval_subset", 0))
@@ -88,17 +87,17 @@ DPDL = REPRODUCTIONS.register("dpdl")(Reproduction(
                ("DPDL calibrated", "DP-DPSGD"), ("DPDL calibrated", "DP-CGA calibrated"),
                ("DPDL calibrated", "MUFFLIATO")),
     scales=(
-        Scale("reduced", (*_CARD, ("model", "mlp")), seeds=(0, 1, 2), rows=_TABLE_ROWS,
+        Scale("reduced", (*_SETTING, ("model", "mlp")), seeds=(0, 1, 2), rows=_TABLE_ROWS,
               note="MLP (784-128-64-10) instead of LeNet-5, 3 seeds instead of 20, "
                    "Fashion-MNIST instead of MNIST (not available offline)"),
-        Scale("paper", (*_CARD, ("model", "lenet5")), seeds=tuple(range(20)), rows=_TABLE_ROWS,
-              note="the card's setting (LeNet-5, 20 runs) on Fashion-MNIST"),
-        Scale("headline", (*_CARD, ("model", "lenet5")), seeds=tuple(range(20)),
+        Scale("paper", (*_SETTING, ("model", "lenet5")), seeds=tuple(range(20)), rows=_TABLE_ROWS,
+              note="the paper's setting (LeNet-5, 20 runs) on Fashion-MNIST"),
+        Scale("headline", (*_SETTING, ("model", "lenet5")), seeds=tuple(range(20)),
               rows=("DPDL no defence", "DP-DPSGD", "MUFFLIATO", MUFFLIATO_STEP_ROW, "DP-CGA",
                     DP_CGA_STEP_ROW, "DPDL", "DP-CGA calibrated", "DPDL calibrated"),
               grid=(1.0, 2.0, 4.0),
               # tuned for LeNet-5 on validation at each epsilon, seed 100 (README); at
-              # epsilon 2 and 4 DPDL calibrated's tune chose the card's 0.01, the Method's own
+              # epsilon 2 and 4 DPDL calibrated's tune chose the default 0.01, the Method's own
               # lr, and MUFFLIATO's at epsilon 2 its MLP step (MUFFLIATO_LR)
               method_run=(("DP-DPSGD", (("lr", 0.3),)), ("DPDL", (("lr", 0.03),)),
                           ("DP-CGA", (("lr", 0.003),)),

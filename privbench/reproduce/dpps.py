@@ -1,5 +1,4 @@
-"""DPPS / PartPSP, Table 2: final test accuracy against the privacy knob b (card-dpps-partpsp.md
-§6, §7.1).
+"""DPPS / PartPSP, Table 2: final test accuracy against the privacy knob b (paper Sec. 5.4).
 
 Zhou, Xue, Chen, "Differentially Private Perturbed Push-Sum Protocol and Its Application in
 Non-Convex Optimization". Rows: PartPSP-1 (the first layer shared), PartPSP-2 (the first two
@@ -8,16 +7,17 @@ without noise (NoDP). The columns are the paper's b, NOT an epsilon: the Laplace
 coordinate is gamma_n S(t) / b, so Theorem 1 gives b / gamma_n = 1,000 per round with NODES as
 records, which the epsilon table states beside the composition over the run's rounds. Table 2
 noises every algorithm with the REAL (oracle) sensitivity of its communicated vector
-(`sensitivity_mode="oracle"`). The card's common settings (§6.1): N = 10 on the one-peer
+(`sensitivity_mode="oracle"`). The common settings (Sec. 5.1 and the authors' code
+defaults): N = 10 on the one-peer
 exponential graph (EXP), IID, batch 100 per node, 12 epochs = 720 rounds, gamma_s = gamma_l =
 0.1 and gamma_n = 1e-3, each divided by 10 at epochs 5 and 10 (rounds 300 and 600), sync on with
-SP = 4, no clipping. PEDFL, the fourth row, is the card's re-implementation (defenses/pedfl.py:
+SP = 4, no clipping. PEDFL, the fourth row, is this project's re-implementation (defenses/pedfl.py:
 D-PSGD gossip of Laplace-perturbed models at the same oracle calibration; its code is not
 released).
 
 The paper's claims: PartPSP-1 above SGPDP at every b, PartPSP-1 above PartPSP-2, PartPSP-2
-above SGPDP, and PartPSP-1 above PEDFL (card §7.1 summary: means 67.2 / 47.3 / 41.7 / 38.2 over
-the private cells; PartPSP-1 beats PEDFL in 34 of 36).
+above SGPDP, and PartPSP-1 above PEDFL (Sec. 5.4; Table 2's means over the private cells: 67.2 /
+47.3 / 41.7 / 38.2; PartPSP-1 beats PEDFL in 34 of 36).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from privbench.reproduce.spec import REPRODUCTIONS, Method, Reproduction, Scale
 
 _ORACLE = (("sensitivity_mode", "oracle"),)
 _NODP = (("sensitivity_mode", "none"),)
-_CARD = (("dataset", "fashion-mnist"), ("nodes", 10), ("topology", "exponential"),
+_SETTING = (("dataset", "fashion-mnist"), ("nodes", 10), ("topology", "exponential"),
          ("partition", "iid"), ("batch_size", 100), ("rounds", 720), ("lr", 0.1),
          ("holdout", 0.0), ("eval_every", 720), ("eval_subset", 0))
 _DECAY = (("decay_rounds", (300, 600)), ("decay_factor", 0.1))
@@ -64,14 +64,14 @@ DPPS = REPRODUCTIONS.register("dpps")(Reproduction(
     orderings=(("PartPSP-1", "SGPDP"), ("PartPSP-1", "PartPSP-2"), ("PartPSP-2", "SGPDP"),
                ("PartPSP-1", "PEDFL")),
     scales=(
-        Scale("reduced", (*_CARD, ("model", "psp_mlp")), seeds=(0, 1, 2),
+        Scale("reduced", (*_SETTING, ("model", "psp_mlp")), seeds=(0, 1, 2),
               note="the paper's MLP (Linear(784->10)-tanh-Linear(10->784)-tanh-Linear(784->10)"
                    "-tanh, its MNIST model) on Fashion-MNIST instead of the ImageNet-pretrained "
                    "ResNet-18 (no pretrained weights offline; the paper's FMNIST numbers are "
                    "ResNet-18's), 3 seeds (the paper runs one)"),
-        Scale("paper", (*_CARD, ("model", "resnet")), seeds=(0, 1, 2),
+        Scale("paper", (*_SETTING, ("model", "resnet")), seeds=(0, 1, 2),
               note="privbench's ResNet from scratch (not ImageNet-pretrained)"),
-        Scale("headline", (*_CARD, ("model", "resnet")), seeds=(0, 1, 2),
+        Scale("headline", (*_SETTING, ("model", "resnet")), seeds=(0, 1, 2),
               rows=("PartPSP-1 NoDP", "SGPDP NoDP", "PartPSP-1", "SGPDP"),
               note="the card's setting with privbench's small ResNet (3 stages, GroupNorm) "
                    "from scratch, not the ImageNet-pretrained ResNet-18 (no weights offline), "
@@ -80,5 +80,5 @@ DPPS = REPRODUCTIONS.register("dpps")(Reproduction(
     ),
     grid_field="b",
     grid_symbol="b",
-    metric="node_accuracy_mean",  # card §1.6: each node's (s_bar, l_i), mean over nodes
+    metric="node_accuracy_mean",  # Sec. 5.4: each node's (s_bar, l_i), mean over nodes
 ))

@@ -17,7 +17,7 @@ class Method:
     Attributes:
         label: the row's name in the paper ("Dyn-D2P", "Non-private").
         defense: the registered defense that implements it.
-        overrides: defense config values (the card's settings for this row).
+        overrides: defense config values (the paper's settings for this row).
         private: False for a non-private baseline (trained once per seed, shown at every epsilon).
         run: RunConfig values of this row over the scale's (its own tuned step size).
         grid: the grid values this private row is run at (None: all of the table's; a paper
@@ -78,7 +78,7 @@ class Reproduction:
     """One paper table: what to run and what the paper reports.
 
     Attributes:
-        name: registry name (the card's defense family, e.g. "dyn_d2p").
+        name: registry name (the paper's defense family, e.g. "dyn_d2p").
         title: the paper table reproduced ("Dyn-D2P Table 2: shallow CNN on FashionMNIST").
         methods: the table's rows.
         eps: the epsilon grid (the table's columns).
