@@ -1,16 +1,16 @@
 """Privacy accounting for privbench: ledgers, accountants, calibration and per-defense plans.
 
-Every defense reports an honest epsilon through this package (issue #3; DESIGN.md "Privacy
-accounting"). The pieces:
+Every defense reports an honest epsilon through this package (delta, accountant,
+mode, unit of privacy and uncovered message kinds with every number). The pieces:
 
 - events and ledgers (`events`): Gaussian (subsampled by Poisson sampling or by fixed-size
   batches without replacement, `SAMPLINGS`; any per-step noise), Laplace and randomized-response
   mechanisms recorded in one immutable `PrivacyLedger` per node;
 - accountants (`compose`, `gaussian`, `pure`, `gdp`): dp-accounting PLD (default) and RDP for
   Gaussian events, basic / advanced composition for pure-epsilon events, and the mu-GDP CLT of
-  Dyn-D2P (card-dyn-d2p.md eqs. 4, 6), which is approximate and says so;
+  Dyn-D2P (Dyn-D2P paper, eqs. (4) and (6)), which is approximate and says so;
 - calibration (`calibrate`): target (epsilon, delta) + schedule shape -> noise scale;
-- each paper's own formula (`papers`, `gdp`), cited to card sections and paper equations;
+- each paper's own formula (`papers`, `gdp`), cited to paper sections, equations and theorems;
 - plans (`plans`): `PRIVACY_PLANS`, name -> (epsilon, delta, rounds, sample_rate, accountant)
   -> `PrivacyPlan` for dp_sgp, adp_vrsgp, dyn_d2p, defl_vp, dpps, partpsp, pedfl, dpdl.
 

@@ -5,8 +5,9 @@ rho_mu^(-k/K); constant noise: all ones); the calibrated noise multipliers are z
 `solve_monotone` brackets the root geometrically from a cheap guess (the mu-GDP CLT, used here only
 as a starting point, never as a reported number) and then runs Illinois false position in log
 space, always keeping a bracket. It returns the SAFE end of the bracket (epsilon <= target) within
-`rtol` of the target, so a calibrated schedule never over-spends. Where a card gives a guaranteed
-bracket (Dyn-D2P eq. 8) that bracket is used directly (`privbench.accounting.gdp.dyn_d2p_mu0`).
+`rtol` of the target, so a calibrated schedule never over-spends. Where a paper's equation gives a
+guaranteed bracket (Dyn-D2P eq. 8) that bracket is used directly
+(`privbench.accounting.gdp.dyn_d2p_mu0`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""mu-Gaussian DP formulas, as used by Dyn-D2P (card-dyn-d2p.md §3; Zhu et al., eqs. (3)-(9)).
+"""mu-Gaussian DP formulas, as used by Dyn-D2P (Zhu et al., Sec. 3, eqs. (3)-(9)).
 
 - eq. (3) (Prop. 1): the Gaussian mechanism with sensitivity S and std sigma is (S / sigma)-GDP.
 - eq. (4) (Prop. 2, Dong-Roth-Su): mu-GDP <=> (epsilon, delta(epsilon))-DP for all epsilon with
   delta(epsilon; mu) = Phi(-epsilon/mu + mu/2) - e^epsilon Phi(-epsilon/mu - mu/2).
 - eq. (6) (Prop. 3, Bu et al. CLT): K Poisson(p)-subsampled mu_k-GDP steps compose to about
   mu_tot = p sqrt(sum_k (exp(mu_k^2) - 1))-GDP. This is asymptotic, NOT an upper bound
-  (card §3.8); every function that uses it warns with `ApproximateAccountingWarning`.
+  (it is asymptotic, and rigorous PLD / RDP accountants give larger epsilons for the same
+  schedules); every function that uses it warns with `ApproximateAccountingWarning`.
 - eq. (8): mu_0 of the schedule mu_k = mu_0 rho_mu^(k/K) that spends exactly mu_tot, solved by
   bisection in the guaranteed bracket (mu_bar / rho_mu, mu_bar].
 - eq. (9): the constant per-step budget mu_bar = sqrt(log((mu_tot/p)^2 / K + 1)).
@@ -32,7 +33,7 @@ from privbench.errors import ConfigError
 
 CLT_WARNING = (
     "the mu-GDP central-limit composition (Dyn-D2P eq. 6) is an asymptotic approximation, "
-    "not an upper bound; it can under-report epsilon (card-dyn-d2p.md §3.8)"
+    "not an upper bound; it can under-report epsilon"
 )
 
 
@@ -63,7 +64,7 @@ def gdp_mu(epsilon: float, delta: float) -> float:
         delta: target delta in (0, 1).
 
     Returns:
-        mu_tot (e.g. 0.313902 for epsilon = 1, delta = 1e-4; card §3.7).
+        mu_tot (e.g. 0.313902 for epsilon = 1, delta = 1e-4).
     """
     epsilon = check_positive(epsilon, "epsilon")
     delta = check_delta(delta)
@@ -142,7 +143,8 @@ def dyn_d2p_growth(steps: int, rho_mu: float) -> np.ndarray:
 def dyn_d2p_mu0(mu_tot: float, sampling_rate: float, steps: int, rho_mu: float) -> float:
     """Dyn-D2P eq. (8): mu_0 with (mu_tot/p)^2 = sum_k (exp((mu_0 rho_mu^(k/K))^2) - 1).
 
-    Solved by bisection in the guaranteed bracket (mu_bar / rho_mu, mu_bar] (card §1.2 P4); the
+    Solved by bisection in the guaranteed bracket (mu_bar / rho_mu, mu_bar] (exp(mu^2) is
+    convex, so a growing schedule has mu_0 <= mu_bar < rho_mu mu_0); the
     right-hand side is strictly increasing in mu_0. rho_mu = 1 gives mu_bar (eq. 9).
 
     Args:
@@ -152,7 +154,7 @@ def dyn_d2p_mu0(mu_tot: float, sampling_rate: float, steps: int, rho_mu: float) 
         rho_mu: budget growth factor rho_mu >= 1.
 
     Returns:
-        mu_0 (e.g. 0.253065 for J = 2500, B = 32, K = 4000, epsilon = 1, rho_mu = 2; card §3.7).
+        mu_0 (e.g. 0.253065 for J = 2500, B = 32, K = 4000, epsilon = 1, rho_mu = 2).
     """
     mu_bar = dyn_d2p_mu_bar(mu_tot, sampling_rate, steps)
     growth = dyn_d2p_growth(steps, rho_mu)
@@ -175,6 +177,6 @@ def dyn_d2p_mu0(mu_tot: float, sampling_rate: float, steps: int, rho_mu: float) 
             break
     mu0 = 0.5 * (lo + hi)
     residual = abs(excess(mu0)) / target
-    if residual > 1e-9:  # card §8 item 19
+    if residual > 1e-9:  # eq. (8) must hold to 1e-9 relative
         raise ConfigError(f"Dyn-D2P eq. (8) did not converge (relative residual {residual:.2e})")
     return mu0

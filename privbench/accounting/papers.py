@@ -2,16 +2,16 @@
 
 Dyn-D2P's formulas (eqs. 4, 6, 8, 9) live in `privbench.accounting.gdp`. Here:
 
-- ADP-VRSGP (card-adp-vrsgp.md §2.1, §3.3; Wu et al., Theorem 1): noise factors alpha(k) =
+- ADP-VRSGP (Wu et al., Sec. 4 and 6, Theorem 1): noise factors alpha(k) =
   (floor(k/tau) + 10)^s applied as alpha(T - t) at step t, and the Theorem 1 closed form
   sigma_hat = c2 q sqrt(ln(1/delta)) / epsilon * sqrt(sum_t 1/alpha_t^2), with c2 unspecified by the
   paper and therefore fitted so that the closed form matches an RDP (moments) accountant at
-  alpha == 1 (card §3.4 item 5).
-- DeFL-VP (card-defl-vp.md §2, §3; Xiu et al., Alg. 3 / Eq. 14, Theorem 1, Corollary 2): the
+  alpha == 1 (a choice of this implementation).
+- DeFL-VP (Xiu et al., Sec. 4.2, Alg. 3 / Eq. 14, Theorem 1, Corollary 2): the
   per-coordinate and per-vector readings of the randomized-response budget.
-- DPPS / PartPSP (card-dpps-partpsp.md §3; Zhou et al., Lemma 1, Theorem 1): each round is
+- DPPS / PartPSP (Zhou et al., Sec. 4.1, Lemma 1, Theorem 1): each round is
   (b / gamma_n)-DP; the paper does not compose across rounds.
-- DPDL (card-dpdl.md §5.2-5.3; Yuan et al., eqs. (39)-(55), Theorem 1): effective noise
+- DPDL (Yuan et al., Sec. V-A and Appendix A, eqs. (39)-(55), Theorem 1): effective noise
   multipliers of the cross-gradient release (A) and of the broadcast model/momentum (B) under the
   `paper`, `full` and `strict` readings.
 """
@@ -40,13 +40,13 @@ from privbench.errors import ConfigError
 
 
 def adp_vrsgp_alpha(k: int | np.ndarray, tau: int = 5, s: float = 0.2) -> np.ndarray:
-    """Noise intensity alpha(k) = (floor(k / tau) + 10)^s (card §1.2 item 1, §2.1)."""
+    """Noise intensity alpha(k) = (floor(k / tau) + 10)^s (ADP-VRSGP Sec. 6)."""
     tau = check_count(tau, "tau")
     return (np.floor_divide(np.asarray(k), tau) + 10.0) ** float(s)
 
 
 def adp_vrsgp_noise_factors(steps: int, tau: int = 5, s: float = 0.2) -> np.ndarray:
-    """The applied factors alpha(T - t) for t = 0..T-1 (decreasing; card §2.1, §7 item 6)."""
+    """The applied factors alpha(T - t) for t = 0..T-1 (decreasing; Sec. 4)."""
     steps = check_count(steps, "steps")
     return adp_vrsgp_alpha(steps - np.arange(steps), tau, s)
 
@@ -54,10 +54,11 @@ def adp_vrsgp_noise_factors(steps: int, tau: int = 5, s: float = 0.2) -> np.ndar
 def adp_vrsgp_theorem1_sigma_hat(
     epsilon: float, delta: float, sampling_rate: float, factors: Sequence[float], c2: float
 ) -> float:
-    """Theorem 1 (card §3.3): sigma_hat = c2 q sqrt(ln(1/delta)) / eps * sqrt(sum_t 1/alpha_t^2).
+    """Theorem 1: sigma_hat = c2 q sqrt(ln(1/delta)) / eps * sqrt(sum_t 1/alpha_t^2).
 
     sigma_hat is the base noise multiplier (per unit of the clip bound G); step t uses
-    alpha_t * sigma_hat. Uses the factors actually applied (card §7 item 6).
+    alpha_t * sigma_hat. Uses the factors actually applied (Theorem 1 sums
+    1/alpha(t)^2 over t = 0..T-1, one index off the applied alpha(T - t)).
     """
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     q = check_sampling_rate(sampling_rate)
@@ -81,7 +82,7 @@ def adp_vrsgp_paper_sigma_hat(
 ) -> float:
     """The paper-mode base multiplier: Theorem 1 with c2 fitted to RDP at alpha == 1.
 
-    Equals z_const * sqrt(sum_t alpha_t^-2 / T), the "naive" sigma_hat of card §3.4, which
+    Equals z_const * sqrt(sum_t alpha_t^-2 / T), the "naive" matching of sigma_hat, which
     under-noises by 11-22% against a heterogeneous accountant.
     """
     steps = len(factors)
@@ -115,7 +116,8 @@ def adp_vrsgp_paper_epsilon(
 
 
 def defl_vp_readings(coordinate_epsilon: float, dim: int, rounds: int) -> dict[str, float]:
-    """The budgets that one per-coordinate RR epsilon implies (card-defl-vp.md §3.2 table).
+    """The budgets that one per-coordinate RR epsilon implies (Alg. 3, Theorem 1,
+    Corollary 2).
 
     Args:
         coordinate_epsilon: log(p / (1 - p)) of the keep probability p.
@@ -152,7 +154,7 @@ DPDL_READINGS: tuple[str, ...] = ("paper", "full", "strict")
 def dpdl_noise_ratios(
     n_agents: int, degree: int, alpha: float = 1.0, kappa: float = 1.0
 ) -> dict[str, float]:
-    """Per-unit-sigma noise multipliers of DPDL's two releases (card-dpdl.md §5.3).
+    """Per-unit-sigma noise multipliers of DPDL's two releases.
 
     Uniform weights w_ij = 1/degree over the closed neighbourhood N_i (|N_i| = degree, self
     included). With noise sigma * C per message:
@@ -178,13 +180,13 @@ def dpdl_noise_ratios(
 
 
 def dpdl_joint_ratio(ratios: dict[str, float], reading: str) -> float:
-    """Noise multiplier per unit sigma of the round's release under a reading (card §5.3).
+    """Noise multiplier per unit sigma of the round's release under a reading.
 
     `paper`: mechanism B only, paper noise (the object of the paper's proof, eqs. 39-55).
     `full`: A and B, paper noise. `strict`: A and B, strict noise (privbench's honest reading).
     A and B use the SAME Poisson batch and independent noise, so they form one subsampled
-    Gaussian with 1/z^2 = 1/z_A^2 + 1/z_B^2 (composing them as independently subsampled, as the
-    card sketches, would under-count: e^(a+b) - 1 >= (e^a - 1) + (e^b - 1)).
+    Gaussian with 1/z^2 = 1/z_A^2 + 1/z_B^2 (composing them as independently subsampled would
+    under-count: e^(a+b) - 1 >= (e^a - 1) + (e^b - 1)).
     """
     reading = check_choice(reading, "DPDL reading", DPDL_READINGS)
     if reading == "paper":

@@ -1,9 +1,9 @@
 """Pure epsilon-DP mechanisms (Laplace, randomized response) and their composition.
 
 - Laplace: Lap(0, S/epsilon) per coordinate on a query of L1 sensitivity S is epsilon-DP
-  (DPPS Lemma 1, Eq. 4; card-dpps-partpsp.md §3).
+  (DPPS Lemma 1, Eq. 4).
 - Binary randomized response with keep probability p = e^eps / (e^eps + 1) is eps-DP per
-  coordinate (DeFL-VP Alg. 3 / Eq. 14, Lemma 1; card-defl-vp.md §2); d independent coordinates
+  coordinate (DeFL-VP Alg. 3 / Eq. 14, Lemma 1); d independent coordinates
   are (d eps)-DP (Theorem 1).
 - Basic composition: epsilons add, delta = 0 (DeFL-VP Corollary 2).
 - Advanced composition (Dwork, Rothblum, Vadhan 2010, heterogeneous form): for any delta' > 0,

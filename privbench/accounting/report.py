@@ -1,6 +1,6 @@
 """`EpsilonReport`: the only form in which privbench states an epsilon.
 
-DESIGN.md, "Privacy accounting": every reported epsilon carries delta, the accountant, the mode
+Every reported epsilon carries delta, the accountant, the mode
 (`paper` formula or `calibrated` rigorous accountant), the unit of privacy and the message kinds
 it does not cover.
 """
@@ -18,7 +18,7 @@ from privbench.errors import ConfigError
 class ApproximateAccountingWarning(UserWarning):
     """Emitted when an epsilon comes from an approximation that is not an upper bound.
 
-    The mu-GDP central-limit-theorem composition used by Dyn-D2P (card-dyn-d2p.md §3.3, §3.8) is
+    The mu-GDP central-limit-theorem composition used by Dyn-D2P (its Prop. 3, eq. (6)) is
     asymptotic and can under-report epsilon; reports computed with it set `approximate=True` too.
     """
 
