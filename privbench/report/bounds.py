@@ -1,8 +1,7 @@
 """The best ROC any membership attack can reach against an (ε, δ)-DP or μ-GDP mechanism.
 
-Hypothesis-testing view of DP (Kairouz, Oh, Viswanath 2015; Dong, Roth, Su 2022; reference:
-shared/reference/clipping-bounds-graph-attacks.md): every test of "member" vs "non-member" on the
-output of an (ε, δ)-DP mechanism has
+Hypothesis-testing view of DP (Kairouz, Oh, Viswanath 2015; Dong, Roth, Su 2022): every test of
+"member" vs "non-member" on the output of an (ε, δ)-DP mechanism has
 
     TPR <= e^ε FPR + δ    and    1 - FPR <= e^ε (1 - TPR) + δ,
 
