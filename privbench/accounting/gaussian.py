@@ -16,8 +16,7 @@ sampling models (two adjacency relations) is refused.
 Speed: each distinct (q, z) costs one PLD/RDP construction, so schedules with thousands of distinct
 multipliers (Dyn-D2P: every step differs) are bucketed: within each q, the multipliers are split
 into at most `max_distinct` bins of equal width in log z and every step of a bin is charged at the
-bin's SMALLEST z (most privacy loss). That is conservative (card-dyn-d2p.md §3.6 recommends the
-same).
+bin's SMALLEST z (most privacy loss). That is conservative.
 Results are memoized on the (hashable) bucketed schedule: in memory, and on disk (one small
 JSON file per (schedule terms (q, z, count), delta, accountant, numerical options, dp-accounting
 version) under `$PRIVBENCH_CACHE_DIR`, default `~/.cache/privbench/accounting`; "off" disables),
@@ -144,8 +143,8 @@ TF_PRIVACY_RDP_ORDERS: tuple[float, ...] = (
     1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 4.0, 4.5,
     *(float(a) for a in range(5, 64)), 128.0, 256.0, 512.0,
 )
-"""TF Privacy's `compute_dp_sgd_privacy` grid, on which card-adp-vrsgp.md §3.4's reference
-multipliers reproduce. dp-accounting's default grid has more fractional orders, which matter for
+"""TF Privacy's `compute_dp_sgd_privacy` grid (the moments accountant's
+orders). dp-accounting's default grid has more fractional orders, which matter for
 steep schedules (epsilon 1.87 vs 1.98 for ADP-VRSGP at T = 1000, sigma_hat = 0.512)."""
 
 

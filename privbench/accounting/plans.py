@@ -4,17 +4,18 @@ A plan function maps (epsilon, delta, rounds, sample_rate, accountant) -> `Priva
 parameters the defense must use, and the epsilon that BOTH modes assign to that noise (paper
 formula first, calibrated accountant second, readings beyond those after). By default the noise is
 calibrated with the rigorous accountant (`calibrate_with="calibrated"`); `calibrate_with="paper"`
-reproduces the paper's own noise. Defense-specific settings are keyword-only with the cards'
-defaults. One plan describes one node (every node has its own ledger; budgets are never summed).
+reproduces the paper's own noise. Defense-specific settings are keyword-only with the
+defenses' defaults. One plan describes one node (every node has its own ledger; budgets are
+never summed).
 
-| name | card | noise | paper formula | calibrated |
+| name | paper | noise | paper formula | calibrated |
 |---|---|---|---|---|
-| dp_sgp | card-adp-vrsgp.md §3.4 (z_const) | sigma | RDP (moments accountant) | PLD/RDP |
-| adp_vrsgp | card-adp-vrsgp.md §2.1, §3 | sigma_hat | Thm 1, c2 fitted | PLD/RDP, schedule |
-| dyn_d2p | card-dyn-d2p.md §1.2, §3 | mu_0 | GDP CLT eqs. 4, 6, 8 | PLD/RDP, schedule |
-| defl_vp | card-defl-vp.md §2, §3 | keep_prob | Alg. 3 label | basic/advanced, d*T |
-| dpps, partpsp, pedfl | card-dpps-partpsp.md §3, §6.2 | b | Thm 1, per round | basic/advanced, T |
-| dpdl | card-dpdl.md §5 | sigma | `paper` reading, RDP | `strict` reading |
+| dp_sgp | ADP-VRSGP, Thm 1 at alpha == 1 | sigma | RDP (moments accountant) | PLD/RDP |
+| adp_vrsgp | ADP-VRSGP, Sec. 4, Thm 1 | sigma_hat | Thm 1, c2 fitted | PLD/RDP, schedule |
+| dyn_d2p | Dyn-D2P, Sec. 3, eqs. 4-9 | mu_0 | GDP CLT eqs. 4, 6, 8 | PLD/RDP, schedule |
+| defl_vp | DeFL-VP, Alg. 3, Sec. 4.2 | keep_prob | Alg. 3 label | basic/advanced, d*T |
+| dpps, partpsp, pedfl | DPPS, Sec. 4.1, Sec. 5.4 | b | Thm 1, per round | basic/advanced, T |
+| dpdl | DPDL, Sec. V-A, App. A | sigma | `paper` reading, RDP | `strict` reading |
 """
 
 from __future__ import annotations
@@ -180,10 +181,10 @@ def plan_dp_sgp(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """Constant-noise DP-SGD inside push-sum (the DP-SGP baseline; card-adp-vrsgp.md §1.6, §3.4).
+    """Constant-noise DP-SGD inside push-sum (the DP-SGP baseline).
 
     Every round is one Poisson(q)-subsampled Gaussian step with noise multiplier sigma. Paper
-    mode: the RDP (moments) accountant, as in the card's z_const column; calibrated: `accountant`.
+    mode: the RDP (moments) accountant, as ADP-VRSGP's Theorem 1 follows; calibrated: `accountant`.
     """
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
                    calibrate_with)
@@ -211,10 +212,10 @@ def plan_adp_vrsgp(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """ADP-VRSGP: step t uses noise multiplier alpha(T - t) * sigma_hat (card §2.1, §3).
+    """ADP-VRSGP: step t uses noise multiplier alpha(T - t) * sigma_hat (Sec. 4, Theorem 1).
 
-    Paper mode: Theorem 1 with c2 fitted to RDP at alpha == 1 (under-noises, card §3.4);
-    calibrated: `accountant` over the heterogeneous schedule (card §3.4 items 1-4).
+    Paper mode: Theorem 1 with c2 fitted to RDP at alpha == 1 (under-noises by 11-22%);
+    calibrated: `accountant` over the heterogeneous schedule (Poisson, add/remove).
     """
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
                    calibrate_with)
@@ -241,7 +242,7 @@ def plan_adp_vrsgp(
     reports = [paper, account(ledger, delta, accountant, mode="calibrated", options=options)]
     return _plan("adp_vrsgp", noise, reports, calibrate_with, req, (
         "step t noise multiplier = alpha(T - t) * sigma_hat, alpha(k) = (floor(k/tau) + 10)^s",
-        "sigma_hat is per unit of the CURRENT clip bound G_t (card §2.4)",
+        "sigma_hat is per unit of the CURRENT clip bound G_t",
     ), schedule, Z_UNIT, noise_factor)
 
 
@@ -252,10 +253,10 @@ def plan_dyn_d2p(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """Dyn-D2P: step k is mu_k-GDP, mu_k = mu_0 rho_mu^(k/K), noise multiplier 1/mu_k (card §1.2).
+    """Dyn-D2P: step k is mu_k-GDP, mu_k = mu_0 rho_mu^(k/K), noise multiplier 1/mu_k (eq. 7).
 
     Paper mode: eq. (4) -> mu_tot, eq. (8) -> mu_0 (CLT; approximate, warns). Calibrated: mu_0
-    such that `accountant` over the schedule meets the target (card §3.8 "calibrate with PLD").
+    such that `accountant` over the schedule meets the target (the CLT is not an upper bound).
     rho_mu = 1 is Const-D2P / Dyn[C]-D2P (eq. 9).
     """
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
@@ -282,7 +283,7 @@ def plan_dyn_d2p(
     noise = {"mu_0": mu0, "mu_last": 1 / schedule[-1], "z_first": schedule[0],
              "z_last": schedule[-1]}
     return _plan("dyn_d2p", noise, reports, calibrate_with, req, (
-        "sigma_k = C_k / mu_k on the SUM of clipped per-sample gradients (card §1.6)",
+        "sigma_k = C_k / mu_k on the SUM of clipped per-sample gradients",
     ), schedule, Z_UNIT, noise_factor)
 
 
@@ -294,10 +295,10 @@ def plan_dpdl(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """DPDL: noise N(0, sigma^2 C^2) on every cross-gradient and self-gradient (card §3, §5).
+    """DPDL: noise N(0, sigma^2 C^2) on every cross-gradient and self-gradient (eqs. 10, 13).
 
     `degree` is |N_i| including the agent itself (default n_agents: fully connected), with
-    uniform weights 1/degree. Readings (card §5.3): paper = broadcast only, paper noise, RDP;
+    uniform weights 1/degree. Readings: paper = broadcast only, paper noise, RDP;
     calibrated = `strict` (cross-gradients + broadcast, own noise only) with `accountant`;
     a third report gives the `full` reading (cross-gradients + broadcast, paper noise).
     """
@@ -356,14 +357,15 @@ def plan_defl_vp(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """DeFL-VP: randomized response on the d-dim sign vector, once per round (card §2, §3).
+    """DeFL-VP: randomized response on the d-dim sign vector, once per round (Alg. 3).
 
     Calibrated: per-coordinate epsilon such that the d * T coordinate releases compose (basic or
     advanced) to `epsilon` for the whole run (local DP of the node's messages: node-level).
     Paper mode: keep probability e^eps / (e^eps + 1) with `epsilon` read per coordinate per round
     (Alg. 3, what the experiments used); the per-vector reading (Theorem 1 + Corollary 2,
     T * d * eps) is the third report. Control variates are sent in the clear under
-    order="vr_rr" (card §3.3); order="rr_vr" builds them from privatized signs;
+    order="vr_rr" (Sec. 4.2 privatizes the sign vector only); order="rr_vr" builds them from
+    privatized signs;
     control_variates=False (no VR: D-PSGD+RR) sends none.
     """
     req = _request(epsilon, delta, rounds, sample_rate, accountant, PURE_PLAN_ACCOUNTANTS,
@@ -441,7 +443,7 @@ def plan_dpps(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """DPPS: Laplace noise Lap(0, gamma_n S(t) / b) on the pushed vector (card-dpps-partpsp §3).
+    """DPPS: Laplace noise Lap(0, gamma_n S(t) / b) on the pushed vector (Eq. 8).
 
     Paper mode: b = epsilon * gamma_n (Theorem 1: each round (b/gamma_n)-DP, no composition).
     Calibrated: per-round epsilon whose T-fold composition (basic or advanced) is `epsilon`.
@@ -458,7 +460,7 @@ def plan_partpsp(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """PartPSP: DPPS applied to the shared parameters only (card-dpps-partpsp.md §1.3, §3)."""
+    """PartPSP: DPPS applied to the shared parameters only (Algorithm 2)."""
     return _plan_dpps("partpsp", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
                       calibrate_with, noise_factor)
 
@@ -470,7 +472,7 @@ def plan_pedfl(
     calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
     noise_factor: float = 1.0,
 ) -> PrivacyPlan:
-    """PEDFL (DPPS's baseline, card-dpps-partpsp.md §6.2): DPPS's Laplace calibration on the
+    """PEDFL (DPPS's baseline, its Sec. 5.4): DPPS's Laplace calibration on the
     gossiped models, noise from their oracle L1 sensitivity, so no data-dependent scalar is sent
     (nothing uncovered)."""
     return _plan_dpps("pedfl", epsilon, delta, rounds, sample_rate, accountant, gamma_n,
