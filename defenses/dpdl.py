@@ -392,7 +392,7 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
     model = SAMPLING_MODELS[cfg.sampling]
     approx = ("" if cfg.self_weight == "clean" else
               "; approximate: the paper's noisy self-weight c^ii (eq. 15) makes the release a "
-              "non-Gaussian function of the noise (card §5.2 Lemma 3, kappa taken as 1)")
+              "non-Gaussian function of the noise (Lemma 3, kappa taken as 1)")
     out = []
     for i, (q, m) in enumerate(zip(plan.sample_rates, plan.multipliers, strict=True)):
         for reading in READINGS:

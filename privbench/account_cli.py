@@ -12,8 +12,9 @@ sampling model, and the message kinds it does not cover. Which calibration the d
 default, and its default accountant, are read from the defense's config defaults (the one place
 they are stated). DPDL is planned on the run's graph (`--topology`, `--nodes`, `--seed`; the
 `train` defaults otherwise) with the trainer's own `defenses.dpdl.plan_privacy`, reporting the
-worst node; `-o n_agents=.. -o degree=..` selects the card's uniform-weight formula instead. Bad
-input raises `privbench.errors.ConfigError` (the CLI prints it on one line and exits 2).
+worst node; `-o n_agents=.. -o degree=..` selects the uniform-weight formula (weights 1/degree)
+instead. Bad input raises `privbench.errors.ConfigError` (the CLI prints it on one line and
+exits 2).
 """
 
 from __future__ import annotations

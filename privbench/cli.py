@@ -1118,8 +1118,8 @@ def _add_reproduce_arguments(p: argparse.ArgumentParser) -> None:
     """`privbench reproduce`: which table, which runs, and what to do with them."""
     p.add_argument("name", nargs="?", help="the paper (omit to list them)")
     p.add_argument("--scale", help="the setting: each paper's 'reduced' (default: a 2-core CPU "
-                   "finishes it), 'paper' (the card's) or, where declared, 'headline' (the "
-                   "card's setting, the headline rows only)")
+                   "finishes it), 'paper' (the paper's) or, where declared, 'headline' (the "
+                   "paper's setting, the headline rows only)")
     p.add_argument("--seeds", help="seeds, comma-separated (default: the scale's)")
     p.add_argument("--rows", action="append", metavar="LABEL[,LABEL]", help="train these rows "
                    "only, by their table label (default: every row of the scale); the other "

@@ -19,7 +19,7 @@ resolve low FPRs):
 This module is composition (like the runner): it imports the registries' attacks and defenses
 through `load_plugins` and `attacks._mia`'s signal helpers.
 
-Reference models (the faithful choice, documented for issue 10). The victim's model is not a model
+Reference models (the faithful choice). The victim's model is not a model
 trained alone on its data: it is one node of a decentralized run, mixing every node's updates. A
 reference model must be produced by the same process, so each reference model is one whole copy of
 the victim's system: the same defense and hyper-parameters, the same (public) topology, the same

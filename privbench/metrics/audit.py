@@ -1,6 +1,6 @@
 """Empirical epsilon lower bounds (privacy auditing): pure functions.
 
-Two estimators (reference/membership-inference-and-accounting.md §3):
+Two estimators:
 
 1. **From an attack's ROC with Clopper-Pearson intervals** (Jagielski, Ullman, Oprea, "Auditing
    Differentially Private Machine Learning: How Private is Private SGD?", NeurIPS 2020, §3-4; the
