@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -226,23 +227,99 @@ def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
             if not m.get("covered") and m.get("data_dependent", True)]
 
 
-# One number formatter for the terminal table, `privbench train` and the HTML report.
+# What happened to a cell's training, read alike by the report, the terminal summary and the
+# gate: "trained", "diverged" (a non-finite model or messages: the attacks that need them did
+# not run), or "uninformative" (the model learned nothing: its accuracy's 95 % interval reaches
+# chance, so an attack failing on it says nothing of the defense).
+CELL_STATES = ("trained", "diverged", "uninformative")
+DATASET_CLASSES = {"digits": 10, "cifar10": 10}
+
+
+def dataset_classes(results: dict[str, Any]) -> int | None:
+    """The number of labels of the audit's dataset (None when privbench does not know it)."""
+    from privbench.datafiles import IDX_DATASETS
+
+    name = str(((results.get("config") or {}).get("run") or {}).get("dataset", ""))
+    if name in IDX_DATASETS:
+        return IDX_DATASETS[name].classes
+    return DATASET_CLASSES.get(name)
+
+
+def accuracy_interval(cell: dict[str, Any]) -> list[float] | None:
+    """The 95 % Clopper-Pearson interval of the cell's test accuracy over the test samples its
+    last evaluation counted, or None without an accuracy or a count."""
+    from privbench.metrics.roc import clopper_pearson
+
+    acc = finite_or_none(cell.get("accuracy"))
+    last = (cell.get("history") or [{}])[-1]
+    n = last.get("test_samples") if isinstance(last, dict) else None
+    if acc is None or not isinstance(n, int) or n < 1:
+        return None
+    return clopper_pearson(round(acc * n), n)
+
+
+def _diverged_attacks(cell: dict[str, Any]) -> list[str]:
+    """Attacks that could not run because the run's model or messages were non-finite."""
+    return sorted(a for a, att in cell.get("attacks", {}).items()
+                  if str(att.get("status", "")).startswith("not applicable")
+                  and "non-finite" in str(att.get("status", "")))
+
+
+def cell_state(cell: dict[str, Any], classes: int | None = None) -> dict[str, Any]:
+    """What happened to a cell's training: {"kind": one of CELL_STATES, "text": a short
+    sentence for people, "round": the 1-based round that went non-finite or None}.
+
+    diverged: training stopped on a non-finite model (`status` "diverged ... in round r"), the
+    accuracy is not finite, or an attack found the run's messages non-finite. uninformative:
+    the accuracy's interval reaches chance (1 / `classes`). Otherwise trained.
+    """
+    status = str(cell.get("status", "ok"))
+    if status.startswith("diverged"):
+        match = re.search(r"round (\d+)", status)
+        r = int(match.group(1)) if match else None
+        return {"kind": "diverged", "round": r,
+                "text": f"diverged in round {r}" if r else "diverged"}
+    bad = _diverged_attacks(cell)
+    if bad or (finite_or_none(cell.get("accuracy")) is None and cell.get("history")):
+        seen = f" (seen by {', '.join(bad)})" if bad else ""
+        return {"kind": "diverged", "round": None,
+                "text": f"diverged: non-finite messages{seen}"}
+    ci = accuracy_interval(cell)
+    if classes and ci is not None and ci[0] <= 1.0 / classes:
+        return {"kind": "uninformative", "round": None,
+                "text": f"did not learn: accuracy {fmt_num(cell.get('accuracy'))} "
+                        f"[{fmt_num(ci[0])}, {fmt_num(ci[1])}] reaches chance "
+                        f"{fmt_num(1.0 / classes)}"}
+    return {"kind": "trained", "round": None, "text": "trained"}
+
+
+# One number formatter for the terminal table, the HTML report and the leakage map.
 SCIENTIFIC_FROM = 1e4
+SCIENTIFIC_BELOW = 1e-3
 
 
-def fmt_num(x: Any, digits: int = 2, missing: str = "–") -> str:
-    """A number for people: fixed point below 1e4 in magnitude, scientific notation from there
-    (1.03e+06, not 1033560.00) and for a non-zero value that fixed point would show as zero
-    (7.81e-07, not 0.00: a tiny ε is not no ε), "∞" for an infinite value and `missing` for
-    anything else."""
+def fmt_num(x: Any, digits: int = 3, missing: str = "–") -> str:
+    """A number for people, to `digits` significant digits: fixed point from 1e-3 to 1e4 in
+    magnitude (85.0, 0.908, 5000), scientific notation outside it (1.03e+06, 3.17e-09: a tiny ε
+    is not no ε), "0" for zero, "∞" / "-∞" for an infinite value and `missing` for anything
+    else (None, NaN, text)."""
     if x in ("inf", float("inf")):
         return "∞"
+    if x in ("-inf", float("-inf")):
+        return "-∞"
     v = finite_or_none(x)
     if v is None:
         return missing
-    fixed = f"{v:.{digits}f}"
-    vanishes = v != 0 and float(fixed) == 0
-    return f"{v:.{digits}e}" if abs(v) >= SCIENTIFIC_FROM or vanishes else fixed
+    if v == 0:
+        return "0"
+    digits = max(1, digits)
+    if not SCIENTIFIC_BELOW <= abs(v) < SCIENTIFIC_FROM:
+        return f"{v:.{digits - 1}e}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    text = f"{v:.{decimals}f}"
+    if abs(float(text)) >= SCIENTIFIC_FROM:  # rounding carried it over the threshold
+        return f"{v:.{digits - 1}e}"
+    return text
 
 
 def counted(n: int, noun: str) -> str:

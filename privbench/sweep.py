@@ -301,25 +301,34 @@ MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                      gen: torch.Generator) -> dict[str, Any]:
-    """The one-run white-box gradient-canary audit of the victim (`attacks/canary.py`): the
-    defense retrained with m canaries; ε lower bound and the cap a perfect guesser reaches."""
-    from privbench.membership import canary_audit
+    """The one-run white-box gradient-canary audit (`attacks/canary.py`) of every node (or the
+    worst): the defense retrained with m canaries per node; the worst node's ε lower bound, the
+    cap a perfect guesser reaches, the μ-GDP estimate with its interval, and the bound over the
+    audited node's own claim (`empirical_ratio`)."""
+    from privbench.canary_audit import gradient_canary_audit
 
     cfg = audit.attack_cfg(attack)
-    res = canary_audit(built.ctx.run, built.defense, audit.victim, cfg.canaries,
-                       overrides=to_dict(built.trainer.cfg), gen=gen,
-                       threat=_audit_threat(built, audit), kind="gradient",
-                       norm_factor=cfg.norm_factor)
+    res = gradient_canary_audit(built.ctx.run, built.defense, cfg.canaries,
+                                overrides=to_dict(built.trainer.cfg), gen=gen,
+                                threat=audit.threat, norm_factor=cfg.norm_factor,
+                                nodes=cfg.nodes, guess_fraction=cfg.guess_fraction)
     if not res.get("applicable", False):
         return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
                 "metrics": {}}
-    one = res["one_run"]
-    metrics = {"empirical_epsilon": one["epsilon_lb"], "empirical_epsilon_cap": res["cap"]}
+    worst, nodes = res["worst"], res["nodes"]
+    top = max(nodes, key=lambda r: r["estimated_ratio"])
+    metrics = {"empirical_epsilon": max(r["one_run"]["epsilon_lb"] for r in nodes),
+               "empirical_epsilon_cap": res["cap"], "empirical_ratio": worst["ratio"],
+               "estimated_epsilon": top["estimate"]["epsilon"],
+               "estimated_ratio": top["estimated_ratio"]}
     return {"kind": "canary", "status": "ok", "threat": res["threat"],
             "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
-            "metrics": metrics, "canaries": res["canaries"], "included": res["included"],
-            "canary_norm": res["canary_norm"], "one_run": one,
-            "claimed_epsilon": res["claimed_epsilon"]}
+            "metrics": metrics,
+            "intervals": {"estimated_epsilon": top["estimate"]["epsilon_interval"]},
+            "canaries": res["canaries"], "canary_norm": res["canary_norm"],
+            "victim": worst["node"], "one_run": worst["one_run"],
+            "claimed_epsilon": worst["claimed_epsilon"], "p_star": res["p_star"],
+            "nodes": nodes}
 
 
 def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> dict[str, Any]:
@@ -947,31 +956,41 @@ def _eps_column(cell: dict[str, Any]) -> str:
 
 
 def summary_table(results: dict[str, Any]) -> str:
-    """The terminal summary: one row per (defense, ε)."""
+    """The terminal summary: one row per (defense, ε), in the report's number format, with the
+    cell's verdict and what happened to its training (a diverged cell shows no attack result)."""
+    from privbench.report.verdicts import verdicts
     from privbench.results import attack_interval, attack_metric, claimed_eps, fmt_num
 
-    def f(v: float | None, d: int = 3) -> str:
-        return fmt_num(v, d, missing="-")
+    judged = {id(c): v for name, d in verdicts(results).items()
+              for c, v in zip([c for c in results["cells"] if c["defense"] == name],
+                              d["cells"], strict=True)}
+
+    def f(v: float | None) -> str:
+        return fmt_num(v, missing="-")
 
     def ci(c: dict[str, Any], key: str) -> str:
         iv = attack_interval(c, key)
-        return "-" if iv is None else f"[{iv[0]:.2f},{iv[1]:.2f}]"
+        return "-" if iv is None else f"[{fmt_num(iv[0])},{fmt_num(iv[1])}]"
 
-    head = (f"{'defense':<12} {'eps':>9} {'acc':>6} {'PSNR':>6} {'SSIM':>6} {'label':>6} "
-            f"{'AUC':>6} {'95% CI':>11} {'TPR@1%':>7} {'95% CI':>11} {'eps_paper':>9} "
-            f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  status")
+    head = (f"{'defense':<12} {'eps':>9} {'acc':>6} {'PSNR':>6} {'SSIM':>8} {'label':>6} "
+            f"{'AUC':>6} {'95% CI':>15} {'TPR@1%':>7} {'95% CI':>15} {'eps_paper':>9} "
+            f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  {'verdict':<13} training")
     lines = [head]
     for c in results["cells"]:
-        eps = _eps_column(c)
+        v = judged[id(c)]
+        ran = v["state"]["kind"] != "diverged"
+
+        def m(key: str) -> str:
+            return f(attack_metric(c, key)) if ran else "-"  # noqa: B023 (used in this loop)
+
         lines.append(
-            f"{c['defense']:<12} {eps:>9} {f(c.get('accuracy')):>6} "
-            f"{f(attack_metric(c, 'psnr'), 1):>6} {f(attack_metric(c, 'ssim')):>6} "
-            f"{f(attack_metric(c, 'label_accuracy'), 2):>6} {f(attack_metric(c, 'auc')):>6} "
-            f"{ci(c, 'auc'):>11} {f(attack_metric(c, 'tpr_at_1%_fpr')):>7} "
-            f"{ci(c, 'tpr_at_1%_fpr'):>11} {f(claimed_eps(c, 'paper'), 2):>9} "
-            f"{f(claimed_eps(c, 'calibrated'), 2):>8} "
-            f"{f(attack_metric(c, 'empirical_epsilon'), 2):>8} "
-            f"{f(attack_metric(c, 'empirical_epsilon_cap'), 2):>5}  {c['status']}")
+            f"{c['defense']:<12} {_eps_column(c):>9} {f(c.get('accuracy')):>6} "
+            f"{m('psnr'):>6} {m('ssim'):>8} {m('label_accuracy'):>6} {m('auc'):>6} "
+            f"{ci(c, 'auc') if ran else '-':>15} {m('tpr_at_1%_fpr'):>7} "
+            f"{ci(c, 'tpr_at_1%_fpr') if ran else '-':>15} {f(claimed_eps(c, 'paper')):>9} "
+            f"{f(claimed_eps(c, 'calibrated')):>8} {m('empirical_epsilon'):>8} "
+            f"{m('empirical_epsilon_cap'):>5}  {v['level'].replace('_', '-'):<13} "
+            f"{v['state']['text']}")
     return "\n".join(lines)
 
 

@@ -110,10 +110,13 @@ def lpips_status() -> tuple[bool, str]:
         return False, f"LPIPS unavailable: package lpips not importable ({exc})"
     hub = Path(torch.hub.get_dir()) / "checkpoints" / ALEXNET_FILE
     if not hub.is_file():
-        return False, f"LPIPS unavailable: AlexNet weights not cached at {hub} (never downloaded)"
+        return False, (f"LPIPS unavailable: torchvision's AlexNet weights ({ALEXNET_FILE}) are "
+                       "not in the torch hub cache ($TORCH_HOME/hub/checkpoints/); privbench "
+                       "never downloads them (README: LPIPS offline)")
     lin = Path(os.path.dirname(lpips.__file__)) / "weights" / "v0.1" / "alex.pth"
     if not lin.is_file():
-        return False, f"LPIPS unavailable: lpips linear weights missing at {lin}"
+        return False, ("LPIPS unavailable: the lpips package lacks its own linear weights "
+                       "(weights/v0.1/alex.pth); reinstall lpips")
     return True, "ok"
 
 

@@ -17,7 +17,15 @@ import numpy as np
 from markupsafe import Markup
 
 from privbench.report import bounds, plots
-from privbench.report.verdicts import PSNR_LEAK_DB, TITLES, membership_findings, verdicts, where
+from privbench.report.text import Notes, no_paths, prose
+from privbench.report.verdicts import (
+    LEVELS,
+    PSNR_LEAK_DB,
+    TITLES,
+    membership_findings,
+    verdicts,
+    where,
+)
 from privbench.results import (
     attack_interval,
     attack_metric,
@@ -143,45 +151,60 @@ def _message_map(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _ci_cell(ci: list[float] | None) -> str:
     """An interval as shown under a value in the report's tables ("" when none)."""
-    return "" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+    return "" if not ci else f"[{fmt_num(ci[0])}, {fmt_num(ci[1])}]"
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    return fmt_num(x, digits)
-
-
-class _Dashes:
-    """Footnotes for every "–" in the tables: the reason the value is missing."""
-
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    def mark(self, reason: str) -> Markup:
-        if reason not in self.reasons:
-            self.reasons.append(reason)
-        k = self.reasons.index(reason) + 1
-        return Markup('<span title="{0}">–<sup><a href="#dash{1}">{1}</a></sup></span>').format(
-            reason, k)
-
-
-def _missing_reason(cell: dict[str, Any], key: str) -> str:
+def _missing_reason(cell: dict[str, Any], key: str, state: dict[str, Any]) -> str:
     """Why a cell has no value for a metric (from the cell's statuses in results.json)."""
-    if str(cell.get("status", "ok")) != "ok":
-        return f"{cell['defense']} {where(cell)}: training {cell['status']}"
+    if state["kind"] == "diverged":
+        return (f"{cell['defense']} {where(cell)}: training {state['text']}; no attack result of "
+                "the cell is read")
     atts = cell.get("attacks", {})
     holders = {a: att for a, att in atts.items() if key in (att.get("metrics") or {})}
     if not holders:
         return f"no attack in this audit measures {key}"
     for aname, att in sorted(holders.items()):
         if att.get("status") != "ok":
-            return f"{aname}: {att.get('status')}"
+            return str(att.get("status"))  # the same note as the attack table's status
         if key == "lpips" and att.get("lpips_status") not in (None, "ok"):
-            return f"LPIPS: {att['lpips_status']}"
+            return lpips_reason(str(att["lpips_status"]))
         if key.startswith("tpr_at_") and att.get(f"{key}_resolved") is False:
             fpr = key.removeprefix("tpr_at_").removesuffix("_fpr")
             return (f"{aname}: TPR at {fpr} FPR is not resolved with "
                     f"{att.get('n_nonmembers')} non-members")
     return f"{key} was not computed (see results.json)"
+
+
+def lpips_reason(status: str) -> str:
+    """An LPIPS status for the page: no machine path, and how to provide the weights offline."""
+    if "AlexNet" not in status:
+        return no_paths(status)
+    return ("LPIPS not computed: torchvision's AlexNet weights are not in the torch hub cache, "
+            "and privbench never downloads them. To provide them offline, copy "
+            "alexnet-owt-7be5be79.pth into $TORCH_HOME/hub/checkpoints/ (by default "
+            "~/.cache/torch/hub/checkpoints/); lpips' own linear weights ship inside the lpips "
+            "package")
+
+
+def mechanism_row(cell: dict[str, Any], notes: Notes) -> dict[str, Any] | None:
+    """The cell's mechanism audit in one row: measured ε [interval] against the claim, or why it
+    was not measured (a numbered note), and its findings; None without a mechanism audit."""
+    att = cell.get("attacks", {}).get("mechanism")
+    if att is None:
+        return None
+    mech = att.get("mechanism") if str(att.get("status", "")).startswith("ok") else None
+    if not mech:
+        return {"measured": notes.status(str(att.get("status"))), "findings": []}
+    eps = mech.get("epsilon") or {}
+    if eps.get("applicable"):
+        lo, hi = eps["interval"]
+        rlo, rhi = eps["ratio_interval"]
+        measured = Markup("{} [{}, {}] vs claimed {} (ratio {} [{}, {}])").format(
+            fmt_num(eps["epsilon"]), fmt_num(lo), fmt_num(hi), fmt_num(eps["claimed"]),
+            fmt_num(eps["ratio"]), fmt_num(rlo), fmt_num(rhi))
+    else:
+        measured = notes.mark(str(eps.get("reason")), "not applicable")
+    return {"measured": measured, "findings": list(mech.get("findings") or [])}
 
 
 def _eps_reason(cell: dict[str, Any], mode: str) -> str:
@@ -210,26 +233,49 @@ def render_html(results: dict[str, Any], run_name: str | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
-    dashes = _Dashes()
+    notes = Notes()
+    judged = verdicts(results)
+    per_cell = {id(c): v for c, v in zip(
+        [c for name in judged for c in results.get("cells", []) if c["defense"] == name],
+        [v for name in judged for v in judged[name]["cells"]], strict=True)}
 
-    def metric(cell: dict[str, Any], key: str, digits: int = 3) -> Any:
-        v = finite_or_none(cell.get("accuracy")) if key == "accuracy" else attack_metric(cell, key)
-        return fmt_num(v, digits) if v is not None else dashes.mark(_missing_reason(cell, key))
+    def verdict_of(cell: dict[str, Any]) -> dict[str, Any]:
+        return per_cell[id(cell)]
 
-    def claim(cell: dict[str, Any], mode: str, digits: int = 2) -> Any:
+    def metric(cell: dict[str, Any], key: str) -> Any:
+        state = verdict_of(cell)["state"]
+        if key == "accuracy":
+            v = finite_or_none(cell.get("accuracy"))
+        else:
+            v = None if state["kind"] == "diverged" else attack_metric(cell, key)
+        return fmt_num(v) if v is not None else notes.mark(_missing_reason(cell, key, state))
+
+    def claim(cell: dict[str, Any], mode: str) -> Any:
         v = claimed_eps(cell, mode)
-        return fmt_num(v, digits) if v is not None else dashes.mark(_eps_reason(cell, mode))
+        return fmt_num(v) if v is not None else notes.mark(_eps_reason(cell, mode))
 
-    env.filters["fmt"] = _fmt
+    def best_auc(cell: dict[str, Any]) -> Any:
+        if verdict_of(cell)["state"]["kind"] == "diverged":
+            return metric(cell, "auc")
+        found = sorted(membership_findings(cell), key=lambda m: -m["auc"])
+        if not found:
+            return metric(cell, "auc")
+        ci = found[0]["ci"]
+        return fmt_num(found[0]["auc"]) + (f" [{fmt_num(ci[0])}, {fmt_num(ci[1])}]" if ci else "")
+
+    env.filters["fmt"] = fmt_num
     env.filters["ci"] = _ci_cell
+    env.filters["prose"] = prose
+    env.filters["no_paths"] = no_paths
     env.globals.update(claimed_eps=claimed_eps, attack_metric=attack_metric,
                        attack_interval=attack_interval, uncovered_leaks=uncovered_leaks,
-                       metric=metric, claim=claim, where=where,
+                       metric=metric, claim=claim, where=where, verdict_of=verdict_of,
+                       best_auc=best_auc, mechanism_row=lambda c: mechanism_row(c, notes),
                        membership_findings=membership_findings, auc_label=_auc_label)
     return env.get_template(TEMPLATE.name).render(
-        r=results, verdicts=verdicts(results), plots=_plots(results),
+        r=results, verdicts=judged, plots=_plots(results), levels=LEVELS,
         galleries=_galleries(results), message_map=_message_map(results),
-        psnr_leak=PSNR_LEAK_DB, titles=TITLES, dashes=dashes, config=_config_shown(results))
+        psnr_leak=PSNR_LEAK_DB, titles=TITLES, notes=notes, config=_config_shown(results))
 
 
 def merge_results(items: list[dict[str, Any]]) -> dict[str, Any]:

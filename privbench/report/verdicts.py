@@ -9,11 +9,17 @@ Levels, most severe first (`LEVELS`):
   or observed model were derived from that kind: the attack result's `uses`).
 * under_reports: the paper's own ε is below the rigorous (calibrated) ε of the same run by more
   than 1%: the paper's accounting claims more privacy than the mechanism gives.
-* diverged: training produced a non-finite model; no accuracy, no attack.
+* diverged: training produced a non-finite model or messages (`results.cell_state`); the
+  attacks that need them did not run, so no attack result of the cell is read.
 * leaks: an attack succeeds, clear of chance (membership: the AUC interval's lower end above 0.5;
   inversion: PSNR >= 20 dB on [0, 1] images), while the empirical ε stays within the claim: a
   leak the claimed ε permits.
-* resists: no attack run succeeded.
+* uninformative: no attack succeeded, but the model learned nothing (its accuracy's interval
+  reaches chance), so the attacks' failure says nothing of the defense.
+* resists: the model learned and no attack run succeeded.
+
+A mechanism audit finding (noise missing, reused or unbounded contributions, sampling other than
+the ledger's; `privbench.mechanism`) is a violation too.
 
 Non-private baselines get the level "reference": what the attacks reach without any defense.
 A cell's verdict is the most severe level any of its findings reaches, so the verdict does not
@@ -31,8 +37,10 @@ from privbench.report import bounds
 from privbench.results import (
     attack_metric,
     auc_interval,
+    cell_state,
     claimed_eps,
     claimed_for_audit,
+    dataset_classes,
     eps_text,
     finite_or_none,
     fmt_num,
@@ -40,9 +48,10 @@ from privbench.results import (
     uncovered_leaks,
 )
 
-LEVELS = ("violates", "under_reports", "diverged", "leaks", "resists")
+LEVELS = ("violates", "under_reports", "diverged", "leaks", "uninformative", "resists")
 TITLES = {"violates": "violates its guarantee", "under_reports": "under-reports ε",
-          "diverged": "diverged", "leaks": "leaks within its guarantee", "resists": "resists",
+          "diverged": "diverged", "leaks": "leaks within its guarantee",
+          "uninformative": "uninformative (the model did not learn)", "resists": "resists",
           "reference": "reference (no DP)"}
 PSNR_LEAK_DB = 20.0  # a reconstruction at or above this PSNR on [0, 1] images is recognisable
 UNDER_REPORT_MARGIN = 0.01  # paper ε below calibrated ε by more than this fraction
@@ -85,12 +94,12 @@ def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _text_auc(m: dict[str, Any]) -> str:
     ci = m.get("ci")
-    text = f"{m['attack']} AUC {m['auc']:.3f}"
+    text = f"{m['attack']} AUC {fmt_num(m['auc'])}"
     if ci:
-        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+        text += f" [{fmt_num(ci[0])}, {fmt_num(ci[1])}]"
     if m.get("closeness") is not None:
         text += (f", {100 * m['closeness']:.0f}% of the way from chance to the DP bound "
-                 f"(AUC ≤ {m['bound_auc']:.3f})")
+                 f"(AUC ≤ {fmt_num(m['bound_auc'])})")
     return text
 
 
@@ -101,7 +110,7 @@ def _inversion_hits(cell: dict[str, Any]) -> list[tuple[str, float, list[str]]]:
         psnr = finite_or_none((att.get("metrics") or {}).get("psnr"))
         if _ok(att) and psnr is not None and psnr >= PSNR_LEAK_DB:
             hits.append((name, psnr, list(att.get("uses") or [])))
-    return hits
+    return sorted(hits, key=lambda h: -h[1])  # the strongest first
 
 
 def realized_overspend(cell: dict[str, Any]) -> str | None:
@@ -113,9 +122,20 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
     if not real or not assumed:
         return None
     worst = max(float(r["epsilon"]) for r in real)  # "inf" -> inf
-    claim = max(float(r["epsilon"]) for r in assumed)
+    top = max(assumed, key=lambda r: float(r["epsilon"]))
+    claim = float(top["epsilon"])
     if worst <= claim * (1 + 1e-6):
         return None
+    per_round = finite_or_none(top.get("epsilon_round"))
+    if per_round and claim != per_round:
+        ran = round(claim / per_round)
+        stopped = (f"; training stopped there, so it is below the target {eps_text(target)}"
+                   if isinstance(target := cell.get("epsilon"), (int, float)) and claim < target
+                   else "")
+        claim_text = (f"{fmt_num(claim)} (its per-round ε {fmt_num(per_round)} composed over "
+                      f"the {ran} rounds that ran{stopped})")
+    else:
+        claim_text = fmt_num(claim)
     check = real[0].get("sensitivity_check") or {}
     below = _rounds(check, "estimate_below_real")
     why = f"the sensitivity estimate fell below the real one in {below}"
@@ -123,7 +143,7 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
         why += f", {_rounds(check, 'non_finite_count')} non-finite"
         cause = noise_feedback_text(real)  # non-finite already checked: self_feeding's case
         why += f"; {cause}" if cause else ""
-    return f"realized ε {worst:.3g} exceeds the assumed ε {claim:.3g} ({why})"
+    return f"realized ε {fmt_num(worst)} exceeds the assumed ε {claim_text} ({why})"
 
 
 def _rounds(check: dict[str, Any], key: str) -> str:
@@ -141,22 +161,13 @@ def self_feeding(cell: dict[str, Any]) -> str | None:
     return noise_feedback_text(real)
 
 
-def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
-    """The verdict of one (defense, ε) cell: level, findings (level, evidence, fix)."""
+def _accounting_findings(cell: dict[str, Any], here: str,
+                         emp: float | None) -> list[dict[str, Any]]:
+    """Findings read from the privacy reports alone (they hold whatever training did); `emp`:
+    the cell's empirical ε where its attacks are read."""
     findings: list[dict[str, Any]] = []
-    private = bool(cell.get("privacy"))
-    here = where(cell)
-    if str(cell.get("status", "ok")).startswith("diverged"):
-        findings.append({"level": "diverged", "evidence": f"{here}: {cell['status']}"})
-    eps, _, which = claimed_for_audit(cell)
-    emp = attack_metric(cell, "empirical_epsilon")
-    if private and emp is not None and eps is not None and emp > eps:
-        findings.append({"level": "violates", "evidence": f"{here}: empirical ε lower bound "
-                         f"{fmt_num(emp)} exceeds the {which} ε {fmt_num(eps)}",
-                         "fix": "the noise or the accounting is wrong for what the trainer "
-                                "does: check the sampling and sensitivity the accountant assumes"})
     overspend = realized_overspend(cell)
-    if private and overspend:
+    if overspend:
         fix = ("a per-round ε above the bound named (sharing fewer coordinates lowers it): "
                "below it the noise feeds its own sensitivity, whatever the graph or estimate"
                if self_feeding(cell) else
@@ -164,68 +175,153 @@ def cell_verdict(cell: dict[str, Any]) -> dict[str, Any]:
                "doubly-stochastic graph where Lemma 2 holds")
         findings.append({"level": "violates", "evidence": f"{here}: {overspend}", "fix": fix})
     paper, cal = claimed_eps(cell, "paper"), claimed_eps(cell, "calibrated")
-    if private and paper is not None and cal is not None and \
-            paper < cal * (1 - UNDER_REPORT_MARGIN):
+    if paper is not None and cal is not None and paper < cal * (1 - UNDER_REPORT_MARGIN):
         measured = (f"; an attack here certifies ε ≥ {fmt_num(emp)}, above the paper's ε"
                     if emp is not None and emp > paper else "")
         findings.append({"level": "under_reports", "evidence": f"{here}: the paper's ε "
                          f"{fmt_num(paper)} is below the rigorous ε {fmt_num(cal)}{measured}",
                          "fix": "report (and calibrate noise with) the rigorous accountant"})
+    return findings
+
+
+def mechanism_findings(cell: dict[str, Any], here: str) -> list[dict[str, Any]]:
+    """The mechanism audit's findings (each a violation) and a measured ε above its claim."""
+    att = cell.get("attacks", {}).get("mechanism") or {}
+    mech = att.get("mechanism") if _ok(att) else None
+    if not mech:
+        return []
+    out = [{"level": "violates", "evidence": f"{here}: mechanism audit: {text}",
+            "fix": "noise every covered message afresh each round, with the sensitivity and "
+                   "sampling the ledger accounts"} for text in mech.get("findings") or []]
+    eps = mech.get("epsilon") or {}
+    lo = (eps.get("ratio_interval") or [None])[0]
+    if eps.get("applicable") and finite_or_none(lo) is not None and lo > 1.0:
+        out.append({"level": "violates", "evidence": f"{here}: the mechanism audit measures ε "
+                    f"{fmt_num(eps['epsilon'])} [{fmt_num(eps['interval'][0])}, "
+                    f"{fmt_num(eps['interval'][1])}] above the claimed ε "
+                    f"{fmt_num(eps['claimed'])}", "fix": "the noise drawn or the sampling "
+                    "rate is not the one the ledger accounts"})
+    return out
+
+
+def _attack_findings(cell: dict[str, Any], here: str) -> list[dict[str, Any]]:
+    """Findings from the attacks that ran: an empirical ε above the claim, recognisable
+    reconstructions (the strongest attack quoted), membership inference clear of chance."""
+    findings: list[dict[str, Any]] = []
+    private = bool(cell.get("privacy"))
+    eps, _, which = claimed_for_audit(cell)
+    emp = attack_metric(cell, "empirical_epsilon")
+    if private and emp is not None and eps is not None and emp > eps:
+        findings.append({"level": "violates", "evidence": f"{here}: empirical ε lower bound "
+                         f"{fmt_num(emp)} exceeds the {which} ε {fmt_num(eps)}",
+                         "fix": "the noise or the accounting is wrong for what the trainer "
+                                "does: check the sampling and sensitivity the accountant assumes"})
     leaks = set(uncovered_leaks(cell)) if private else set()
-    for name, psnr, uses in _inversion_hits(cell):
+    hits = _inversion_hits(cell)
+    if hits:
+        name, psnr, uses = hits[0]
+        others = "".join(f"; {n} {fmt_num(p)} dB" for n, p, _ in hits[1:])
         exploited = sorted(leaks & set(uses))
         if exploited:
-            findings.append({"level": "violates", "evidence": f"{here}: {name} reconstructs "
-                             f"the victim's images (PSNR {psnr:.1f} dB) from "
+            findings.append({"level": "violates", "strength": psnr,
+                             "evidence": f"{here}: {name} reconstructs "
+                             f"the victim's images (PSNR {fmt_num(psnr)} dB{others}) from "
                              f"{', '.join(exploited)}, a data-dependent message outside the DP "
                              "guarantee", "fix": f"noise or stop sending {', '.join(exploited)} "
                                                  "(cover it by the mechanism)"})
         else:
-            findings.append({"level": "leaks", "evidence": f"{here}: {name} reconstructs the "
-                             f"victim's images (PSNR {psnr:.1f} dB ≥ {PSNR_LEAK_DB:g})"})
-    for m in membership_findings(cell):
+            findings.append({"level": "leaks", "strength": psnr,
+                             "evidence": f"{here}: {name} reconstructs the "
+                             f"victim's images (PSNR {fmt_num(psnr)} dB ≥ {PSNR_LEAK_DB:g}"
+                             f"{others})"})
+    for m in sorted(membership_findings(cell), key=lambda m: -m["auc"]):
         exploited = sorted(leaks & set(m["uses"]))
         if m["success"] and exploited:
-            findings.append({"level": "violates", "evidence": f"{here}: {_text_auc(m)}, read "
+            findings.append({"level": "violates", "strength": m["auc"],
+                             "evidence": f"{here}: {_text_auc(m)}, read "
                              f"from {', '.join(exploited)}, a data-dependent message outside "
                              "the DP guarantee", "fix": f"noise or stop sending "
                                                         f"{', '.join(exploited)}"})
         elif m["success"]:
-            findings.append({"level": "leaks", "evidence": f"{here}: {_text_auc(m)}"})
+            findings.append({"level": "leaks", "strength": m["auc"],
+                             "evidence": f"{here}: {_text_auc(m)}"})
     if leaks and not any(f["level"] == "violates" for f in findings):
         findings.append({"level": "resists", "evidence": f"{here}: {', '.join(sorted(leaks))} "
                          "lies outside the DP guarantee; no attack here exploited it"})
+    return findings
+
+
+def cell_verdict(cell: dict[str, Any], classes: int | None = None) -> dict[str, Any]:
+    """The verdict of one (defense, ε) cell: level, findings (level, evidence, fix) and the
+    cell's training state (`results.cell_state`; `classes` sets chance accuracy).
+
+    A diverged cell is judged on its privacy reports and its mechanism audit only (its attacks
+    did not run on a finite model); a cell whose model did not learn is "uninformative", never
+    "resists".
+    """
+    here = where(cell)
+    private = bool(cell.get("privacy"))
+    state = cell_state(cell, classes)
+    emp = None if state["kind"] == "diverged" else attack_metric(cell, "empirical_epsilon")
+    findings = _accounting_findings(cell, here, emp) if private else []
+    findings += mechanism_findings(cell, here) if private else []
+    if state["kind"] == "diverged":
+        findings.append({"level": "diverged", "evidence": f"{here}: {state['text']}; its "
+                         "attacks are not read (no empirical ε, no attack verdict)"})
+    else:
+        findings += _attack_findings(cell, here)
+        if state["kind"] == "uninformative" and not any(
+                f["level"] in ("violates", "leaks") for f in findings):
+            findings.append({"level": "uninformative", "evidence": f"{here}: {state['text']}: "
+                             "no attack succeeded, but on a model that learned nothing"})
     if not any(f["level"] != "resists" for f in findings):
         findings.append({"level": "resists", "evidence": f"{here}: no attack succeeded "
                          f"(PSNR < {PSNR_LEAK_DB:g} dB, no AUC interval clear of 0.5)"})
     level = min((f["level"] for f in findings), key=severity)
     if not private:
         level = "reference"
-    return {"level": level, "title": TITLES[level], "where": here, "findings": findings}
+    return {"level": level, "title": TITLES[level], "where": here, "findings": findings,
+            "state": state}
+
+
+def _title(level: str, per: list[dict[str, Any]]) -> str:
+    """The defense's title: its level, then the cells whose training did not give a model to
+    judge (diverged, did not learn) when the level does not already say so."""
+    title = TITLES[level]
+    for kind, words in (("diverged", "diverged"), ("uninformative", "did not learn")):
+        at = [v["where"] for v in per if v["state"]["kind"] == kind]
+        if at and level != kind:
+            title += f"; {words} at {', '.join(at)}"
+    return title
 
 
 def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per defense: the worst cell's level over its ε grid, with every cell's verdict.
+    """Per defense: the worst cell's level over its ε grid, with every cell's verdict, ordered
+    by severity (then name), the non-private references last.
 
     Returns:
         {defense: {"level", "title", "private", "cells": [cell verdicts in input order],
-        "reasons": evidence lines of the findings at the defense's level, then the rest}}.
+        "reasons": evidence lines of the findings, the most severe first (within a level in
+        cell order, the strongest attack first)}}.
     """
+    classes = dataset_classes(results)
     by_def: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cell in results.get("cells", []):
         by_def[cell["defense"]].append(cell)
     out = {}
     for name, cells in by_def.items():
-        per = [cell_verdict(c) for c in cells]
+        per = [cell_verdict(c, classes) for c in cells]
         private = any(c.get("privacy") for c in cells)
         level = min((v["level"] for v in per), key=severity) if private else "reference"
         found = sorted((f for v in per for f in v["findings"]),
-                       key=lambda f: (severity(f["level"]), f["evidence"]))
+                       key=lambda f: (severity(f["level"]), -f.get("strength", 0.0),
+                                      f["evidence"]))
         reasons = [f["evidence"] + (f" — fix: {f['fix']}" if f.get("fix") else "")
                    for f in found if private or f["level"] != "resists"]
-        out[name] = {"level": level, "title": TITLES[level], "private": private, "cells": per,
-                     "reasons": reasons or [f["evidence"] for f in found]}
-    return out
+        out[name] = {"level": level, "title": _title(level, per), "private": private,
+                     "cells": per, "reasons": reasons or [f["evidence"] for f in found]}
+    order = sorted(out, key=lambda n: (not out[n]["private"], severity(out[n]["level"]), n))
+    return {n: out[n] for n in order}
 
 
 def verdict_summary(results: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from privbench.cli import main
-from privbench.results import attack_metric
+from privbench.results import attack_metric, fmt_num
 
 TINY = """
 nodes = 4
@@ -64,11 +64,9 @@ def test_summary_table_agrees_with_results(audit_dir, capsys):
             if line and line.split()[0] in ("sgp", "d_psgd")}
     for cell in res["cells"]:
         row = rows[cell["defense"]]
-        assert row[2] == f"{cell['accuracy']:.3f}"
-        psnr = attack_metric(cell, "psnr")
-        assert row[3] == ("-" if psnr is None else f"{psnr:.1f}")
-        auc = attack_metric(cell, "auc")
-        assert row[6] == ("-" if auc is None else f"{auc:.3f}")
+        assert row[2] == fmt_num(cell["accuracy"])
+        assert row[3] == fmt_num(attack_metric(cell, "psnr"), missing="-")
+        assert row[6] == fmt_num(attack_metric(cell, "auc"), missing="-")
 
 
 def test_the_terminal_gives_each_defenses_verdict_as_the_report_does(audit_dir, capsys):

@@ -50,7 +50,7 @@ def test_report_is_self_contained_and_complete():
     assert re.findall(r'src="([^"]+)"', html) and all(
         s.startswith("data:image/png;base64,") for s in re.findall(r'src="([^"]+)"', html))
     for needle in ("Headline verdicts", "Message map", "NOT covered", "control_variate",
-                   "Reconstruction galleries", "ROC curves", "Reproducibility", "31.00",
+                   "Reconstruction galleries", "ROC curves", "Reproducibility", "31.0",
                    "fixed_without_replacement", "yes (not an upper bound)"):
         assert needle in html
 
@@ -134,5 +134,154 @@ def test_sensitivity_trace_is_drawn_and_a_realized_overspend_violates():
     assert "Sensitivity estimate vs real" in html
     v = verdicts(res)["partpsp"]
     assert v["level"] == "violates"
-    assert any("realized ε inf exceeds the assumed ε 1" in r for r in v["reasons"])
+    assert any("realized ε ∞ exceeds the assumed ε 1.00" in r for r in v["reasons"])
     assert "Sensitivity estimate vs real" not in render_html(_results())
+
+
+def _with(cells: list[dict]) -> dict:
+    res = _results()
+    res["config"]["run"]["dataset"] = "digits"
+    res["cells"] = cells
+    return res
+
+
+NON_FINITE = "not applicable: non-finite canary scores: the run diverged (non-finite messages)"
+
+
+def _diverged_cell() -> dict:
+    """A DP cell whose training did not stop but whose messages went non-finite: the canary
+    audit could not run, the threshold attack ran on the finite model alone."""
+    rep = _results()["cells"][0]["privacy"]
+    threshold = {"status": "ok", "uses": ["model"], "n_members": 700, "n_nonmembers": 700,
+                 "metrics": {"auc": 0.5, "empirical_epsilon": 0.0,
+                             "empirical_epsilon_cap": 4.12}}
+    return {"defense": "defl_vp", "epsilon": 1.0, "accuracy": 0.0583, "status": "ok",
+            "history": [{"round": 60, "test_samples": 360}], "privacy": rep,
+            "messages": _results()["cells"][0]["messages"][:1],
+            "attacks": {"canary": {"status": NON_FINITE, "uses": [], "metrics": {}},
+                        "mia_threshold": threshold}}
+
+
+def _row(html: str, defense: str) -> str:
+    body = html[html.index('<section id="table">'):]
+    return next(r for r in body.split("<tr>") if f"<td>{defense}</td>" in r)
+
+
+def test_a_cell_with_non_finite_messages_is_diverged_everywhere():
+    from privbench.sweep import summary_table
+
+    res = _with([_diverged_cell()])
+    v = verdicts(res)["defl_vp"]
+    assert "diverged" in v["title"] and v["cells"][0]["state"]["kind"] == "diverged"
+    assert any("diverged" in r for r in v["reasons"]) and v["level"] != "resists"
+    row = _row(render_html(res), "defl_vp")
+    assert "diverged" in row and "4.12" not in row and "ok" not in row.split("</td>")[2]
+    line = summary_table(res).splitlines()[1].split()
+    assert line[12:14] == ["-", "-"] and line[15] == "diverged:"  # eps_emp, cap; training
+
+
+def test_a_dp_cell_whose_model_did_not_learn_is_uninformative_not_resists():
+    cell = dict(_diverged_cell(), accuracy=0.1, privacy=_diverged_cell()["privacy"][:1],
+                attacks={"mia_threshold": _diverged_cell()["attacks"]["mia_threshold"]})
+    res = _with([cell])
+    v = verdicts(res)["defl_vp"]
+    assert v["level"] == "uninformative" and "resists" not in v["title"]
+    assert "did not learn" in _row(render_html(res), "defl_vp")
+    res["cells"][0]["accuracy"] = 0.5  # clear of chance: the same attacks now say it resists
+    assert verdicts(res)["defl_vp"]["level"] == "resists"
+
+
+def test_the_table_shows_each_cells_verdict_and_training_not_ok():
+    html = render_html(_with(_results()["cells"]))
+    row = _row(html, "defl_vp")
+    assert "violates its guarantee" in row and "trained" in row and "<td>ok</td>" not in row
+
+
+def test_the_verdict_quotes_the_strongest_attack_as_the_table_does():
+    res = _results()
+    inv = res["cells"][0]["attacks"]["geiping"]
+    res["cells"][0]["attacks"] = {"geiping": dict(inv, metrics={"psnr": 76.5}),
+                                  "idlg": dict(inv, metrics={"psnr": 84.99})}
+    first = verdicts(res)["defl_vp"]["reasons"][0]
+    assert "idlg" in first and "PSNR 85.0 dB" in first and "geiping 76.5 dB" in first
+    assert ">85.0</td>" in _row(render_html(res), "defl_vp")
+
+
+MECHANISM = {"status": "ok", "uses": ["model"],
+             "metrics": {"measured_epsilon": 1.06, "measured_ratio": 1.07},
+             "mechanism": {"epsilon": {"applicable": True, "epsilon": 1.065,
+                                       "interval": [0.8967, 1.255], "claimed": 0.9994,
+                                       "ratio": 1.066, "ratio_interval": [0.8973, 1.256]},
+                           "findings": [], "sampling": [], "freshness": {}, "rounds": [1]}}
+
+
+def test_the_mechanism_audit_is_shown_per_cell_and_its_findings_violate():
+    res = _results()
+    res["cells"][0]["messages"] = res["cells"][0]["messages"][:1]  # nothing uncovered
+    res["cells"][0]["attacks"] = {"mechanism": MECHANISM}
+    html = render_html(res)
+    assert "Mechanism audit per cell" in html
+    assert "1.06 [0.897, 1.25] vs claimed 0.999 (ratio 1.07" in html
+    assert verdicts(res)["defl_vp"]["level"] != "violates"
+    found = json.loads(json.dumps(MECHANISM))
+    found["mechanism"]["findings"] = ["update noise reused across rounds (node 4)"]
+    res["cells"][0]["attacks"] = {"mechanism": found}
+    v = verdicts(res)["defl_vp"]
+    assert v["level"] == "violates" and "update noise reused" in v["reasons"][0]
+    off = dict(found, mechanism=dict(found["mechanism"], epsilon={
+        "applicable": False, "reason": "the defense declares no per-release noise multiplier"}))
+    res["cells"][0]["attacks"] = {"mechanism": off}
+    assert "not applicable" in render_html(res)
+
+
+def test_a_diverged_cell_fails_every_attack_bound_of_the_gate():
+    from privbench.gate import run_checks
+
+    checks = run_checks(_with([_diverged_cell()]),
+                        {"bound": [{"eps": "private", "max_empirical_ratio": 2.0}]})
+    assert len(checks) == 1 and not checks[0].passed
+    assert "not measured: training diverged" in checks[0].detail
+
+
+def test_no_machine_path_and_how_to_provide_lpips_weights_offline():
+    res = _results()
+    res["command"] = "privbench attack --out /home/alice/runs/a"
+    inv = res["cells"][0]["attacks"]["geiping"]
+    inv["metrics"]["lpips"] = None
+    inv["lpips_status"] = ("LPIPS unavailable: AlexNet weights not cached at /root/.cache/torch/"
+                           "hub/checkpoints/alexnet-owt-7be5be79.pth (never downloaded)")
+    html = render_html(res)
+    assert "/root/" not in html and "/home/alice" not in html and "~/runs/a" in html
+    assert "$TORCH_HOME/hub/checkpoints/" in html and "alexnet-owt-7be5be79.pth" in html
+
+
+def test_math_is_unicode_and_no_outside_document_is_cited():
+    res = _results()
+    res["cells"][0]["messages"][1]["description"] = (
+        "ddot g^{ij}_t: noise N(0, sigma^2 C^2)/B; reveals gamma_s (card §8 item 7)")
+    html = render_html(res)
+    assert "ddot" not in html and "^{" not in html and "card §" not in html
+    assert "g̈<sup>ij</sup><sub>t</sub>" in html and "σ<sup>2</sup>" in html
+    assert "control_variate" in html  # identifiers are left alone
+
+
+def test_a_repeated_reason_is_written_once():
+    reason = ("not applicable: the view is a local epoch's pseudo-gradient (every member, "
+              "several optimiser steps), not one batch's gradient")
+    res = _results()
+    for cell in res["cells"]:
+        cell["attacks"]["idlg"] = {"status": reason, "uses": [], "metrics": {"psnr": None}}
+    res["cells"].append(dict(res["cells"][0], epsilon=8.0))
+    assert render_html(res).count("several optimiser steps") == 1
+
+
+def test_verdict_cards_are_ordered_by_severity_with_references_apart():
+    res = _results()
+    calm = dict(res["cells"][0], defense="aaa", messages=res["cells"][0]["messages"][:1],
+                attacks={})
+    res["cells"] = [res["cells"][1], calm, res["cells"][0]]
+    v = verdicts(res)
+    assert list(v) == ["defl_vp", "aaa", "sgp"]  # violates, resists, then the reference
+    html = render_html(res)
+    assert html.index("defl_vp — ") < html.index("aaa — ") < html.index("Non-private references:") \
+        < html.index("sgp — ")

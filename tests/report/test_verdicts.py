@@ -174,15 +174,23 @@ def test_dp_bound_is_exact_for_randomized_response():
 
 def test_one_number_format_scientific_past_1e4():
     assert fmt_num(1033560.0) == "1.03e+06"
-    assert fmt_num(9999.0) == "9999.00" and fmt_num(None) == "–" and fmt_num("inf") == "∞"
+    assert fmt_num(9999.0) == "9999" and fmt_num(None) == "–" and fmt_num("inf") == "∞"
 
 
 def test_one_number_format_never_shows_a_non_zero_value_as_zero():
     """DeFL-VP's paper reading of a whole-run ε = 1 is about 1e-6 per coordinate: "0.00" would
     read as no ε at all."""
     assert fmt_num(7.8125e-07) == "7.81e-07" and fmt_num(-3e-4) == "-3.00e-04"
-    assert fmt_num(0.004, 3) == "0.004" and fmt_num(0.0004, 3) == "4.000e-04"
-    assert fmt_num(0.0) == "0.00" and fmt_num(0.005) == "0.01" and fmt_num(0.0049) == "4.90e-03"
+    assert fmt_num(0.004) == "0.00400" and fmt_num(0.0004) == "4.00e-04"
+    assert fmt_num(0.0) == "0" and fmt_num(0.005) == "0.00500" and fmt_num(0.0049) == "0.00490"
+
+
+def test_one_number_format_is_significant_digits_everywhere():
+    """The same significant digits whatever the magnitude: PSNR 84.99 reads 85.0 in the table
+    and in the verdict, a tiny ε and a huge one carry the same precision, ∞ never 'inf'."""
+    assert fmt_num(84.99) == "85.0" and fmt_num(5000.0) == "5000" and fmt_num(0.9083) == "0.908"
+    assert fmt_num(3.1725e-09) == "3.17e-09" and fmt_num(float("inf")) == "∞"
+    assert fmt_num(float("-inf")) == "-∞" and fmt_num(9999.6) == "1.00e+04"
 
 
 def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
