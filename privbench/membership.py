@@ -658,7 +658,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
 
     kind "input": samples that no node holds (the dataset's training split minus every node's
     share), relabelled to a random wrong class when `mislabel` (the strongest input-space canary in
-    ML Privacy Meter's table, reference §3.6), scored by `attack` (one without reference models:
+    ML Privacy Meter's DP-audit documentation), scored by `attack` (one without reference models:
     mia_threshold or mia_message).
 
     kind "gradient" (white-box, Nasr et al. 2023; Steinke et al. 2023 §6): Dirac gradient canaries
