@@ -387,7 +387,7 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                     rounds: int) -> list[dict[str, Any]]:
     """Per node, one report per reading (paper, full, strict), each with node / reading keys."""
     notes = {"paper": "paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)",
-             "full": "full reading: cross-gradients + broadcast, paper noise (card §5.3)",
+             "full": "full reading: cross-gradients + broadcast, paper noise",
              "strict": "strict reading: cross-gradients + broadcast, only the node's own noise"}
     model = SAMPLING_MODELS[cfg.sampling]
     approx = ("" if cfg.self_weight == "clean" else

@@ -327,7 +327,7 @@ def plan_dpdl(
         account(ledger("strict"), delta, accountant, mode="calibrated", options=options,
                 note="strict reading: cross-gradients + broadcast, only the node's own noise"),
         account(ledger("full"), delta, accountant, mode="paper", options=options,
-                note="full reading: cross-gradients + broadcast, paper noise (card §5.3)"),
+                note="full reading: cross-gradients + broadcast, paper noise"),
     ]
     noise = {"sigma": sigma, "z_cross_gradient": sigma * ratios["A"],
              "z_broadcast_paper": sigma * ratios["B_paper"],
