@@ -20,11 +20,12 @@ from privbench.registry import ATTACKS
 @dataclass(frozen=True)
 class MechanismConfig:
     """Attributes:
-    rounds: audited rounds, spread over the run (each replayed four times).
+    rounds: audited rounds, spread over the run (each replayed three or four times); at least
+        the number of nodes, so that every node is probed.
     level: two-sided error probability of each interval (noise scale, sampling rate).
     """
 
-    rounds: int = 12
+    rounds: int = 8
     level: float = 1e-5
 
     def __post_init__(self) -> None:

@@ -133,15 +133,10 @@ _UNREADABLE = (OSError, EOFError, pickle.UnpicklingError, AttributeError, Import
                ValueError, TypeError, IndexError, KeyError)
 
 
-def clone(built: Built, record: RecordPolicy | None = None) -> tuple[Any, Any]:
-    """An independent copy of `built`'s trainer and context, in memory (no file): the same state
-    and generator states, joined to the same data and model by reference. The copy's message
-    log and ground truth start empty and record by `record` (default: everything), so a replay
-    of a round on the copy leaves the run itself exactly as it was.
-
-    Returns:
-        (trainer, ctx) of the copy (the trainer's `ctx` is the copy's context).
-    """
+def snapshot(built: Built) -> bytes:
+    """`built`'s trainer and context pickled in memory (no file): the state and generator
+    states, without the message log and ground truth recorded so far and without what training
+    never changes (joined again by `restore`)."""
     import io
 
     from privbench.messages import MessageLog
@@ -154,8 +149,20 @@ def clone(built: Built, record: RecordPolicy | None = None) -> tuple[Any, Any]:
         _Pickler(buf, _static(built)).dump((built.trainer, ctx))
     finally:
         ctx.bus.log, ctx.truth.batches = kept
-    buf.seek(0)
-    trainer, copy = _Unpickler(buf, _static(built)).load()
+    return buf.getvalue()
+
+
+def restore(blob: bytes, built: Built, record: RecordPolicy | None = None) -> tuple[Any, Any]:
+    """An independent copy of the trainer and context `snapshot` saved, joined to `built`'s data
+    and model by reference. Its message log and ground truth start empty and record by `record`
+    (default: everything), so a round replayed on the copy leaves the run exactly as it was.
+
+    Returns:
+        (trainer, ctx) of the copy (the trainer's `ctx` is the copy's context).
+    """
+    import io
+
+    trainer, copy = _Unpickler(io.BytesIO(blob), _static(built)).load()
     policy = record or RecordPolicy()
     copy.bus.policy, copy.truth.policy = policy, policy
     return trainer, copy

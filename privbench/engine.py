@@ -520,7 +520,8 @@ def all_finite(trainer: Trainer) -> bool:
 def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
           rounds: int | None = None, start: int = 0, result: TrainResult | None = None,
           after_round: Callable[[int, TrainResult], None] | None = None,
-          before_round: Callable[[int], None] | None = None) -> TrainResult:
+          before_round: Callable[[int], None] | None = None,
+          evaluations: bool = True) -> TrainResult:
     """The round loop: rounds, periodic evaluation, a finiteness check after every round.
 
     A run whose models stop being finite stops at that round (`diverged_round`, 0-based).
@@ -543,6 +544,7 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
             did not diverge (a checkpoint's chance to save: `privbench.checkpoint.Saver`).
         before_round: called with t before round t runs (the mechanism audit replays the
             round from this state: `privbench.mechanism`).
+        evaluations: False skips every evaluation (a run trained only for what it sends).
     """
     run = trainer.ctx.run
     result = result if result is not None else TrainResult()
@@ -559,7 +561,7 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
             result.diverged_round = t
             break
         last = t + 1 == run.rounds
-        if (t + 1) % run.eval_every == 0 or last:
+        if evaluations and ((t + 1) % run.eval_every == 0 or last):
             z = node_models(trainer)  # (n, d), gathered once
             tic = time.perf_counter()
             subset = 0 if last else run.eval_subset

@@ -3,7 +3,7 @@
 A statistical audit (canaries, membership inference) bounds ε from below by what an attacker
 can tell apart; it cannot fail close to the claim. An auditor that holds the whole run (the
 trainer, its state, the ground truth and the ledger) can measure the mechanism itself. At each
-audited round t the run's own state is copied (`privbench.checkpoint.clone`) and round t replayed
+audited round t the run's own state is copied (`privbench.checkpoint.snapshot`) and round t replayed
 on the copies (teacher forcing: the noisy run's state in, one round out), each replay recording
 every message it sends:
 
@@ -63,7 +63,7 @@ class MechanismSettings:
     Attributes:
         rounds: audited rounds, spread over the run (the first two always among them); the
             probed node rotates over them, so each node's sensitivity is measured
-            rounds / n times.
+            rounds / n times (at least once when rounds >= n).
         scales: the two input scales of the saturating sample (a bounded contribution is the
             same at both).
         level: two-sided error probability of each interval (noise scale, sampling rate):
@@ -71,7 +71,7 @@ class MechanismSettings:
             has two).
     """
 
-    rounds: int = 12
+    rounds: int = 8
     scales: tuple[float, float] = (1e2, 1e4)
     level: float = 1e-5
 
@@ -123,12 +123,13 @@ class _Probe:
         return x, y, mask
 
 
-def _replay(built: Any, t: int, clean: bool, probe: tuple[int, float | None] | None = None,
-            ) -> tuple[MessageLog, bool]:
-    """Round t replayed on a copy of `built`'s state: its messages, and whether a probe applied."""
-    from privbench.checkpoint import clone
+def _replay(built: Any, blob: bytes, t: int, clean: bool,
+            probe: tuple[int, float | None] | None = None) -> tuple[MessageLog, bool]:
+    """Round t replayed on a copy of the state `blob` holds (`checkpoint.snapshot` of `built`
+    before round t): its messages, and whether a probe applied."""
+    from privbench.checkpoint import restore
 
-    trainer, ctx = clone(built, RecordPolicy(rounds=frozenset({t})))
+    trainer, ctx = restore(blob, built, RecordPolicy(rounds=frozenset({t})))
     applied = probe is None
     wrapper = None
     if probe is not None:
@@ -154,7 +155,7 @@ class RoundReplays:
     noisy: MessageLog | None  # the run's own messages of the round (set by `attach_run`)
     clean: MessageLog
     remove: MessageLog | None
-    saturate: tuple[MessageLog, MessageLog] | None
+    saturate: tuple[MessageLog, ...] | None
     exact: bool | None  # noisy replay == the run's own messages (None: not recorded)
 
 
@@ -197,16 +198,22 @@ class Recorder:
             ctx.update(self.hooks)
 
     def _replay_round(self, t: int) -> None:
-        n = self.built.ctx.n
+        from privbench.checkpoint import snapshot
+
+        n, b = self.built.ctx.n, self.built
+        blob = snapshot(b)
         probed = sorted(self.rounds).index(t) % n
         # the noisy round is the run's own (recorded); replayed once, to check the replay
-        noisy = _replay(self.built, t, clean=False)[0] if not self.replays else None
-        clean, _ = _replay(self.built, t, clean=True)
-        remove, ok = _replay(self.built, t, clean=True, probe=(probed, None))
+        noisy = _replay(b, blob, t, clean=False)[0] if not self.replays else None
+        clean, _ = _replay(b, blob, t, clean=True)
+        remove, ok = _replay(b, blob, t, clean=True, probe=(probed, None))
         saturate = None
         if ok and not self.epoch:
-            saturate = tuple(_replay(self.built, t, clean=True, probe=(probed, s))[0]
-                             for s in self.settings.scales)
+            # the second scale (bounded or not) at each node's first probe only
+            first = probed not in {r.probed for r in self.replays}
+            scales = self.settings.scales if first else self.settings.scales[:1]
+            saturate = tuple(_replay(b, blob, t, clean=True, probe=(probed, s))[0]
+                             for s in scales)
         self.replays.append(RoundReplays(t, probed, noisy, clean, remove if ok else None,
                                          saturate, None))  # type: ignore[arg-type]
 
@@ -331,8 +338,8 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                          if rep.remove is not None else "the node drew no sample"})
             continue
         noisy, clean = _sent(rep.noisy, i), _sent(rep.clean, i)
-        base, low, high = (_sent(rep.remove, i), _sent(rep.saturate[0], i),
-                           _sent(rep.saturate[1], i))
+        base, low = _sent(rep.remove, i), _sent(rep.saturate[0], i)
+        high = _sent(rep.saturate[1], i) if len(rep.saturate) > 1 else {}
         noise = {k: noisy[k] - clean[k] for k in clean if k in noisy}
         contrib = {k: low[k] - base[k] for k in base if k in low}
         growth = {k: float((high[k] - base[k]).norm()) / max(float(contrib[k].norm()), 1e-300)
@@ -551,8 +558,9 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
         q_lo, q_hi = samp.get("rate_interval", [led["sample_rate"]] * 2)
         q = samp["rate"] if samp["scheme"] == "poisson" else led["sample_rate"]
         args = (led["delta"], led["sampling"], samp["members"],
-                "rdp" if led.get("accountant") == "rdp" else "pld")
-        eps = gaussian_epsilon(z[:, i] * ratios[0], q, *args, 1e-2)
+                "rdp" if led.get("accountant") == "rdp" else "pld", 5e-3)
+        # rank the nodes with the fast RDP accountant; the worst one is composed as its ledger is
+        eps = gaussian_epsilon(z[:, i] * ratios[0], q, *args[:3], "rdp")
         if best is None or eps > best["coarse"]:
             best = {"coarse": eps, "node": i, "ratios": ratios, "q": (q, q_lo, q_hi),
                     "ledger": led, "args": args}
@@ -644,14 +652,14 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     from privbench.runner import build
 
     settings = settings or MechanismSettings()
-    rounds = audited_rounds(run.rounds, settings.rounds)
+    rounds = audited_rounds(run.rounds, max(settings.rounds, run.nodes))  # every node probed
     built = build(run, defense, overrides, policy=RecordPolicy(rounds=frozenset(rounds)))
     trainer = built.trainer
     if not trainer.private:
         return {"applicable": False, "reason": "the defense is not private: no ledger to "
                                                "measure against"}
     rec = Recorder(built, rounds, settings)
-    res = train(trainer, rounds=max(rounds) + 1, before_round=rec)
+    res = train(trainer, rounds=max(rounds) + 1, before_round=rec, evaluations=False)
     rec.attach_run(built.ctx.bus.log)
     n = built.ctx.n
     ledgers = node_ledgers(trainer.privacy(), n)
