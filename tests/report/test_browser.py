@@ -5,6 +5,8 @@ Needs Debian's `chromium` (installed by `.ci/run`); skipped with the reason wher
 
 from __future__ import annotations
 
+import gzip
+import os
 import re
 import shutil
 import subprocess
@@ -60,3 +62,64 @@ def test_the_harness_detects_broken_images_and_console_output(tmp_path):
                     '<script>console.error("boom")</script></body></html>')
     images, broken, console = _open(page, tmp_path)
     assert images == 1 and broken == 1 and any("boom" in c for c in console)
+
+
+DEFAULT_AUDIT = Path(__file__).parents[2] / "reports" / "default-audit"
+# Appended to a copy of the page: how far the page is wider than the window, and the tables
+# that are wider than the window without a horizontally scrolling container around them.
+LAYOUT = ("<script>window.addEventListener('load', () => { const w = window.innerWidth;"
+          "const clipped = [...document.querySelectorAll('table')].filter(t => {"
+          " const box = t.closest('.scroll'); const r = t.getBoundingClientRect();"
+          " return box ? getComputedStyle(box).overflowX !== 'auto' : r.right > w + 1; });"
+          "const roc = [...document.querySelectorAll('.roc img')].map(i => i.width);"
+          "document.body.setAttribute('data-layout', [document.documentElement.scrollWidth - w,"
+          " clipped.length, roc.length ? Math.max(...roc) : 0].join(' ')); });</script>")
+
+
+def _default_audit_page(tmp: Path) -> Path:
+    """The default audit's report (`privbench attack`, results.json kept gzipped beside the
+    screenshots), rendered by this code."""
+    from privbench.results import read_results
+
+    raw = tmp / "results.json"
+    raw.write_bytes(gzip.decompress((DEFAULT_AUDIT / "results.json.gz").read_bytes()))
+    page = tmp / "index.html"
+    page.write_text(render_html(read_results(raw), "default audit"))
+    return page
+
+
+def _layout(page: Path, tmp: Path, width: int) -> tuple[int, int, int]:
+    """(page overflow in px, clipped tables, widest ROC panel in px) at a window `width` wide."""
+    probe = tmp / f"layout-{width}.html"
+    probe.write_text(page.read_text().replace("</body>", LAYOUT + "</body>"))
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp / 'profile'}",
+                           f"--window-size={width},2000", "--dump-dom", probe.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-layout="(-?\d+) (\d+) (\d+)"', proc.stdout)
+    assert found, f"page did not load: {proc.stderr[-500:]}"
+    over, clipped, roc = (int(g) for g in found.groups())
+    return over, clipped, roc
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_the_default_audits_report_reads_on_a_phone_and_uses_a_wide_screen(tmp_path, width):
+    """No table is clipped and the page is no wider than the window, at a phone's 390 px and a
+    desktop's 1,400 px; there the ROC panels take the width (two side by side, each > 600 px).
+    With PRIVBENCH_SCREENSHOTS=1 the screenshots in reports/default-audit/ are regenerated."""
+    page = _default_audit_page(tmp_path)
+    over, clipped, roc = _layout(page, tmp_path, width)
+    assert over <= 0 and clipped == 0
+    if width == 1400:
+        assert roc > 600
+    shot = tmp_path / f"report-{width}px.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                    "--hide-scrollbars", f"--screenshot={shot}",
+                    f"--window-size={width},{2400 if width < 1000 else 1800}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    small = tmp_path / f"small-{width}.png"
+    from PIL import Image
+
+    Image.open(shot).convert("RGB").quantize(colors=64).save(small, optimize=True)
+    assert 20_000 < small.stat().st_size < 300_000
+    if os.environ.get("PRIVBENCH_SCREENSHOTS") == "1":
+        shutil.copyfile(small, DEFAULT_AUDIT / f"report-{width}px.png")
