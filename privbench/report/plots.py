@@ -49,10 +49,13 @@ def _png(fig: Any) -> str:
 
 def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[str, float],
                   ylabel: str, title: str,
-                  extra: dict[str, tuple[float, float]] | None = None) -> str | None:
+                  extra: dict[str, tuple[float, float]] | None = None,
+                  colors: dict[str, Any] | None = None) -> str | None:
     """One line per defense of (ε, value) points; non-private baselines as dashed lines;
-    `extra`: single labelled points (a defense at its paper setting, x = its composed ε).
-    The x ticks are the ε values shown (the grid), in the report's number format."""
+    `extra`: single labelled points (a defense at its paper setting, x = its composed ε; its
+    label starts with the defense's name). `colors`: defense -> colour (`palette`), the same in
+    every panel. The x ticks are the ε values shown (the grid), in the report's number format."""
+    colors = colors or palette([*series, *baselines, *(k.split(" (")[0] for k in extra or {})])
     extra = {k: v for k, v in (extra or {}).items() if v[1] is not None and np.isfinite(v[1])}
     if not any(series.values()) and not baselines and not extra:
         return None
@@ -61,17 +64,17 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     for name, pts in sorted(series.items()):
         pts = sorted(p for p in pts if p[1] is not None and np.isfinite(p[1]))
         if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=name)
+            ax.plot(*zip(*pts, strict=True), marker="o", label=name, color=colors.get(name))
             ticks.update(p[0] for p in pts)
     for name, (x, y) in sorted(extra.items()):
-        ax.plot([x], [y], marker="*", markersize=10, linestyle="none", label=name)
+        ax.plot([x], [y], marker="*", markersize=10, linestyle="none", label=name,
+                color=colors.get(name.split(" (")[0]))
         ticks.add(x)
     # baselines in the legend (side-by-side annotations overlap when their values are close)
     shown = [(n, v) for n, v in sorted(baselines.items()) if v is not None and np.isfinite(v)]
     for k, (name, value) in enumerate(shown):
         ax.axhline(value, linestyle=BASELINE_STYLES[k % len(BASELINE_STYLES)],
-                   color="dimgrey" if k % 2 == 0 else "darkgrey", linewidth=1.2,
-                   label=f"{name} (no DP)")
+                   color=colors.get(name, "dimgrey"), linewidth=1.2, label=f"{name} (no DP)")
     ax.set_xscale("log")
     if ticks:
         ax.set_xticks(sorted(ticks), [fmt_num(t).removesuffix(".00") for t in sorted(ticks)])
@@ -86,11 +89,43 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     return _png(fig)
 
 
+def palette(names: list[str]) -> dict[str, Any]:
+    """One colour per defense, the same in every panel of a report (sorted names, tab10, then
+    tab20's light shades past ten)."""
+    base = list(plt.cm.tab10.colors) + list(plt.cm.tab20.colors[1::2])
+    return {name: base[k % len(base)] for k, name in enumerate(sorted(set(names)))}
+
+
+def _shade(color: Any, k: int) -> tuple[float, float, float]:
+    """The k-th shade of a colour: 0 is the colour, each next one lighter."""
+    rgb = np.asarray(matplotlib.colors.to_rgb(color))
+    return tuple(rgb + (1 - rgb) * min(0.6, 0.3 * k))  # type: ignore[return-value]
+
+
+def tpr_band(tpr: list[float], members: int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise exact (Clopper-Pearson) interval of each TPR of a ROC over `members` members."""
+    from scipy.stats import beta
+
+    k = np.round(np.asarray(tpr, dtype=float) * members)
+    a = 1 - level
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k == 0, 0.0, beta.ppf(a / 2, k, members - k + 1))
+        hi = np.where(k == members, 1.0, beta.ppf(1 - a / 2, k + 1, members - k))
+    return lo, hi
+
+
 def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int, int]],
-              bounds: list[tuple[str, np.ndarray, np.ndarray, int]]) -> str | None:
+              bounds: list[tuple[str, np.ndarray, np.ndarray, int]], color: Any = None,
+              bands: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
+              unresolved_below: float | None = None, notes: list[str] | None = None
+              ) -> str | None:
     """One defense's ROC curves on log-log axes (the low-FPR regime), with the best curve any
-    attack could reach under each claimed ε (dashed), the legend outside the axes. A cell's
-    curves and its bound share a colour; attacks differ by line style.
+    attack could reach under each claimed ε (dashed), the legend outside the axes. Every curve
+    is drawn in the defense's `color`, a cell's in its own shade (its bound too), attacks differ
+    by line style; `bands`: each curve's pointwise 95 % TPR interval (shaded);
+    `unresolved_below`: the FPR under which the attack's non-members cannot resolve a rate
+    (shaded grey); `notes`: sentences printed under the panel (what the empirical-ε test
+    concluded where a curve crosses its DP bound).
 
     Args:
         curves: (label with AUC, FPR, TPR, cell index, attack index) per (cell, attack).
@@ -98,19 +133,28 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
     """
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(4.2, 3.6))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    color = color if color is not None else plt.rcParams["axes.prop_cycle"].by_key()["color"][0]
     styles = ["-", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1))]
+    lo = 1e-3
+    if unresolved_below is not None and unresolved_below > lo:
+        ax.axvspan(lo, unresolved_below, color="0.85", alpha=0.6, linewidth=0,
+                   label=f"FPR < 1/non-members = {fmt_num(unresolved_below)}: unresolved")
     for label, fpr, tpr, cell in bounds:
-        ax.plot(fpr, tpr, linestyle="--", linewidth=1.0, color=colors[cell % len(colors)],
-                alpha=0.8, label=label)
-    for label, fpr, tpr, cell, k in curves:
+        ax.plot(fpr, tpr, linestyle="--", linewidth=1.0, color=_shade(color, cell), alpha=0.9,
+                label=label)
+    for i, (label, fpr, tpr, cell, k) in enumerate(curves):
         f, t = np.asarray(fpr, dtype=float), np.asarray(tpr, dtype=float)
         keep = (f > 0) & (t > 0)
-        if keep.any():
-            ax.plot(f[keep], t[keep], label=label, linewidth=1.4,
-                    color=colors[cell % len(colors)], linestyle=styles[k % len(styles)])
-    lo = 1e-3
+        if not keep.any():
+            continue
+        shade = _shade(color, cell)
+        ax.plot(f[keep], t[keep], label=label, linewidth=1.4, color=shade,
+                linestyle=styles[k % len(styles)])
+        band = (bands or [None] * len(curves))[i]
+        if band is not None:
+            ax.fill_between(f[keep], np.maximum(band[0][keep], lo / 10), band[1][keep],
+                            color=shade, alpha=0.15, linewidth=0)
     ax.plot([lo, 1], [lo, 1], linestyle=":", color="grey", label="chance")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -123,6 +167,9 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    for j, note in enumerate(notes or []):
+        ax.annotate(note, xy=(0, 0), xycoords="axes fraction", xytext=(0, -38 - 11 * j),
+                    textcoords="offset points", fontsize=7, va="top", wrap=True)
     return _png(fig)
 
 
@@ -159,18 +206,24 @@ def image_pairs(true: list[Any], rec: list[Any], captions: list[str]) -> str:
     return _png(fig)
 
 
-def sensitivity_traces(traces: list[tuple[str, dict[str, Any]]]) -> str | None:
+def sensitivity_traces(traces: list[tuple[str, dict[str, Any]]],
+                       colors: dict[str, Any] | None = None) -> str | None:
     """Per round, the sensitivity estimate (solid) vs the real sensitivity (dashed) of each
     cell, log y; rounds where the estimate fell below the real value are marked with a cross."""
     traces = [(label, tr) for label, tr in traces if tr.get("S_est")]
     if not traces:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    colors = colors or palette([label.split(" ")[0] for label, _ in traces])
+    seen: dict[str, int] = {}
     for label, tr in traces:
         est = np.array([np.nan if v is None else v for v in tr["S_est"]], dtype=float)
         real = np.array([np.nan if v is None else v for v in tr["S_real"]], dtype=float)
         t = np.arange(len(est))
-        (line,) = ax.plot(t, np.where(est > 0, est, np.nan), label=f"{label} estimate")
+        name = label.split(" ")[0]
+        seen[name] = seen.get(name, -1) + 1
+        (line,) = ax.plot(t, np.where(est > 0, est, np.nan), label=f"{label} estimate",
+                          color=_shade(colors.get(name, "C0"), seen[name]))
         ax.plot(t, np.where(real > 0, real, np.nan), linestyle="--", color=line.get_color(),
                 label=f"{label} real")
         below = np.isfinite(est) & np.isfinite(real) & (est < real)

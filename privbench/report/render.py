@@ -30,6 +30,7 @@ from privbench.results import (
     attack_interval,
     attack_metric,
     auc_interval,
+    cell_state,
     claimed_eps,
     claimed_for_audit,
     finite_or_none,
@@ -62,22 +63,23 @@ def _plots(results: dict[str, Any]) -> dict[str, Any]:
                 series[key][name].append((float(eps), v))
             elif not setting:
                 base[key][name] = v
+    colors = plots.palette([c["defense"] for c in results.get("cells", [])])
     out: dict[str, Any] = {
         "accuracy": plots.metric_vs_eps(series["accuracy"], base["accuracy"], "test accuracy",
                                         "Utility: accuracy of the average model vs ε",
-                                        extra["accuracy"]),
+                                        extra["accuracy"], colors),
         "psnr": plots.metric_vs_eps(series["psnr"], base["psnr"], "PSNR (dB, best attack)",
-                                    "Reconstruction: PSNR vs ε", extra["psnr"]),
+                                    "Reconstruction: PSNR vs ε", extra["psnr"], colors),
         "ssim": plots.metric_vs_eps(series["ssim"], base["ssim"], "SSIM (best attack)",
-                                    "Reconstruction: SSIM vs ε", extra["ssim"]),
+                                    "Reconstruction: SSIM vs ε", extra["ssim"], colors),
         "auc": plots.metric_vs_eps(series["auc"], base["auc"], "AUC (best MIA)",
-                                   "Membership inference: AUC vs ε", extra["auc"]),
+                                   "Membership inference: AUC vs ε", extra["auc"], colors),
         "sensitivity": plots.sensitivity_traces(
             [(f"{c['defense']} {where(c)}", c["sensitivity_trace"])
              for c in results.get("cells", [])
-             if c.get("sensitivity_trace")]),
+             if c.get("sensitivity_trace")], colors),
     }
-    out["roc"] = _roc_panels(results)
+    out["roc"] = _roc_panels(results, colors)
     return out
 
 
@@ -86,36 +88,70 @@ def _auc_label(att: dict[str, Any]) -> str:
     if auc is None:
         return ""
     ci = auc_interval(att)
-    return f"AUC {auc:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    return f"AUC {fmt_num(auc)}" + (f" [{fmt_num(ci[0])}, {fmt_num(ci[1])}]" if ci else "")
 
 
-def _roc_panels(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One ROC panel per defense: every (ε, attack) curve with its AUC and interval, and the
-    best curve any attack could reach under each cell's claimed (ε, δ) (and μ-GDP where the
-    privacy report gives μ)."""
-    grid = np.logspace(-3, 0, 200)
+def _crossing_note(here: str, aname: str, att: dict[str, Any], fpr: np.ndarray,
+                   tpr: np.ndarray, bound: np.ndarray, eps: float, which: str) -> str | None:
+    """Where a curve rises above its cell's DP bound, what the empirical-ε test concluded."""
+    above = tpr > np.interp(fpr, GRID, bound) + 1e-9
+    if not above.any():
+        return None
+    emp = finite_or_none((att.get("metrics") or {}).get("empirical_epsilon"))
+    test = ("no empirical ε was computed" if emp is None else
+            f"the empirical-ε test certifies ε ≥ {fmt_num(emp)}, "
+            + ("above" if emp > eps else "within") + f" the {which} ε {fmt_num(eps)}: "
+            + ("a violation" if emp > eps else "the crossing is within sampling error"))
+    return (f"{here} {aname} crosses the DP bound at FPR {fmt_num(float(fpr[above].min()))}"
+            f"–{fmt_num(float(fpr[above].max()))}; {test}")
+
+
+GRID = np.logspace(-3, 0, 200)
+
+
+def _roc_panels(results: dict[str, Any], colors: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ROC panel per defense: every (ε, attack) curve with its AUC, interval and pointwise
+    95 % TPR band, the FPR region its non-members cannot resolve, and the best curve any attack
+    could reach under each cell's claimed (ε, δ) (and μ-GDP where the privacy report gives μ);
+    where a curve crosses its bound, the panel says what the empirical-ε test concluded."""
     panels: dict[str, dict[str, Any]] = {}
     for cell in results.get("cells", []):
         name, here = cell["defense"], where(cell)
-        p = panels.setdefault(name, {"curves": [], "bounds": [], "cells": 0})
+        p = panels.setdefault(name, {"curves": [], "bounds": [], "bands": [], "cells": 0,
+                                     "unresolved": None, "notes": []})
         k = p["cells"]
         p["cells"] += 1
         rocs = [(a, att) for a, att in sorted(cell.get("attacks", {}).items())
-                if (att.get("roc") or {}).get("fpr")]
-        for j, (aname, att) in enumerate(rocs):
-            p["curves"].append((f"{here} {aname}: {_auc_label(att)}", att["roc"]["fpr"],
-                                att["roc"]["tpr"], k, j))
+                if (att.get("roc") or {}).get("fpr")
+                and str(att.get("status", "")).startswith("ok")
+                and cell_state(cell)["kind"] != "diverged"]  # its attacks are not read
         eps, delta, which = claimed_for_audit(cell)
-        if rocs and eps is not None and finite_or_none(eps) is not None:
-            p["bounds"].append((f"DP bound, {which} ε={fmt_num(eps)}, δ={delta or 0:g}", grid,
-                                bounds.eps_delta_tpr(grid, eps, delta or 0.0), k))
+        bound = (bounds.eps_delta_tpr(GRID, eps, delta or 0.0)
+                 if rocs and eps is not None and finite_or_none(eps) is not None else None)
+        for j, (aname, att) in enumerate(rocs):
+            fpr, tpr = att["roc"]["fpr"], att["roc"]["tpr"]
+            p["curves"].append((f"{here} {aname}: {_auc_label(att)}", fpr, tpr, k, j))
+            n1, n0 = att.get("n_members"), att.get("n_nonmembers")
+            p["bands"].append(plots.tpr_band(tpr, n1) if isinstance(n1, int) and n1 > 0
+                              else None)
+            if isinstance(n0, int) and n0 > 0:
+                p["unresolved"] = max(p["unresolved"] or 0.0, 1.0 / n0)
+            if bound is not None:
+                note = _crossing_note(here, aname, att, np.asarray(fpr, dtype=float),
+                                      np.asarray(tpr, dtype=float), bound, eps, which)
+                p["notes"] += [note] if note else []
+        if bound is not None:
+            p["bounds"].append((f"DP bound, {which} ε={fmt_num(eps)}, δ={fmt_num(delta or 0)}",
+                                GRID, bound, k))
         mus = [finite_or_none(r.get("mu")) for r in cell.get("privacy", [])
                if r.get("node", 0) == 0]
         mu = next((m for m in mus if m is not None), None)
         if rocs and mu is not None:
-            p["bounds"].append((f"μ-GDP bound μ={mu:.3g} ({here}, approximate CLT)", grid,
-                                bounds.gdp_tpr(grid, mu), k))
-    return [{"defense": name, "png": plots.roc_panel(name, p["curves"], p["bounds"])}
+            p["bounds"].append((f"μ-GDP bound μ={fmt_num(mu)} ({here}, approximate CLT)", GRID,
+                                bounds.gdp_tpr(GRID, mu), k))
+    return [{"defense": name, "notes": p["notes"],
+             "png": plots.roc_panel(name, p["curves"], p["bounds"], colors.get(name),
+                                    p["bands"], p["unresolved"], p["notes"])}
             for name, p in panels.items() if p["curves"]]
 
 

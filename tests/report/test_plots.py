@@ -55,3 +55,44 @@ def test_close_composed_eps_ticks_are_turned_upright_and_baselines_are_in_the_le
     assert plain.axes[0].get_xticklabels()[0].get_rotation() == 0  # 1 and 8 fit side by side
     legend = [t.get_text() for t in crowded.axes[0].get_legend().get_texts()]
     assert {"sgp (no DP)", "d_psgd (no DP)"} <= set(legend)
+
+
+def test_a_defense_has_one_colour_in_every_panel(figures):
+    colors = plots.palette(["sgp", "dpdl", "partpsp"])
+    plots.metric_vs_eps({"dpdl": [(1.0, 0.2), (8.0, 0.6)]}, {"sgp": 0.9}, "acc", "t",
+                        {"partpsp (paper b = 5)": (2.5e5, 0.7)}, colors)
+    plots.metric_vs_eps({"partpsp": [(1.0, 0.3)], "dpdl": [(8.0, 0.5)]}, {}, "auc", "t",
+                        None, colors)
+    first, second = figures
+    import matplotlib.colors as mc
+
+    def colour_of(fig, label):
+        line = next(ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith(label))
+        return mc.to_hex(line.get_color())
+
+    for name in ("dpdl", "partpsp"):
+        assert colour_of(first, name) == colour_of(second, name) == mc.to_hex(colors[name])
+    assert colour_of(first, "sgp") == mc.to_hex(colors["sgp"])
+
+
+def test_roc_panels_show_bands_the_unresolved_region_and_the_test_at_a_crossing(figures):
+    from privbench.report.render import _plots
+
+    fpr = [0.0, 0.001, 0.01, 0.1, 1.0]
+    tpr = [0.0, 0.02, 0.1, 0.4, 1.0]  # above the ε = 0.1 bound at low FPR
+    mia = {"status": "ok", "uses": ["model"], "n_members": 500, "n_nonmembers": 400,
+           "metrics": {"auc": 0.7, "empirical_epsilon": 0.05}, "roc": {"fpr": fpr, "tpr": tpr}}
+    cell = {"defense": "d", "epsilon": 0.1, "accuracy": 0.8, "status": "ok", "messages": [],
+            "privacy": [{"node": 0, "mode": "calibrated", "epsilon": 0.1, "delta": 0.0}],
+            "attacks": {"mia": mia}}
+    panel = _plots({"cells": [cell]})["roc"][0]
+    assert len(panel["notes"]) == 1
+    assert "the empirical-ε test certifies ε ≥ 0.0500, within the calibrated ε 0.100" in \
+        panel["notes"][0]
+    ax = figures[-1].axes[0]
+    assert any("unresolved" in t.get_text() for t in ax.get_legend().get_texts())
+    assert "1/non-members = 0.00250" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert len(ax.collections) >= 1  # the pointwise band
+    assert any("crosses the DP bound" in t.get_text() for t in ax.texts)
+    lo, hi = plots.tpr_band([0.1], 500)
+    assert lo[0] < 0.1 < hi[0] and hi[0] - lo[0] < 0.06
