@@ -8,29 +8,33 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any
 
 import numpy as np
 
-from privbench.report.plots import _png, plt
-from privbench.results import fmt_num
+from privbench.report.plots import _png, _shade, palette, plt
+from privbench.report.text import Notes, no_paths, prose
+from privbench.results import eps_text, fmt_num
 
 DISTANCE_AXIS = ("1 hop", "2 hops", "3 hops", "eavesdropper")
 
 
 def _label(cell: dict[str, Any]) -> str:
     eps = cell.get("epsilon")
-    return cell["defense"] if eps is None else f"{cell['defense']} ε={fmt_num(eps)}"
+    return cell["defense"] if eps is None else f"{cell['defense']} {eps_text(eps)}"
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, str):  # a reading stored as text (e.g. an infinite realized epsilon)
+def _fmt(x: Any) -> str:
+    """A value in the report's one number format ("inf" stored as text reads ∞)."""
+    if isinstance(x, str) and x not in ("inf", "-inf", "nan"):
         return html.escape(x)
-    if isinstance(x, float) and not math.isfinite(x):
-        return "∞" if x > 0 else "–"
-    return fmt_num(x) if isinstance(x, float) and abs(x) >= 100 else f"{x:.{digits}g}"
+    return fmt_num(x)
+
+
+def status_text(status: Any) -> str:
+    """A status with a repeated "not applicable: " prefix said once."""
+    return re.sub(r"^(not applicable: )+", "not applicable: ", str(status))
 
 
 def _series(cells: list[dict[str, Any]], section: str, key: str,
@@ -53,22 +57,26 @@ def _line_plot(series: dict[str, list[tuple[int, float]]], order: list[str], yla
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.2, 3.4))
-    ax.set_prop_cycle(color=plt.cm.tab20(np.arange(len(series)) % 20))  # distinct colours
+    colors = palette([name.split(" ")[0] for name in series])
     alone = order.index("eavesdropper") if "eavesdropper" in order else -1
+    seen: dict[str, int] = {}
     for name, pts in sorted(series.items()):
+        defense = name.split(" ")[0]
+        seen[defense] = seen.get(defense, -1) + 1
+        color = _shade(colors[defense], seen[defense])  # one colour per defense, ε in shades
         line = sorted(p for p in pts if p[0] != alone)  # distances joined; the eavesdropper not
-        drawn = ax.plot(*zip(*line, strict=True), marker="o", label=name) if line else None
+        drawn = (ax.plot(*zip(*line, strict=True), marker="o", label=name, color=color)
+                 if line else None)
         extra = [p for p in pts if p[0] == alone]
         if extra:
-            colour = drawn[0].get_color() if drawn else None
-            ax.plot(*zip(*extra, strict=True), marker="s", linestyle="none", color=colour,
+            ax.plot(*zip(*extra, strict=True), marker="s", linestyle="none", color=color,
                     label=None if drawn else name)
     if floor is not None:
         ax.axhline(floor, linestyle="--", color="grey", linewidth=1)
     ax.set_xticks(range(len(order)), order)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _png(fig)
 
 
@@ -118,19 +126,50 @@ def _marks(results: dict[str, Any]) -> dict[int, str]:
     return marks
 
 
-def _row_html(cell: dict[str, Any], row: dict[str, Any]) -> str:
+def _na(status: Any, span: int, notes: Notes) -> str:
+    """A not-applicable status across `span` columns: its kind here, its reason in a note."""
+    return f'<td colspan="{span}" class="na">{notes.status(status_text(status))}</td>'
+
+
+def _worst(cells: list[dict[str, Any]]) -> dict[str, float]:
+    """The most leaking value of PSNR, AUC and empirical ε over the private cells' rows."""
+    out: dict[str, float] = {}
+    for cell in cells:
+        if cell.get("epsilon") is None:
+            continue
+        for row in cell["rows"]:
+            for section, key in (("inversion", "psnr"), ("membership", "auc"),
+                                 ("membership", "empirical_epsilon")):
+                part = row.get(section) or {}
+                v = part.get(key)
+                if part.get("status") == "ok" and isinstance(v, (int, float)) \
+                        and math.isfinite(v):
+                    out[key] = max(out.get(key, -math.inf), float(v))
+    return out
+
+
+def _flag(value: Any, key: str, worst: dict[str, float], private: bool) -> str:
+    text = _fmt(value)
+    if private and isinstance(value, (int, float)) and worst.get(key) == value:
+        return f'<td class="worst" title="the most leaking private cell">{text} ▲</td>'
+    return text
+
+
+def _row_html(cell: dict[str, Any], row: dict[str, Any], notes: Notes,
+              worst: dict[str, float]) -> str:
     inv, mia, net = row["inversion"], row["membership"], row.get("network_dp") or {}
     ident = inv.get("identifiability") or {}
-    inv_cells = ([_fmt(inv.get("psnr")), _fmt(inv.get("ssim")), _fmt(inv.get("label_accuracy")),
-                  html.escape(inv.get("via", "")),
+    private = cell.get("epsilon") is not None
+    inv_cells = ([_flag(inv.get("psnr"), "psnr", worst, private), _fmt(inv.get("ssim")),
+                  _fmt(inv.get("label_accuracy")), html.escape(inv.get("via", "")),
                   _fmt(ident.get("condition")) if ident else "–"]
-                 if inv["status"] == "ok" else
-                 [f'<td colspan="5" class="na">{html.escape(inv["status"])}</td>'])
+                 if inv["status"] == "ok" else [_na(inv["status"], 5, notes)])
     ci = mia.get("auc_ci")
-    mia_cells = ([_fmt(mia.get("auc")), f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "–",
-                  _fmt(mia.get("tpr_at_1%_fpr")), _fmt(mia.get("empirical_epsilon"))]
-                 if mia.get("status") == "ok" else
-                 [f'<td colspan="4" class="na">{html.escape(str(mia.get("status")))}</td>'])
+    mia_cells = ([_flag(mia.get("auc"), "auc", worst, private),
+                  f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "–",
+                  _fmt(mia.get("tpr_at_1%_fpr")),
+                  _flag(mia.get("empirical_epsilon"), "empirical_epsilon", worst, private)]
+                 if mia.get("status") == "ok" else [_na(mia.get("status"), 4, notes)])
     claimed = cell.get("claimed_epsilon") or {}
     paper, cal = _fmt(claimed.get("paper")), _fmt(claimed.get("calibrated"))
     net_cells = [_fmt(net.get("network_epsilon")), paper, cal, _fmt(net.get("visibility"))] \
@@ -165,17 +204,25 @@ def render_leakage(results: dict[str, Any]) -> str:
         _line_plot(_series(cells, "inversion", "psnr", sizes), sizes, "PSNR (dB)",
                    "Inversion vs colluding-set size (random non-neighbours)", floor=20.0),
     ]
-    rows = "".join(_row_html(c, r) for c in cells for r in c["rows"])
+    notes, worst = Notes(), _worst(cells)
+    rows = "".join(_row_html(c, r, notes, worst) for c in cells for r in c["rows"])
+    note_list = "".join(f'<li id="note{k}">{prose(r)}</li>'
+                        for k, r in enumerate(notes.reasons, start=1))
     assumptions = next((r["network_dp"]["assumptions"] for c in cells for r in c["rows"]
                         if (r.get("network_dp") or {}).get("assumptions")), [])
     imgs = "".join(f'<img src="{f}" alt="figure">' for f in figs if f)
-    setting = html.escape(", ".join(f"{k}={v}" for k, v in cfg.items()))
+    setting = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(no_paths(_setting_value(v)))}</td>"
+        "</tr>" for k, v in cfg.items())
     notes = "".join(f"<li>{html.escape(a)}</li>" for a in assumptions)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>privbench leakage map</title>
-<style>body{{font-family:sans-serif;margin:1.5em;max-width:1200px}}
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:sans-serif;margin:1.5em;max-width:1400px}}
 table{{border-collapse:collapse;font-size:12px}}td,th{{border:1px solid #ccc;padding:3px 6px}}
-td.na{{color:#777;font-size:11px}}img{{margin:4px}}</style></head><body>
+th{{text-align:left}}td.na{{color:#777;font-size:11px}}img{{margin:4px;max-width:100%}}
+td.worst{{background:#fbd5d5;font-weight:600}}.scroll{{overflow-x:auto;max-width:100%}}
+@media (max-width:600px){{body{{margin:.5em}}}}</style></head><body>
 <h1>How far does a leak travel?</h1>
 <p>Attacks by a curious node 1, 2, 3 hops from each victim, an eavesdropper and colluding sets of
 random non-neighbours. Beyond the victim's neighbours the views come from gossip inversion (El
@@ -184,12 +231,24 @@ rounds; "not applicable" means the linear system does not identify the victim (r
 the defense's messages are not a linear gossip. Network-DP ε (Muffliato-style pairwise network
 DP, computed from the attackers' exact linear view, no subsampling) holds under the assumptions
 below; the calibrated ε is the guarantee.</p>
-<p><small>Setting: {setting}</small></p>
+<h2>Setting</h2><div class="scroll"><table class="setting">{setting}</table></div>
 {imgs}
-<h2>Table</h2><table>{HEADER}{rows}</table>
+<h2>Table</h2>
+<p>▲ marks the most leaking value over the private cells (highest PSNR, AUC, empirical ε).</p>
+<div class="scroll"><table>{HEADER}{rows}</table></div>
+<ol>{note_list}</ol>
 <h2>Network-DP assumptions</h2><ul>{notes}</ul>
 </body></html>
 """
+
+
+def _setting_value(v: Any) -> str:
+    """A setting's value for people: lists joined by commas, none as "–"."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+    if v is None:
+        return "–"
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def by_distance(results: dict[str, Any]) -> str:
@@ -250,6 +309,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 def _short(status: str) -> str:
     """A not-applicable status cut to its kind (for table cells)."""
+    status = status_text(status)
     for key, text in (("not a linear gossip", "n/a: not a linear gossip"),
                       ("rank deficit", "n/a: rank deficit"),
                       ("not observed", "n/a: not observed")):
