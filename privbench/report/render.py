@@ -165,7 +165,7 @@ def _galleries(results: dict[str, Any]) -> list[dict[str, Any]]:
                     continue
                 psnr = gal.get("psnr") or [None] * len(gal["true"])
                 caps = [f"v{gal.get('victim', '?')} r{gal.get('round', '?')}\n"
-                        + ("–" if v is None else f"{v:.1f} dB") for v in psnr]
+                        + ("–" if v is None else f"{fmt_num(v)} dB") for v in psnr]
                 out.append({"defense": cell["defense"], "where": where(cell), "attack": aname,
                             "batch_size": view.get("batch_size"),
                             "victim": gal.get("victim"), "round": gal.get("round"),
