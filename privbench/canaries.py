@@ -2,15 +2,17 @@
 
 The one-run audit of Steinke, Nasr & Jagielski ("Privacy Auditing with One (1) Training Run",
 NeurIPS 2023, §6 white-box) and the gradient canaries of Nasr et al. ("Tight Auditing of
-Differentially Private Machine Learning", USENIX Security 2023): the auditor adds m records to the
-victim's data, each independently with probability 1/2, whose per-sample gradient it controls. Here
+Differentially Private Machine Learning", USENIX Security 2023): the auditor adds m records to a
+node's data, each independently with probability 1/2, whose per-sample gradient it controls. Here
 canary j's gradient is the Dirac vector `norm * e_{coords[j]}` (a distinct model coordinate per
 canary, so canaries never interfere), with `norm` larger than the clip bound the defense claims:
 a correct defense clips it to norm C like any record; a defense that skips clipping lets it through
 whole, which is what a record with a large gradient does.
 
-A canary is an ordinary member of the victim's local dataset for everything else (the defense's own
-sampling draws it, its sampling rate and calibration count it); only its gradient is replaced. Its
+A canary is stored in the audited node's data row beyond its member count, so the defense's
+sampler never draws it and the node's sampling rate and calibration are those of its own records;
+the audit's context (`privbench.canary_audit.CanaryContext`) adds each included canary to a batch
+with the rate the defense's draw used for the node. Only its gradient is special. Its
 label encodes its id, `y = -(j + 1)` (real labels are >= 0), so `engine.clipped_grad_sum`
 (per-sample clipped sums: DP-SGD-style defenses) and `engine.batch_grads` (batch means: the
 non-private baselines, DeFL-VP, DPPS / PartPSP, whose node-level claims bound any one record's

@@ -340,19 +340,24 @@ def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Che
     the largest ε any of them could certify with a perfect attack (`empirical_epsilon_cap`: the
     canary count of the one-run audit, the member / non-member counts of the ROC bound). A cap
     below limit x claimed means no outcome of the audit could exceed the bound: that check cannot
-    fail, so it is not a pass.
+    fail, so it is not a pass. An audit that reports `empirical_ratio` (the canary audit: each
+    node's bound over that node's own claim in the audited run) is held to that ratio too.
     """
     name = f"{label} max_empirical_ratio"
     emp, cal = attack_metric(cell, "empirical_epsilon"), claimed_eps(cell, "calibrated")
     cap = attack_metric(cell, "empirical_epsilon_cap")
+    own = attack_metric(cell, "empirical_ratio")  # an audit's bound over its node's own claim
     if emp is None or not cal:
         return Check(name, False, "empirical or calibrated ε missing")
+    ratio = max(emp / cal, own or 0.0)
     detail = (f"empirical {emp:.3g} (cap {'not recorded' if cap is None else f'{cap:.3g}'}) / "
-              f"claimed {cal:.3g} = {emp / cal:.3g} (bound {limit:g})")
+              f"claimed {cal:.3g} = {emp / cal:.3g}"
+              + ("" if own is None else f"; over the audited node's own claim {own:.3g}")
+              + f" (bound {limit:g})")
     if cap is None or cap <= limit * cal:
         return Check(name, False, f"{detail}: the audit cannot fail, a perfect attack certifies "
                                   f"at most the cap, not above {limit:g} x {cal:.3g}")
-    return Check(name, emp / cal <= limit, detail)
+    return Check(name, ratio <= limit, detail)
 
 
 def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],

@@ -40,7 +40,6 @@ RMIA's population z is the dataset's test split, which no model trains on.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import re
@@ -645,14 +644,14 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
                  attack: str = "mia_message", attack_cfg: dict[str, Any] | None = None,
                  overrides: dict[str, Any] | None = None, gen: torch.Generator | None = None,
                  threat: ThreatModel | None = None, k_plus: int | None = None,
-                 k_minus: int | None = None, mislabel: bool = True, kind: str = "input",
-                 norm_factor: float = 10.0) -> dict[str, Any]:
-    """One-run audit (Steinke, Nasr, Jagielski 2023) of node `victim`'s sample-level claim.
+                 k_minus: int | None = None, mislabel: bool = True,
+                 kind: str = "input") -> dict[str, Any]:
+    """One-run audit (Steinke, Nasr, Jagielski 2023) of node `victim`'s sample-level claim with
+    input-space canaries (the white-box gradient canaries are `privbench.canary_audit`).
 
     `canaries` records, each added to the victim's training data with probability 1/2; the run is
     trained once; every canary is scored; the top k+ are guessed "in", the bottom k- "out" (fixed
-    a priori: m / 4 each by default; m / 5 and 0 for gradient canaries), and the exact binomial
-    test gives the epsilon lower bound at
+    a priori: m / 4 each by default), and the exact binomial test gives the epsilon lower bound at
     the claim's delta. The victim's claim is re-read from the trained defense (its local dataset
     grew, so its sampling rate and calibration changed accordingly).
 
@@ -661,20 +660,12 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     ML Privacy Meter's DP-audit documentation), scored by `attack` (one without reference models:
     mia_threshold or mia_message).
 
-    kind "gradient" (white-box, Nasr et al. 2023; Steinke et al. 2023 §6): Dirac gradient canaries
-    (`privbench.canaries`) of norm `norm_factor` x the defense's claimed clip bound (clipped to C
-    by a correct defense; `norm_factor` itself where the defense declares no clip), inserted into
-    the victim's per-sample clipped sums (or batch-mean gradients) whenever its own sampling
-    draws them, and scored from every gradient view the threat model observes
-    (`gradient_canary_scores`); `attack` is not used. Only "in" guesses by default (k+ = m / 5).
-
     Returns:
         JSON-ready dict: applicable, one_run (`one_run_audit` result), one_run_sweep (best over a
         (k+, k-) grid; optimistic), cap (the bound a perfect guesser certifies with these m, k+,
         k- and delta), claimed_epsilon, canaries, included, attack, threat (or applicable False
         with the reason when the run diverged or canaries cannot be inserted).
     """
-    from privbench.canaries import inserted
     from privbench.metrics.audit import one_run_audit, one_run_audit_sweep, one_run_cap
     from privbench.runner import build
 
@@ -684,45 +675,29 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     base = build(run, defense, overrides)
     ctx = base.ctx
     gen = gen or ctx.streams.fresh("mia", "canary", device="cpu")
-    if kind == "gradient":
-        bank, cx, cy = _gradient_canaries(base, canaries, norm_factor, gen)
-    else:
-        atk = _reference_free_attack(attack, attack_cfg)
-        cx, cy = _input_canaries(run, ctx.data, canaries, mislabel, gen)
+    atk = _reference_free_attack(attack, attack_cfg)
+    cx, cy = _input_canaries(run, ctx.data, canaries, mislabel, gen)
     included = (torch.rand(canaries, generator=gen) < 0.5).numpy()
     inc = torch.from_numpy(included)
-    with contextlib.ExitStack() as stack:
-        if kind == "gradient":
-            stack.enter_context(inserted(bank))
-        try:
-            built = _train_with_members(base, victim, cx[inc], cy[inc])
-        except NotApplicable as exc:
-            return {"kind": kind, "defense": defense, "victim": victim, "canaries": canaries,
-                    "applicable": False, "reason": str(exc)}
+    try:
+        built = _train_with_members(base, victim, cx[inc], cy[inc])
+    except NotApplicable as exc:
+        return {"kind": kind, "defense": defense, "victim": victim, "canaries": canaries,
+                "applicable": False, "reason": str(exc)}
     threat = threat or threat_for("neighbour", built.ctx.topology, victim)
     obs = observe(built, threat)
     privacy = built.trainer.privacy()  # the canary run's reports, composed once
-    if kind == "gradient":
-        scores = gradient_canary_scores(obs, type(built.trainer), victim, bank,
-                                        _clip_or(built.trainer.cfg, norm_factor),
-                                        _sample_rate(privacy, victim, built.ctx))
-    else:
-        scores = _input_canary_scores(atk, obs, type(built.trainer), victim, cx, cy, ctx)
+    scores = _input_canary_scores(atk, obs, type(built.trainer), victim, cx, cy, ctx)
     claimed = claims(privacy, victim)
     delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
-    # gradient canaries: "in" guesses only (k+ = m / 5, k- = 0): an included canary that the
-    # defense's sampling never drew is indistinguishable from an excluded one, so "out" guesses
-    # are unreliable; input canaries: m / 4 each
-    kp = (canaries // 5 if kind == "gradient" else canaries // 4) if k_plus is None else k_plus
-    km = (0 if kind == "gradient" else canaries // 4) if k_minus is None else k_minus
-    head = {"kind": kind, "attack": "gradient_likelihood_ratio" if kind == "gradient" else attack,
+    kp = canaries // 4 if k_plus is None else k_plus
+    km = canaries // 4 if k_minus is None else k_minus
+    head = {"kind": kind, "attack": attack,
             "defense": defense, "victim": victim, "canaries": canaries,
-            "included": int(included.sum()), "mislabelled": mislabel and kind == "input",
+            "included": int(included.sum()), "mislabelled": mislabel,
             "threat": {"kind": threat.kind, "observers": list(threat.observers)},
             "claimed_epsilon": claimed,
             "cap": one_run_cap(canaries, kp + km, delta)}
-    if kind == "gradient":
-        head["canary_norm"] = bank.norm
     if not np.isfinite(scores).all():
         return {**head, "applicable": False,
                 "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
@@ -731,7 +706,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
             "one_run_sweep": one_run_audit_sweep(scores, included, delta)}
 
 
-CANARY_KINDS = ("input", "gradient")
+CANARY_KINDS = ("input",)
 
 
 def _reference_free_attack(attack: str, attack_cfg: dict[str, Any] | None) -> Any:
@@ -837,34 +812,13 @@ def _all_victim_views(obs: Observation, cls: type, victim: int) -> list[Any]:
     return views
 
 
-def gradient_canary_scores(obs: Observation, cls: type, victim: int, bank: Any, clip: float,
-                           rate: float) -> np.ndarray:
-    """Each canary's log-likelihood ratio "in" vs "out", summed over the observed rounds.
-
-    Per view t: g_t (d,) the victim's released batch-mean gradient, x_tj = g_t[coords[j]] its
-    value on canary j's coordinate, s_t the per-coordinate noise scale estimated from the message
-    itself (1.4826 x the median absolute deviation over all coordinates), a_t = C / B_t the
-    contribution of one sampled canary clipped to the claimed C. Canary j is in a round's batch
-    with probability q (the claimed rate) when included, so per round the likelihood ratio of
-    "in" is (1 - q) + q exp((a_t x_tj - a_t^2 / 2) / s_t^2) (the subsampled Gaussian's, the
-    Neyman-Pearson test of one release); the score is the sum of its logs. Any score gives a
-    valid audit; this one is near-optimal when the claimed noise is the noise drawn.
-
-    Returns:
-        (m,) float64 scores, higher = guessed "in".
-    """
-    views = _all_victim_views(obs, cls, victim)
-    score = np.zeros(bank.m)
-    for v in views:
-        score += _view_llr(v, bank.coords, clip, rate)
-    return score
-
-
 def _view_llr(view: Any, coords: Tensor, clip: float, rate: float) -> np.ndarray:
     """(m,) one view's evidence per canary (0 where the canary's coordinate is not observed).
 
-    "gradient" / "partial" views: the subsampled-Gaussian log-likelihood ratio of
-    `gradient_canary_scores`, the noise scale estimated over the observed coordinates. "sign"
+    "gradient" / "partial" views: the subsampled-Gaussian log-likelihood ratio of one release,
+    log((1 - q) + q exp((a x - a^2 / 2) / s^2)) with a = C / B the contribution of one sampled
+    canary clipped to the claimed C and s the noise scale estimated over the observed coordinates
+    (1.4826 x their median absolute deviation). "sign"
     views (randomized response on signs): the observed sign on the canary's coordinate (the
     canary pushes it to +1; the likelihood ratio of randomized response is monotone in it).
     """

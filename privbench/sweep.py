@@ -301,25 +301,34 @@ MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                      gen: torch.Generator) -> dict[str, Any]:
-    """The one-run white-box gradient-canary audit of the victim (`attacks/canary.py`): the
-    defense retrained with m canaries; ε lower bound and the cap a perfect guesser reaches."""
-    from privbench.membership import canary_audit
+    """The one-run white-box gradient-canary audit (`attacks/canary.py`) of every node (or the
+    worst): the defense retrained with m canaries per node; the worst node's ε lower bound, the
+    cap a perfect guesser reaches, the μ-GDP estimate with its interval, and the bound over the
+    audited node's own claim (`empirical_ratio`)."""
+    from privbench.canary_audit import gradient_canary_audit
 
     cfg = audit.attack_cfg(attack)
-    res = canary_audit(built.ctx.run, built.defense, audit.victim, cfg.canaries,
-                       overrides=to_dict(built.trainer.cfg), gen=gen,
-                       threat=_audit_threat(built, audit), kind="gradient",
-                       norm_factor=cfg.norm_factor)
+    res = gradient_canary_audit(built.ctx.run, built.defense, cfg.canaries,
+                                overrides=to_dict(built.trainer.cfg), gen=gen,
+                                threat=audit.threat, norm_factor=cfg.norm_factor,
+                                nodes=cfg.nodes, guess_fraction=cfg.guess_fraction)
     if not res.get("applicable", False):
         return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
                 "metrics": {}}
-    one = res["one_run"]
-    metrics = {"empirical_epsilon": one["epsilon_lb"], "empirical_epsilon_cap": res["cap"]}
+    worst, nodes = res["worst"], res["nodes"]
+    top = max(nodes, key=lambda r: r["estimated_ratio"])
+    metrics = {"empirical_epsilon": max(r["one_run"]["epsilon_lb"] for r in nodes),
+               "empirical_epsilon_cap": res["cap"], "empirical_ratio": worst["ratio"],
+               "estimated_epsilon": top["estimate"]["epsilon"],
+               "estimated_ratio": top["estimated_ratio"]}
     return {"kind": "canary", "status": "ok", "threat": res["threat"],
             "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
-            "metrics": metrics, "canaries": res["canaries"], "included": res["included"],
-            "canary_norm": res["canary_norm"], "one_run": one,
-            "claimed_epsilon": res["claimed_epsilon"]}
+            "metrics": metrics,
+            "intervals": {"estimated_epsilon": top["estimate"]["epsilon_interval"]},
+            "canaries": res["canaries"], "canary_norm": res["canary_norm"],
+            "victim": worst["node"], "one_run": worst["one_run"],
+            "claimed_epsilon": worst["claimed_epsilon"], "p_star": res["p_star"],
+            "nodes": nodes}
 
 
 def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> dict[str, Any]:

@@ -277,3 +277,24 @@ def roc_cap(n_members: int, n_nonmembers: int, delta: float = 0.0, alpha: float 
 def one_run_cap(canaries: int, guesses: int, delta: float = 0.0, p_star: float = 0.05) -> float:
     """The one-run bound of a perfect guesser (all `guesses` correct) with m = `canaries`."""
     return steinke_eps_lower_bound(guesses, guesses, canaries, delta, p_star)
+
+
+def canaries_for_cap(target: float, guess_fraction: float = 1.0, delta: float = 0.0,
+                     p_star: float = 0.05, limit: int = 10**6) -> int | None:
+    """The fewest canaries m whose `one_run_cap` with round(m guess_fraction / 2) "in" and as
+    many "out" guesses exceeds `target` (None when no m up to `limit` does: the 2 m delta term
+    of the p-value grows with m, so the cap peaks)."""
+    def cap(m: int) -> float:
+        k = round(m * guess_fraction / 2)
+        return one_run_cap(m, 2 * k, delta, p_star) if k else 0.0
+
+    hi = 2
+    while cap(hi) <= target:
+        if hi >= limit:
+            return None
+        hi = min(limit, hi * 2)
+    lo = hi // 2  # cap(lo) <= target < cap(hi) (lo = 1: no guess)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if cap(mid) > target else (mid, hi)
+    return hi

@@ -184,11 +184,14 @@ def table() -> None:  # pragma: no cover - prints the README's table; run by han
         with patch, tempfile.TemporaryDirectory() as tmp:
             res = sweep.Sweep(base, {}, cfg, Path(tmp) / "a", progress=False).run()
         cell = res["cells"][0]
-        m = cell["attacks"]["canary"].get("metrics", {})
+        audit = cell["attacks"]["canary"]
+        m = audit.get("metrics", {})
+        est = (audit.get("intervals") or {}).get("estimated_epsilon", [math.nan, math.nan])
         policy = gate.load_policy(HERE / "policy.toml")
         policy["bound"].append({"defense": "*", "eps": 1.0, "require_sampling_match": True})
         failed = [c.name.split(" ", 1)[1] for c in gate.run_checks(res, policy)
                   if not c.passed and c.name.split(" ", 1)[-1] in keep]
         print(f"| {name} | {m.get('empirical_epsilon', float('nan')):.2f} | "
               f"{m.get('empirical_epsilon_cap', float('nan')):.2f} | "
+              f"{m.get('estimated_epsilon', float('nan')):.2f} [{est[0]:.2f}, {est[1]:.2f}] | "
               f"{', '.join(failed) or 'none'} | {cell['sampling_drawn']} |", flush=True)
