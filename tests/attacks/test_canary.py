@@ -189,3 +189,22 @@ def test_bad_canary_settings_are_refused():
         run = replace_checked(RunConfig(), {**RUN, "rounds": 1}, where="run")
         gradient_canary_audit(run, "dp_sgp", 10_000)
     assert math.isfinite(one_run_cap(M, 60, 1e-5))
+
+
+@pytest.mark.slow
+def test_dpdl_is_held_to_each_nodes_own_claim_in_the_audited_run():
+    from privbench.engine import train
+    from privbench.membership import claims
+    from privbench.runner import build
+
+    res = _audit("dpdl")
+    assert res["applicable"], res
+    cell = build(replace_checked(RunConfig(), RUN, where="run"), "dpdl")
+    train(cell.trainer, evaluations=False)
+    cell_privacy = cell.trainer.privacy()
+    for node in res["nodes"]:
+        own = node["claimed_epsilon"]["calibrated"]["epsilon"]
+        # the node's claim in the cell's own run: its rate is not diluted by the canaries
+        assert own == pytest.approx(claims(cell_privacy, node["node"])["calibrated"]["epsilon"])
+        assert node["ratio"] == pytest.approx(node["one_run"]["epsilon_lb"] / own)
+        assert node["canary_rate"]["rate"] == pytest.approx(node["canary_rate"]["ledger"])
