@@ -297,7 +297,9 @@ def render_html(results: dict[str, Any], run_name: str | None = None) -> str:
         if not found:
             return metric(cell, "auc")
         ci = found[0]["ci"]
-        return fmt_num(found[0]["auc"]) + (f" [{fmt_num(ci[0])}, {fmt_num(ci[1])}]" if ci else "")
+        shown = Markup("{}").format(fmt_num(found[0]["auc"]))
+        return shown + (Markup('<br><span class="muted">[{}, {}]</span>').format(
+            fmt_num(ci[0]), fmt_num(ci[1])) if ci else "")
 
     env.filters["fmt"] = fmt_num
     env.filters["ci"] = _ci_cell
