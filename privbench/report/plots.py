@@ -89,11 +89,20 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     return _png(fig)
 
 
+# The shipped defenses in a fixed order, so that a defense has the same colour on every page
+# (the report, the leakage map), whatever other defenses a page shows; the default audit's first.
+STABLE_ORDER = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp", "dyn_d2p", "partpsp", "dpdl", "dp_sgp",
+                "dp_dpsgd", "dpps", "muffliato", "pedfl", "d_psgd_rr", "dp_cga", "dp_dfedsam",
+                "const_d2p", "dyn_c_d2p", "dyn_mu_d2p", "dfl_compression", "dfl_vr")
+
+
 def palette(names: list[str]) -> dict[str, Any]:
-    """One colour per defense, the same in every panel of a report (sorted names, tab10, then
-    tab20's light shades past ten)."""
+    """One colour per defense, the same in every panel and on every page: a shipped defense by
+    its place in `STABLE_ORDER` (tab10, then tab20's light shades), others after them, sorted."""
     base = list(plt.cm.tab10.colors) + list(plt.cm.tab20.colors[1::2])
-    return {name: base[k % len(base)] for k, name in enumerate(sorted(set(names)))}
+    others = sorted(set(names) - set(STABLE_ORDER))
+    order = {name: k for k, name in enumerate((*STABLE_ORDER, *others))}
+    return {name: base[order[name] % len(base)] for name in set(names)}
 
 
 def _shade(color: Any, k: int) -> tuple[float, float, float]:

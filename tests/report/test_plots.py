@@ -96,3 +96,11 @@ def test_roc_panels_show_bands_the_unresolved_region_and_the_test_at_a_crossing(
     assert any("crosses the DP bound" in t.get_text() for t in ax.texts)
     lo, hi = plots.tpr_band([0.1], 500)
     assert lo[0] < 0.1 < hi[0] and hi[0] - lo[0] < 0.06
+
+
+def test_a_defense_has_the_same_colour_on_every_page():
+    report = plots.palette(["sgp", "dpdl", "defl_vp", "partpsp"])
+    leakage_map = plots.palette(["dp_sgp", "dpdl", "defl_vp", "muffliato"])
+    assert report["dpdl"] == leakage_map["dpdl"] and report["defl_vp"] == leakage_map["defl_vp"]
+    every = plots.palette(list(plots.STABLE_ORDER))
+    assert len(set(every.values())) == len(plots.STABLE_ORDER)  # no two shipped ones alike
