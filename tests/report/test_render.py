@@ -285,3 +285,10 @@ def test_verdict_cards_are_ordered_by_severity_with_references_apart():
     html = render_html(res)
     assert html.index("defl_vp — ") < html.index("aaa — ") < html.index("Non-private references:") \
         < html.index("sgp — ")
+
+
+def test_an_attack_that_ran_on_a_diverged_cell_is_marked_not_read():
+    html = render_html(_with([_diverged_cell()]))
+    attacks = html[html.index("<h3>Attacks per cell</h3>"):]
+    row = next(r for r in attacks.split("<tr>") if "mia_threshold" in r)
+    assert "not read: training diverged" in row
