@@ -456,7 +456,7 @@ def test_verdict_flags_a_realized_epsilon_above_the_assumed_one():
     cell = {"privacy": [{"mode": "calibrated", "reading": "assumed", "epsilon": 1.0},
                         {"mode": "calibrated", "reading": "realized", "epsilon": 2.5,
                          "sensitivity_check": check}]}
-    assert "realized ε 2.5 exceeds the assumed ε 1" in realized_overspend(cell)
+    assert "realized ε 2.50 exceeds the assumed ε 1.00" in realized_overspend(cell)
     assert "fell below the real one in 3 rounds)" in realized_overspend(cell)
     check.update(estimate_below_real=1, non_finite_count=1)  # the default audit's partpsp cells
     assert "in 1 round, 1 round non-finite" in realized_overspend(cell)
