@@ -106,6 +106,7 @@ from privbench.accounting import (
     calibrate_noise_scale,
     dpdl_joint_ratio,
 )
+from privbench.accounting.plans import DPDL_FULL_NOTE
 from privbench.config import check_choices
 from privbench.engine import (
     Context,
@@ -387,7 +388,7 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                     rounds: int) -> list[dict[str, Any]]:
     """Per node, one report per reading (paper, full, strict), each with node / reading keys."""
     notes = {"paper": "paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)",
-             "full": "full reading: cross-gradients + broadcast, paper noise",
+             "full": DPDL_FULL_NOTE,
              "strict": "strict reading: cross-gradients + broadcast, only the node's own noise"}
     model = SAMPLING_MODELS[cfg.sampling]
     approx = ("" if cfg.self_weight == "clean" else
@@ -407,7 +408,8 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                     GaussianEvent(m[reading], q, rounds, model))
                 rep = account(ledger, delta, acc, mode=mode, note=notes[reading] + approx,
                               options=RDP_OPTIONS if acc == "rdp" else AccountantOptions())
-                rep = replace(rep, approximate=rep.approximate or bool(approx))
+                rep = replace(rep, approximate=rep.approximate or bool(approx)
+                              or reading == "full")
             out.append({**rep.to_dict(), "node": i, "reading": reading,
                         "sigma": plan.sigma[i], "sample_rate": q,
                         "noise_multiplier": m[reading]})

@@ -78,7 +78,7 @@ def test_bad_input_raises_config_error(argv: list[str], match: str) -> None:
 
 
 def test_unknown_defense_lists_known_names() -> None:
-    with pytest.raises(UnknownNameError, match="known: adp_vrsgp, defl_vp, dp_sgp"):
+    with pytest.raises(UnknownNameError, match="private defenses: adp_vrsgp, const_d2p, "):
         run_account(parse("--defense", "nope", "--eps", "1", "--delta", "1e-5"))
 
 
@@ -151,3 +151,120 @@ def test_dpdl_is_planned_on_the_run_graph_with_its_own_accountant(capsys) -> Non
     for plan in (ring, complete):
         strict = plan["reports"][1]
         assert strict["accountant"] == "rdp" and 1.98 <= strict["epsilon"] <= 2.0
+
+
+# ---------------------------------------------------------------- every private defense
+
+
+def _private() -> list[str]:
+    from privbench.registry import DEFENSES, load_plugins
+
+    load_plugins()
+    return [n for n in DEFENSES.names() if DEFENSES.get(n).private]
+
+
+def _plans(capsys, *argv: str) -> list[dict]:
+    assert run_account(parse(*argv, "--json")) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("defense", _private())
+def test_every_private_defense_has_a_plan(defense: str, capsys) -> None:
+    plans = _plans(capsys, "--defense", defense, "--eps", "1", "--delta", "1e-5",
+                   "--rounds", "20", "--sample-rate", "0.05")
+    assert plans and all(p["defense"] == defense for p in plans)
+    for plan in plans:
+        assert plan["noise"] and [r["mode"] for r in plan["reports"]][:2] == ["paper",
+                                                                              "calibrated"]
+    rigorous = next(p for p in plans if p["calibrated_with"] == "calibrated")
+    assert 0.98 <= rigorous["reports"][1]["epsilon"] <= 1.0  # the target, never above
+
+
+def test_a_defense_without_noise_or_without_a_plan_is_refused(monkeypatch) -> None:
+    from privbench.cli import main
+    from privbench.registry import DEFENSES
+
+    args = ("--eps", "1", "--delta", "1e-5", "--rounds", "20")
+    with pytest.raises(ConfigError, match="d_psgd is not a private defense") as err:
+        run_account(parse("--defense", "d_psgd", *args))
+    assert "private defenses: adp_vrsgp," in str(err.value)
+
+    class Mine:  # a plugin's own private trainer, derived from no defense with a plan
+        private = True
+
+    monkeypatch.setitem(DEFENSES._items, "mine", Mine)
+    with pytest.raises(ConfigError, match="mine has no privacy plan"):
+        run_account(parse("--defense", "mine", *args))
+    assert main(["account", "--defense", "mine", *args]) == 2
+
+
+def test_an_option_the_defense_fixes_is_refused_naming_its_value(capsys) -> None:
+    args = ("--eps", "1", "--delta", "1e-5", "--rounds", "20", "--sample-rate", "0.05")
+    with pytest.raises(ConfigError, match=r"rho_mu of 'const_d2p' is fixed .*rho_mu=1\.0"):
+        run_account(parse("--defense", "const_d2p", *args, "-o", "rho_mu=3"))
+    (dyn_mu,) = _plans(capsys, "--defense", "dyn_mu_d2p", *args, "-o", "rho_mu=3",
+                       "--calibrate-with", "calibrated")
+    assert dyn_mu["noise"]["mu_last"] == pytest.approx(3 ** (19 / 20) * dyn_mu["noise"]["mu_0"])
+    with pytest.raises(ConfigError, match="calibrates its noise one way"):
+        run_account(parse("--defense", "dp_dpsgd", *args, "--calibrate-with", "paper"))
+
+
+TRAIN = {"rounds": 30, "nodes": 4, "device": "cpu", "eval_every": 30, "epsilon": 1.0}
+
+
+def _trainer(name: str):
+    from privbench.config import RunConfig
+    from privbench.runner import build
+
+    return build(RunConfig(**TRAIN), name).trainer
+
+
+def _account(capsys, name: str, rate: float, *extra: str) -> dict:
+    (plan,) = _plans(capsys, "--defense", name, "--eps", "1", "--delta", "1e-5",
+                     "--rounds", str(TRAIN["rounds"]), "--nodes", str(TRAIN["nodes"]),
+                     "--sample-rate", repr(rate), "--calibrate-with", "calibrated", *extra)
+    return plan
+
+
+@pytest.mark.parametrize("name", ["const_d2p", "dyn_c_d2p", "dyn_mu_d2p"])
+def test_a_dyn_d2p_variant_is_planned_as_its_trainer_draws(name: str, capsys) -> None:
+    trainer = _trainer(name)
+    plan = _account(capsys, name, trainer.rates[1])
+    assert plan["noise"]["mu_0"] == pytest.approx(trainer.mu_0[1], rel=1e-12)
+    assert plan["noise"]["mu_last"] == pytest.approx(trainer.mu[-1, 1], rel=1e-12)
+
+
+def test_dp_dfedsam_and_d_psgd_rr_are_planned_as_their_trainers_draw(capsys) -> None:
+    sam = _trainer("dp_dfedsam")
+    plan = _account(capsys, "dp_dfedsam", float(sam.rates[1, 0].double()))
+    assert plan["noise"]["sigma"] == pytest.approx(sam.plans[1].noise["sigma"], rel=1e-6)
+    rr = _trainer("d_psgd_rr")
+    plan = _account(capsys, "d_psgd_rr", 1.0, "-o", f"dim={rr.d}")
+    assert plan["noise"]["keep_prob"] == pytest.approx(rr.plan.noise["keep_prob"], rel=1e-12)
+    assert "control_variates=False" in plan["notes"][0]
+    assert all(not r["uncovered"] for r in plan["reports"])  # no control variates sent
+
+
+@pytest.mark.parametrize("name", ["dp_dpsgd", "muffliato"])
+def test_a_gossip_dp_sgd_defense_is_planned_as_its_trainer_draws(name: str, capsys) -> None:
+    trainer = _trainer(name)
+    node = int(trainer.rates.argmax())  # the one-sigma rule's worst node
+    plan = _account(capsys, name, float(trainer.rates[node]))
+    assert plan["noise"]["sigma"] == pytest.approx(float(trainer.sigma[node]), rel=1e-6)
+    if name == "muffliato":
+        assert (plan["noise"]["gossip_steps"], plan["noise"]["releases"]) == (
+            trainer.steps, trainer.releases)
+    reported = next(r for r in trainer.privacy() if r["node"] == node
+                    and r["mode"] == "calibrated")
+    assert plan["reports"][1]["epsilon"] == pytest.approx(float(reported["epsilon"]), rel=1e-6)
+
+
+def test_dpdl_full_reading_is_flagged_approximate(capsys) -> None:
+    args = ("--eps", "2", "--delta", "1e-5", "--rounds", "30", "--sample-rate", "0.1",
+            "--calibrate-with", "calibrated")
+    for extra in ((), ("-o", "n_agents=6", "-o", "degree=3")):  # the run's graph, the formula
+        (plan,) = _plans(capsys, "--defense", "dpdl", *args, *extra)
+        full = plan["reports"][2]
+        assert full["note"].startswith("full reading") and full["approximate"] is True
+        assert "not an upper bound" in full["note"]
+        assert plan["reports"][1]["approximate"] is False  # the strict reading is a bound

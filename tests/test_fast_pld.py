@@ -45,3 +45,34 @@ def test_composition_equals_the_pld_accountant(terms, delta):
 
 def test_no_terms_spend_nothing():
     assert fast_pld.subsampled_gaussian_epsilon([], 1e-5, 1e-3) == 0.0
+
+
+FAST_CASES = [
+    [(16 / 180, z, c) for z, c in zip(np.geomspace(0.63, 1.25, 20), [1, 2] * 10, strict=True)],
+    [(0.01, 1.1, 1000)],
+    [(1.0, 3.0, 5), (0.1, 2.0, 3), (0.1, 0.9, 7)],
+    [(0.05, 1.0, 17), (0.05, 1.5, 32), (0.2, 2.0, 33)],
+]
+
+
+@pytest.mark.parametrize("terms", FAST_CASES)
+def test_the_fast_composition_equals_the_pld_accountant(terms):
+    # balanced tree, vectorized truncation bounds and tails, real FFT: other float rounding only
+    grid = 1e-2 if len(terms) > 8 else 1e-3
+    ref = pld_accountant_epsilon(terms, 1e-5, grid)
+    assert fast_pld.subsampled_gaussian_epsilon(terms, 1e-5, grid, fast=True) == pytest.approx(
+        ref, rel=1e-8)
+
+
+def test_a_composition_sized_within_the_bound_is_built():
+    # sized by `composed_points` on a coarser grid, the eps ~ 1e5 composition refused on the
+    # asked grid fits, and the coarser grid costs it under 1e-4 (relative) against a finer one
+    terms = [(0.01, 0.0055, 60)]
+    with pytest.raises(fast_pld.PLDTooLargeError):
+        fast_pld.subsampled_gaussian_epsilon(terms, 1e-5, 1e-3)
+    grid = 1e-3 * 2.0 ** np.ceil(np.log2(fast_pld.composed_points(terms, 1e-3)
+                                         / fast_pld.BOUNDED_POINTS))
+    assert fast_pld.composed_points(terms, grid) <= fast_pld.MAX_POINTS
+    eps = fast_pld.subsampled_gaussian_epsilon(terms, 1e-5, grid, fast=True)
+    finer = fast_pld.subsampled_gaussian_epsilon(terms, 1e-5, grid / 4, fast=True)
+    assert finer <= eps <= finer * (1 + 1e-4)

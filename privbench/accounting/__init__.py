@@ -24,7 +24,7 @@ from privbench.accounting.calibrate import (
     schedule_epsilon_fn,
     solve_monotone,
 )
-from privbench.accounting.compose import account
+from privbench.accounting.compose import account, account_schedule
 from privbench.accounting.events import (
     Event,
     GaussianEvent,
@@ -122,6 +122,7 @@ __all__ = [
     "PrivacyPlan",
     "RandomizedResponseEvent",
     "account",
+    "account_schedule",
     "adp_vrsgp_alpha",
     "adp_vrsgp_fitted_c2",
     "adp_vrsgp_noise_factors",

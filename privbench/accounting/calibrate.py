@@ -18,16 +18,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from privbench.accounting.events import gaussian_schedule
 from privbench.accounting.gaussian import (
     DEFAULT_OPTIONS,
+    LONG_RUN_STEPS,
     AccountantOptions,
     Term,
     _epsilon_cached,
-    bucket_terms,
     check_accountant_delta,
     clt_epsilon,
     effective_accountant,
+    schedule_terms,
 )
 from privbench.accounting.gdp import gdp_mu
 from privbench.accounting.validation import (
@@ -133,10 +133,17 @@ def _clt_guess(multipliers: np.ndarray, sampling_rate: float, mu_tot: float) -> 
     if sampling_rate == 1:
         return math.sqrt(float(np.sum(multipliers**-2.0))) / mu_tot
     target = (mu_tot / sampling_rate) ** 2
+    weights: np.ndarray | None = None
+    if multipliers.size > LONG_RUN_STEPS:  # a long run: at most LONG_RUN_STEPS groups, counted
+        multipliers, weights = np.unique(multipliers, return_counts=True)  # ascending
+        if multipliers.size > LONG_RUN_STEPS:  # each group at its smallest multiplier
+            cut = np.linspace(0, multipliers.size, LONG_RUN_STEPS + 1).astype(int)[:-1]
+            multipliers, weights = multipliers[cut], np.add.reduceat(weights, cut)
 
     def spent(scale: float) -> float:
-        with np.errstate(over="ignore"):
-            return float(np.sum(np.expm1((1.0 / (scale * multipliers)) ** 2)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            terms = np.expm1((1.0 / (scale * multipliers)) ** 2)
+            return float(np.sum(terms if weights is None else terms * weights))
 
     lo, hi = 1e-3, 1.0
     while spent(hi) > target:
@@ -145,6 +152,15 @@ def _clt_guess(multipliers: np.ndarray, sampling_rate: float, mu_tot: float) -> 
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if spent(mid) > target else (lo, mid)
     return hi
+
+
+def _positive_array(values: Sequence[float], name: str) -> np.ndarray:
+    """`values` as a float array when every one is a finite number > 0 (checked in one numpy
+    pass for a numeric array), else the `check_positive` error of the first that is not."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iuf" and arr.ndim == 1 and bool(np.all(np.isfinite(arr) & (arr > 0))):
+        return arr.astype(float)
+    return np.asarray([check_positive(m, name) for m in values], dtype=float)
 
 
 def schedule_epsilon_fn(
@@ -158,21 +174,21 @@ def schedule_epsilon_fn(
     """epsilon(scale) of the schedule z_t = scale * multipliers[t] (memoized).
 
     Each evaluation buckets the scaled schedule `scale * multipliers` (a numpy product) exactly
-    as `gaussian_epsilon` buckets a ledger of those events, so a plan whose ledger is built from
-    the same product reuses the calibration's last composition instead of paying for it again.
+    as `gaussian_epsilon` buckets a ledger of those events (`schedule_terms`), so a plan whose
+    ledger is built from the same product reuses the calibration's last composition instead of
+    paying for it again.
     """
     delta = check_delta(delta)
     accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
     q = check_sampling_rate(sampling_rate)
-    shape = np.asarray([check_positive(m, "multiplier") for m in multipliers], dtype=float)
+    shape = _positive_array(multipliers, "multiplier")
     if shape.size == 0:
         raise ConfigError("a noise schedule needs at least 1 step, got 0")
     check_accountant_delta(delta, effective_accountant((sampling,), accountant))
     max_distinct = None if accountant == "gdp_clt" else options.max_distinct
 
     def epsilon(scale: float) -> float:
-        terms: tuple[Term, ...] = bucket_terms(gaussian_schedule(scale * shape, q, sampling),
-                                               max_distinct)
+        terms: tuple[Term, ...] = schedule_terms(scale * shape, q, sampling, max_distinct)
         if accountant == "gdp_clt":
             return clt_epsilon(terms, delta)
         return _epsilon_cached(terms, delta, accountant, options)

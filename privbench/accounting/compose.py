@@ -8,12 +8,21 @@ delta_pure, with delta split in half when advanced composition needs a delta' of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from privbench.accounting.events import LaplaceEvent, PrivacyLedger
 from privbench.accounting.gaussian import (
     DEFAULT_OPTIONS,
     AccountantOptions,
+    Composition,
+    check_accountant_delta,
+    clt_epsilon,
+    composition,
     effective_accountant,
-    gaussian_epsilon,
+    gaussian_composition,
+    schedule_terms,
 )
 from privbench.accounting.pure import compose_pure
 from privbench.accounting.report import EpsilonReport
@@ -21,8 +30,10 @@ from privbench.accounting.validation import (
     GAUSSIAN_ACCOUNTANTS,
     MODES,
     PURE_COMPOSITIONS,
+    SAMPLINGS,
     check_choice,
     check_delta,
+    check_sampling_rate,
 )
 from privbench.errors import ConfigError
 
@@ -48,7 +59,8 @@ def account(
         pure_composition: "basic" (default) or "advanced" for Laplace / randomized response,
             "laplace_pld" (tight PLD composition) for Laplace only.
         options: numerical accountant settings.
-        note: free text carried into the report.
+        note: free text carried into the report (followed by how the Gaussian accountant
+            departed from `options`, when it did: see `gaussian.Composition`).
 
     Returns:
         The report; `approximate` is True iff the GDP CLT was applied to subsampled steps;
@@ -67,16 +79,18 @@ def account(
     atoms = [e.atoms for e in pure]
     if gauss and pure:
         pure_delta = delta / 2 if pure_composition != "basic" else 0.0
-        eps = gaussian_epsilon(gauss, delta - pure_delta, accountant, options)
-        eps += compose_pure(atoms, pure_composition, pure_delta or delta)
-        name, used_delta = f"{accountant}+{pure_composition}", delta
+        comp = gaussian_composition(gauss, delta - pure_delta, accountant, options)
+        eps = comp.epsilon + compose_pure(atoms, pure_composition, pure_delta or delta)
+        name, used_delta = f"{comp.accountant}+{pure_composition}", delta
+        note = "; ".join(n for n in (note, comp.note) if n)
     elif pure:
         eps = compose_pure(atoms, pure_composition, delta)
         name = pure_composition
         used_delta = delta if pure_composition != "basic" else 0.0
     else:
-        eps = gaussian_epsilon(gauss, delta, accountant, options)
-        name, used_delta = accountant, delta
+        comp = gaussian_composition(gauss, delta, accountant, options)
+        eps, name, used_delta = comp.epsilon, comp.accountant, delta
+        note = "; ".join(n for n in (note, comp.note) if n)
     # the CLT is exact for un-subsampled steps (GDP composition) and approximate otherwise
     approximate = accountant == "gdp_clt" and any(e.sampling_rate < 1 for e in gauss)
     return EpsilonReport(
@@ -88,5 +102,48 @@ def account(
         uncovered=ledger.uncovered,
         approximate=approximate,
         note=note,
+        sampling=sampling,
+    )
+
+
+def account_schedule(
+    multipliers: Sequence[float] | np.ndarray,
+    sampling_rate: float,
+    delta: float,
+    accountant: str = "pld",
+    *,
+    sampling: str = "poisson",
+    mode: str = "calibrated",
+    options: AccountantOptions = DEFAULT_OPTIONS,
+    note: str = "",
+) -> EpsilonReport:
+    """`account` of the sample-level ledger of a per-step Gaussian noise schedule
+    (`gaussian_schedule(multipliers, sampling_rate, sampling)`), without an event per run: the
+    same terms (`gaussian.schedule_terms`), so the same report, and a 10^6-step schedule of
+    distinct multipliers (Dyn-D2P) costs a `np.unique`, not 10^6 events.
+
+    Raises:
+        ConfigError: a bad delta, accountant, mode, rate, sampling model or multiplier.
+    """
+    delta = check_delta(delta)
+    accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
+    check_choice(mode, "mode", MODES)
+    q = check_sampling_rate(sampling_rate)
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
+    accountant = effective_accountant((sampling,), accountant)
+    check_accountant_delta(delta, accountant)
+    clt = accountant == "gdp_clt"
+    terms = schedule_terms(np.asarray(multipliers, dtype=float), q, sampling,
+                           None if clt else options.max_distinct)
+    comp = (Composition(clt_epsilon(terms, delta), accountant) if clt
+            else composition(terms, delta, accountant, options))
+    return EpsilonReport(
+        epsilon=comp.epsilon,
+        delta=delta,
+        accountant=comp.accountant,
+        mode=mode,
+        unit="sample-level",
+        approximate=clt and q < 1,
+        note="; ".join(n for n in (note, comp.note) if n),
         sampling=sampling,
     )

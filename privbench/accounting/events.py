@@ -17,9 +17,12 @@ Ledgers are values: `record` returns a new ledger. Composition lives in
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
 
 from privbench.accounting.validation import (
     SAMPLINGS,
@@ -58,6 +61,14 @@ class GaussianEvent:
         object.__setattr__(self, "sampling_rate", check_sampling_rate(self.sampling_rate))
         object.__setattr__(self, "count", check_count(self.count, "event count"))
         check_choice(self.sampling, "sampling", SAMPLINGS)
+
+
+def _checked_event(z: float, q: float, count: int, sampling: str) -> GaussianEvent:
+    """A `GaussianEvent` of already checked fields (z > 0, q in (0, 1], count >= 1, a known
+    sampling model), without checking them again."""
+    event = object.__new__(GaussianEvent)
+    event.__dict__.update(noise_multiplier=z, sampling_rate=q, count=count, sampling=sampling)
+    return event
 
 
 @dataclass(frozen=True)
@@ -137,8 +148,20 @@ Event = GaussianEvent | LaplaceEvent | RandomizedResponseEvent
 PureEvent = LaplaceEvent | RandomizedResponseEvent
 
 
+@functools.cache
+def _kind_fields(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind) if f.name != "count")
+
+
 def _same_kind(a: Event, b: Event) -> bool:
-    return type(a) is type(b) and replace(a, count=1) == replace(b, count=1)
+    """Whether two events are the same mechanism (all fields but `count` equal)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is GaussianEvent:  # the common case, spelled out (a ledger may hold 10^6)
+        return (a.noise_multiplier == b.noise_multiplier  # type: ignore[union-attr]
+                and a.sampling_rate == b.sampling_rate  # type: ignore[union-attr]
+                and a.sampling == b.sampling)  # type: ignore[union-attr]
+    return all(getattr(a, name) == getattr(b, name) for name in _kind_fields(type(a)))
 
 
 @dataclass(frozen=True)
@@ -172,11 +195,13 @@ class PrivacyLedger:
     def extend(self, events: Iterable[Event]) -> PrivacyLedger:
         """A new ledger with `events` appended in order."""
         out = list(self.events)
+        last = out[-1] if out else None
         for e in events:
-            if out and _same_kind(out[-1], e):
-                out[-1] = replace(out[-1], count=out[-1].count + e.count)
+            if last is not None and _same_kind(last, e):
+                out[-1] = last = replace(last, count=last.count + e.count)
             else:
                 out.append(e)
+                last = e
         return replace(self, events=tuple(out))
 
     @property
@@ -201,18 +226,23 @@ def gaussian_schedule(
         sampling: the sampling model of every step (`SAMPLINGS`).
 
     Returns:
-        Events whose composition is the schedule (consecutive equal z_t merged).
+        Events whose composition is the schedule (consecutive equal z_t merged: one event per
+        run, so a 10^6-step schedule costs one event per distinct run, not per step).
     """
-    events: list[GaussianEvent] = []
-    for z in noise_multipliers:
-        z = float(z)
-        if events and events[-1].noise_multiplier == z:
-            events[-1] = replace(events[-1], count=events[-1].count + 1)
-        else:
-            events.append(GaussianEvent(z, sampling_rate, 1, sampling))
-    if not events:
+    z = np.asarray(noise_multipliers, dtype=float)  # (T,)
+    if z.ndim != 1:
+        raise ConfigError(f"a noise schedule is one multiplier per step, got shape {z.shape}")
+    if z.size == 0:
         raise ConfigError("a noise schedule needs at least 1 step, got 0")
-    return tuple(events)
+    starts = np.flatnonzero(np.r_[True, z[1:] != z[:-1]])  # (runs,) first step of each run
+    counts = np.diff(np.r_[starts, z.size])  # (runs,)
+    first = GaussianEvent(float(z[0]), sampling_rate, int(counts[0]), sampling)  # checks q, model
+    if not bool(np.all(z > 0)):  # NaN or <= 0: the event's own error
+        GaussianEvent(float(z[~(z > 0)][0]), sampling_rate, 1, sampling)
+    # the rest are checked as a whole above: built without checking each run again
+    q = first.sampling_rate
+    return (first, *(_checked_event(v, q, c, sampling)
+                     for v, c in zip(z[starts[1:]].tolist(), counts[1:].tolist(), strict=True)))
 
 
 def node_ledgers(

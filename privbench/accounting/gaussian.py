@@ -22,6 +22,14 @@ JSON file per (schedule terms (q, z, count), delta, accountant, numerical option
 version) under `$PRIVBENCH_CACHE_DIR`, default `~/.cache/privbench/accounting`; "off" disables),
 so a plan composed once is looked up, not recomposed, by every later process (a 60-round
 ADP-VRSGP calibration is about ten PLD compositions of 13 terms each).
+
+Bounds: a PLD's pessimism grows with the composed steps, so a run of more than `LONG_RUN_STEPS`
+steps is composed on a finer grid (`pld_grid`); and no PLD larger than `fast_pld.MAX_POINTS` is
+built: a composition that would be larger (from epsilon ~ 10^3 on, by the number of steps: a
+step's privacy loss spans about 1 / (2 z^2)) is composed on a coarser grid, still an upper
+bound, or, where no grid fits, by RDP (`_bounded_pld`). Either way the report says so
+(`Composition.note`); a composition of at most `LONG_RUN_STEPS` steps whose PLDs fit is the
+same, bit for bit, as without these bounds.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ import json
 import math
 import os
 import tempfile
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -45,13 +52,20 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from privbench.accounting.events import GaussianEvent
-from privbench.accounting.fast_pld import subsampled_gaussian_epsilon
+from privbench.accounting.fast_pld import (
+    BOUNDED_POINTS,
+    MAX_POINTS,
+    PLDTooLargeError,
+    composed_points,
+    subsampled_gaussian_epsilon,
+)
 from privbench.accounting.gdp import clt_mu_total, gdp_epsilon
 from privbench.accounting.validation import (
     GAUSSIAN_ACCOUNTANTS,
     SAMPLINGS,
     check_choice,
     check_delta,
+    check_positive,
 )
 from privbench.errors import ConfigError
 
@@ -68,7 +82,8 @@ class AccountantOptions:
 
     Attributes:
         pld_discretization: PLD value_discretization_interval. 1e-3 is within ~0.1% of 1e-4 for
-            DP-SGD-like schedules (and pessimistic), at a fraction of the cost.
+            DP-SGD-like schedules (and pessimistic), at a fraction of the cost; a run of more
+            than `LONG_RUN_STEPS` steps uses a finer one (`pld_grid`).
         rdp_orders: RDP orders; None = dp-accounting's default grid (fractional + integer).
         max_distinct: at most this many distinct noise multipliers per sampling rate are
             composed (conservative log-z bucketing); None = exact.
@@ -163,23 +178,60 @@ def bucket_terms(events: Iterable[GaussianEvent], max_distinct: int | None) -> t
     Returns:
         Sorted terms whose composition is at least as private-costly as the events'.
     """
-    by_rate: dict[tuple[float, str], dict[float, int]] = defaultdict(lambda: defaultdict(int))
-    for e in events:
-        by_rate[e.sampling_rate, e.sampling][e.noise_multiplier] += e.count
+    events = tuple(events)
+    rates = [(e.sampling_rate, e.sampling) for e in events]
+    z = np.fromiter((e.noise_multiplier for e in events), float, len(events))  # (events,)
+    count = np.fromiter((e.count for e in events), np.int64, len(events))  # (events,)
     terms: list[Term] = []
-    for (q, sampling), counts in by_rate.items():
-        zs = np.array(sorted(counts))
-        cs = np.array([counts[z] for z in zs])
-        if max_distinct is None or len(zs) <= max_distinct or math.isinf(zs[-1]):
-            terms.extend((q, _canonical(z), int(c), sampling) for z, c in zip(zs, cs, strict=True))
-            continue
-        logs = np.log(zs)
-        width = (logs[-1] - logs[0]) / max_distinct
-        bins = np.minimum(((logs - logs[0]) / width).astype(int), max_distinct - 1)
-        for b in np.unique(bins):
-            members = bins == b
-            terms.append((q, _canonical(zs[members].min()), int(cs[members].sum()), sampling))
+    single = len(set(rates)) == 1
+    for q, sampling in dict.fromkeys(rates):  # each (rate, model) once, in order of appearance
+        mine = slice(None) if single else np.array([r == (q, sampling) for r in rates])
+        zs, where = np.unique(z[mine], return_inverse=True)  # ascending distinct multipliers
+        cs = np.zeros(zs.size, dtype=np.int64)
+        np.add.at(cs, where, count[mine])  # (distinct,) the steps of each multiplier
+        terms.extend(_bucketed(q, sampling, zs, cs, max_distinct))
     return tuple(sorted(terms))
+
+
+def _bucketed(q: float, sampling: str, zs: np.ndarray, cs: np.ndarray,
+              max_distinct: int | None) -> list[Term]:
+    """The terms of distinct ascending multipliers `zs` (counts `cs`) at one rate, bucketed.
+
+    Multipliers are canonicalized (`_canonical`) up to `LONG_RUN_STEPS` distinct ones: beyond,
+    they are unbucketed terms of the GDP CLT, which caches nothing, and are kept as they are.
+    """
+    if max_distinct is None and len(zs) > LONG_RUN_STEPS:
+        return list(zip([q] * len(zs), zs.tolist(), cs.tolist(), [sampling] * len(zs),
+                        strict=True))
+    if max_distinct is None or len(zs) <= max_distinct or math.isinf(zs[-1]):
+        return [(q, _canonical(z), int(c), sampling) for z, c in zip(zs, cs, strict=True)]
+    logs = np.log(zs)
+    width = (logs[-1] - logs[0]) / max_distinct
+    bins = np.minimum(((logs - logs[0]) / width).astype(int), max_distinct - 1)
+    out = []
+    for b in np.unique(bins):
+        members = bins == b
+        out.append((q, _canonical(zs[members].min()), int(cs[members].sum()), sampling))
+    return out
+
+
+def schedule_terms(multipliers: np.ndarray, sampling_rate: float, sampling: str,
+                   max_distinct: int | None) -> tuple[Term, ...]:
+    """`bucket_terms(gaussian_schedule(multipliers, sampling_rate, sampling), max_distinct)`
+    without building an event per run (the same terms: the distinct multipliers and their
+    counts, by `np.unique`): a calibration evaluates it for every candidate noise scale, and a
+    10^6-step schedule has up to 10^6 runs.
+
+    Raises:
+        ConfigError: a multiplier that is not > 0 (or NaN), or no multiplier at all.
+    """
+    zs, cs = np.unique(np.asarray(multipliers, dtype=float), return_counts=True)  # ascending
+    if zs.size == 0:
+        raise ConfigError("a noise schedule needs at least 1 step, got 0")
+    check_positive(float(zs[0]), "noise multiplier", allow_inf=True)
+    if np.isnan(zs[-1]):
+        check_positive(math.nan, "noise multiplier")
+    return tuple(sorted(_bucketed(sampling_rate, sampling, zs, cs, max_distinct)))
 
 
 def effective_accountant(sampling_models: Iterable[str], accountant: str) -> str:
@@ -236,7 +288,24 @@ def _disk_key(terms: tuple[Term, ...], delta: float, accountant: str,
                        [[repr(q), repr(z), c, s] for q, z, c, s in terms]])
 
 
-def _disk_get(key: str) -> float | None:
+@dataclass(frozen=True)
+class Composition:
+    """The epsilon of a composition and what gave it.
+
+    Attributes:
+        epsilon: the epsilon at the requested delta.
+        accountant: the accountant that answered ("pld", "rdp", "gdp_clt").
+        note: how the answer departs from the requested settings ("" when it does not): a
+            PLD grid finer than asked for a long run, or coarser (or RDP instead) where the
+            asked-for grid would not fit in `fast_pld.MAX_POINTS`.
+    """
+
+    epsilon: float
+    accountant: str
+    note: str = ""
+
+
+def _disk_get(key: str) -> Composition | None:
     folder = cache_dir()
     if folder is None:
         return None
@@ -246,50 +315,108 @@ def _disk_get(key: str) -> float | None:
     except (OSError, ValueError):
         return None
     value = entry.get("epsilon") if entry.get("key") == key else None
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    if not (isinstance(value, int | float) and math.isfinite(value)):
+        return None
+    who, note = entry.get("accountant"), entry.get("note", "")
+    if who is None:  # an entry composed with the settings of its key
+        who = json.loads(key)[2]
+    return Composition(float(value), str(who), str(note))
 
 
-def _disk_put(key: str, value: float) -> None:
+def _disk_put(key: str, value: Composition) -> None:
     folder = cache_dir()
-    if folder is None or not math.isfinite(value):
+    if folder is None or not math.isfinite(value.epsilon):
         return
+    entry: dict[str, object] = {"key": key, "epsilon": value.epsilon}
+    if value.note:
+        entry.update(accountant=value.accountant, note=value.note)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
-            json.dump({"key": key, "epsilon": value}, fh)
+            json.dump(entry, fh)
         os.replace(tmp, folder / f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.json")
     except OSError:
         return  # a cache that cannot be written is only slower
+
+
+LONG_RUN_STEPS = 10_000
+"""Beyond this many subsampled steps a PLD composition uses a finer grid (`pld_grid`)."""
+
+
+def pld_grid(terms: tuple[Term, ...], grid: float) -> float:
+    """The PLD grid a composition of `terms` asked for on `grid` uses before size bounds.
+
+    The pessimism of the connect-the-dots grid accumulates over the composed steps, about as
+    1.3 steps grid^2 in epsilon (measured on DP-SGD steps: +0.0013 at 1,000 steps and +0.013 at
+    10,000 on grid 1e-3, 3.3 % at epsilon 0.58; +0.83 at 10^6 steps, epsilon 1.75 for a true
+    0.915). Up to `LONG_RUN_STEPS` subsampled steps the grid asked for is used; beyond, the grid
+    is halved until steps grid^2 is at most its value at 1,000 steps (grid / 32 at 10^6 steps:
+    +0.001). Un-subsampled steps compose exactly (one Gaussian) and do not count.
+    """
+    steps = sum(c for q, _, c, _ in terms if q < 1)
+    if steps <= LONG_RUN_STEPS:
+        return grid
+    return grid / 2.0 ** math.ceil(0.5 * math.log2(steps / 1000))
+
+
+def _prepared(terms: tuple[Term, ...], accountant: str, options: AccountantOptions,
+              ) -> tuple[tuple[Term, ...], str, AccountantOptions, AccountantOptions]:
+    """(the terms that release something, the accountant composing them, the settings it uses,
+    the settings its disk-cache key names) of a composition."""
+    terms = tuple(t for t in terms if not math.isinf(t[1]))  # infinite noise releases nothing
+    accountant = effective_accountant((t[3] for t in terms), accountant)
+    # the settings this composition really uses (a coarser grid for many-term short runs)
+    options = options.for_terms(len(terms), sum(t[2] for t in terms))
+    keyed = options  # a long run's finer grid is part of its key
+    if accountant == "pld":
+        keyed = replace(options, pld_discretization=pld_grid(terms, options.pld_discretization))
+    return terms, accountant, options, keyed
+
+
+_ANSWERED: dict[str, Composition] = {}
+"""Compositions answered otherwise than asked (a note), by disk key: `composition` reads them."""
 
 
 @functools.lru_cache(maxsize=1024)
 def _epsilon_cached(
     terms: tuple[Term, ...], delta: float, accountant: str, options: AccountantOptions
 ) -> float:
-    terms = tuple(t for t in terms if not math.isinf(t[1]))  # infinite noise releases nothing
+    terms, accountant, options, keyed = _prepared(terms, accountant, options)
     if not terms:
         return 0.0
-    accountant = effective_accountant((t[3] for t in terms), accountant)
-    # the settings this composition really uses (a coarser grid for many-term short runs)
-    options = options.for_terms(len(terms), sum(t[2] for t in terms))
-    key = _disk_key(terms, delta, accountant, options)
+    key = _disk_key(terms, delta, accountant, keyed)
     hit = _disk_get(key)
-    if hit is not None:
-        return hit
-    value = _compose(terms, delta, accountant, options)
-    _disk_put(key, value)
-    return value
+    if hit is None:
+        hit = _compose(terms, delta, accountant, options)
+        _disk_put(key, hit)
+    if hit.note:
+        _ANSWERED[key] = hit
+    return hit.epsilon
+
+
+def composition(terms: tuple[Term, ...], delta: float, accountant: str,
+                options: AccountantOptions) -> Composition:
+    """`_epsilon_cached`'s epsilon with the accountant that answered and how (memoized)."""
+    eps = _epsilon_cached(terms, delta, accountant, options)
+    terms, accountant, _, keyed = _prepared(terms, accountant, options)
+    if not terms:
+        return Composition(0.0, accountant)
+    return _ANSWERED.get(_disk_key(terms, delta, accountant, keyed), Composition(eps, accountant))
 
 
 def _compose(terms: tuple[Term, ...], delta: float, accountant: str,
-             options: AccountantOptions) -> float:
+             options: AccountantOptions) -> Composition:
     """Epsilon of (q, z, count, sampling) terms at delta by dp-accounting's PLD (its
-    subsampled-Gaussian PLDs built and composed by `fast_pld`, equal to its `PLDAccountant`) or
-    RDP accountant (`accountant` already the effective one for the terms' sampling model)."""
+    subsampled-Gaussian PLDs built and composed by `fast_pld`, equal to its `PLDAccountant`;
+    size-bounded, see `_bounded_pld`) or RDP accountant (`accountant` already the effective one
+    for the terms' sampling model)."""
     if accountant == "pld":  # Poisson terms only: effective_accountant sends WOR to RDP
-        return subsampled_gaussian_epsilon([(q, z, c) for q, z, c, _ in terms], delta,
-                                           options.pld_discretization)
+        return _bounded_pld(terms, delta, options)
+    return Composition(_rdp_epsilon(terms, delta, options), accountant)
+
+
+def _rdp_epsilon(terms: tuple[Term, ...], delta: float, options: AccountantOptions) -> float:
     wor = terms[0][3] == WOR
     relation = (dp_accounting.NeighboringRelation.REPLACE_ONE if wor
                 else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
@@ -298,6 +425,50 @@ def _compose(terms: tuple[Term, ...], delta: float, accountant: str,
     for q, z, count, sampling in terms:
         acc.compose(_dp_event(q, z, count, sampling))
     return max(float(acc.get_epsilon(delta)), 0.0)
+
+
+def _bounded_pld(terms: tuple[Term, ...], delta: float,
+                 options: AccountantOptions) -> Composition:
+    """The PLD epsilon on `pld_grid`'s grid or, where a PLD on it would exceed
+    `fast_pld.MAX_POINTS`, on a grid 2^k times coarser whose whole composition has at most
+    `fast_pld.BOUNDED_POINTS` points by `fast_pld.composed_points` (doubled again while a PLD
+    is refused). A coarser connect-the-dots grid only adds pessimism: still an upper bound.
+    Where no grid fits (a loss range beyond a float), RDP answers."""
+    asked = options.pld_discretization
+    grid = pld_grid(terms, asked)
+    poisson = [(q, z, c) for q, z, c, _ in terms]
+    refused: tuple[float, float] | None = None  # (grid, points) of the first refusal
+    for _ in range(64):  # each refusal at least doubles the grid
+        try:
+            # a grid of its own (long run, or bounded) has no earlier result to repeat bit
+            # for bit: composed the fast way (`fast_pld.subsampled_gaussian_epsilon`)
+            eps = subsampled_gaussian_epsilon(poisson, delta, grid,
+                                              **({} if grid == asked else {"fast": True}))
+        except (PLDTooLargeError, OverflowError) as big:
+            points = getattr(big, "points", math.inf)
+            if refused is None and math.isfinite(points):
+                try:
+                    points = max(points, composed_points(poisson, grid))
+                except OverflowError:  # a loss range beyond a float
+                    points = math.inf
+            refused = refused or (grid, points)
+            if not math.isfinite(points):
+                break
+            grid *= 2.0 ** max(1, math.ceil(math.log2(points / BOUNDED_POINTS)))
+            continue
+        if refused is not None:
+            return Composition(eps, "pld", f"PLD grid {grid:.3g}: a PLD on grid "
+                               f"{refused[0]:.3g} would have {refused[1]:.3g} points (bound "
+                               f"{MAX_POINTS:,})")
+        steps = sum(c for q, _, c, _ in terms if q < 1)
+        return Composition(eps, "pld", "" if grid == asked else (
+            f"PLD grid {grid:.3g}, finer than the {asked:g} asked for: {steps:,} steps "
+            "accumulate a grid's pessimism"))
+    assert refused is not None  # the loop ends early only on a refusal
+    why = ("a PLD's privacy-loss range overflows a float" if math.isinf(refused[1]) else
+           f"a PLD on grid {refused[0]:.3g} would have {refused[1]:.3g} points (bound "
+           f"{MAX_POINTS:,}) and no coarser grid fits")
+    return Composition(_rdp_epsilon(terms, delta, options), "rdp", f"RDP answered: {why}")
 
 
 def pld_accountant_epsilon(terms: Iterable[tuple[float, float, int]], delta: float,
@@ -317,16 +488,44 @@ def clt_epsilon(terms: tuple[Term, ...], delta: float) -> float:
     Un-subsampled steps (q = 1) compose exactly (sum of mu_k^2); subsampled ones use eq. (6).
     Without-replacement steps enter with mu = 2 / z (replace-one sensitivity 2C).
     """
-    effective_accountant((t[3] for t in terms), "gdp_clt")
+    effective_accountant({t[3] for t in terms}, "gdp_clt")
     terms = tuple((q, z / 2 if s == WOR else z, c, s) for q, z, c, s in terms)
     exact = math.fsum(c / z**2 for q, z, c, _ in terms if q == 1)
     sub = 0.0
+    rates = np.array([t[0] for t in terms])  # (terms,)
+    zs = np.array([t[1] for t in terms])  # (terms,)
+    counts = np.array([t[2] for t in terms], dtype=np.int64)  # (terms,)
     for q in sorted({q for q, _, _, _ in terms if q < 1}):
-        mus, counts = zip(*((1 / z, c) for qq, z, c, _ in terms if qq == q), strict=True)
-        mu_q = clt_mu_total(np.repeat(mus, counts), q)
+        mine = rates == q
+        mu_q = clt_mu_total(np.repeat(1 / zs[mine], counts[mine]), q)
         sub += mu_q**2
     mu = math.sqrt(exact + sub)
     return gdp_epsilon(mu, delta) if mu > 0 else 0.0
+
+
+def gaussian_composition(
+    events: Iterable[GaussianEvent],
+    delta: float,
+    accountant: str = "pld",
+    options: AccountantOptions = DEFAULT_OPTIONS,
+) -> Composition:
+    """Epsilon at `delta` of the composition of Gaussian events, with the accountant that
+    answered and how it departed from `options` (`Composition`).
+
+    Args:
+        events: the Gaussian events of one node's ledger.
+        delta: target delta in (0, 1).
+        accountant: "pld" (default), "rdp" or "gdp_clt" (approximate).
+        options: numerical settings (discretization, orders, bucketing).
+    """
+    delta = check_delta(delta)
+    accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
+    events = tuple(events)
+    check_accountant_delta(delta, effective_accountant((e.sampling for e in events), accountant))
+    terms = bucket_terms(events, None if accountant == "gdp_clt" else options.max_distinct)
+    if accountant == "gdp_clt":
+        return Composition(clt_epsilon(terms, delta) if terms else 0.0, accountant)
+    return composition(terms, delta, accountant, options)
 
 
 def gaussian_epsilon(
@@ -346,11 +545,4 @@ def gaussian_epsilon(
     Returns:
         epsilon >= 0 (0.0 for no events).
     """
-    delta = check_delta(delta)
-    accountant = check_choice(accountant, "accountant", GAUSSIAN_ACCOUNTANTS)
-    events = tuple(events)
-    check_accountant_delta(delta, effective_accountant((e.sampling for e in events), accountant))
-    terms = bucket_terms(events, None if accountant == "gdp_clt" else options.max_distinct)
-    if accountant == "gdp_clt":
-        return clt_epsilon(terms, delta) if terms else 0.0
-    return _epsilon_cached(terms, delta, accountant, options)
+    return gaussian_composition(events, delta, accountant, options).epsilon

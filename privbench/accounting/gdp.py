@@ -52,7 +52,8 @@ def gdp_delta(epsilon: float, mu: float) -> float:
         raise ConfigError(f"epsilon must be >= 0, got {epsilon!r}")
     a = -epsilon / mu + mu / 2
     b = -epsilon / mu - mu / 2
-    value = math.exp(log_ndtr(a)) - math.exp(epsilon + log_ndtr(b))
+    second = epsilon + log_ndtr(b)  # <= log_ndtr(a) exactly; beyond a float only by rounding
+    value = math.exp(log_ndtr(a)) - (math.exp(second) if second < 700 else math.inf)
     return max(value, 0.0)
 
 
@@ -88,7 +89,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     """
     delta = check_delta(delta)
     mu = check_positive(mu, "mu", allow_inf=True)
-    if math.isinf(mu):
+    if math.isinf(mu * mu):  # a composition beyond a float (e^(mu_k^2) overflowed)
         return math.inf
     if gdp_delta(0.0, mu) <= delta:
         return 0.0

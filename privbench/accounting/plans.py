@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from privbench.accounting.calibrate import calibrate_noise_scale
-from privbench.accounting.compose import account
+from privbench.accounting.compose import account, account_schedule
 from privbench.accounting.events import (
     GaussianEvent,
     LaplaceEvent,
     PrivacyLedger,
     RandomizedResponseEvent,
-    gaussian_schedule,
 )
 from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions
 from privbench.accounting.gdp import dyn_d2p_growth, dyn_d2p_mu0, gdp_mu
@@ -64,6 +63,11 @@ from privbench.errors import ConfigError
 from privbench.registry import Registry
 
 GAUSSIAN_PLAN_ACCOUNTANTS = ("pld", "rdp")
+DPDL_FULL_NOTE = (  # DPDL's `full` reading, here and in the trainer's reports
+    "full reading: cross-gradients + broadcast, paper noise; approximate, not an upper "
+    "bound: it counts the neighbours' cross-gradient noise (eq. 40) as covering the "
+    "broadcast, but under its own premise an observer sees those cross-gradients and so knows "
+    "that noise (the strict reading counts the node's own noise only)")
 PURE_PLAN_ACCOUNTANTS = ("pld", "rdp", "basic", "advanced", "laplace_pld")
 
 
@@ -229,7 +233,6 @@ def plan_adp_vrsgp(
         sigma_hat = adp_vrsgp_paper_sigma_hat(eps, delta, q, factors, options)
     sigma_hat *= _factor(noise_factor)
     schedule = sigma_hat * factors  # (T,) z_t, the product the calibration composed
-    ledger = PrivacyLedger().extend(gaussian_schedule(schedule, q, sampling))
     paper = EpsilonReport(
         adp_vrsgp_paper_epsilon(sigma_hat, delta, q, factors, options), delta,
         "closed-form (Theorem 1, c2 fitted to rdp)", "paper", "sample-level",
@@ -239,7 +242,8 @@ def plan_adp_vrsgp(
              "through sum_t 1/z_t^2",
     )
     noise = {"sigma_hat": sigma_hat, "z_first": schedule[0], "z_last": schedule[-1]}
-    reports = [paper, account(ledger, delta, accountant, mode="calibrated", options=options)]
+    reports = [paper, account_schedule(schedule, q, delta, accountant, sampling=sampling,
+                                       options=options)]
     return _plan("adp_vrsgp", noise, reports, calibrate_with, req, (
         "step t noise multiplier = alpha(T - t) * sigma_hat, alpha(k) = (floor(k/tau) + 10)^s",
         "sigma_hat is per unit of the CURRENT clip bound G_t",
@@ -274,11 +278,11 @@ def plan_dyn_d2p(
     mu0 = 1.0 / scale
     schedule = scale * shape  # (K,) z_k = 1 / mu_k
     # the same product the calibration composed: its accountant result is reused, not recomputed
-    ledger = PrivacyLedger().extend(gaussian_schedule(schedule, q, sampling))
     reports = [
-        account(ledger, delta, "gdp_clt", mode="paper",
-                note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper bound"),
-        account(ledger, delta, accountant, mode="calibrated", options=options),
+        account_schedule(schedule, q, delta, "gdp_clt", sampling=sampling, mode="paper",
+                         note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper "
+                              "bound"),
+        account_schedule(schedule, q, delta, accountant, sampling=sampling, options=options),
     ]
     noise = {"mu_0": mu0, "mu_last": 1 / schedule[-1], "z_first": schedule[0],
              "z_last": schedule[-1]}
@@ -300,7 +304,8 @@ def plan_dpdl(
     `degree` is |N_i| including the agent itself (default n_agents: fully connected), with
     uniform weights 1/degree. Readings: paper = broadcast only, paper noise, RDP;
     calibrated = `strict` (cross-gradients + broadcast, own noise only) with `accountant`;
-    a third report gives the `full` reading (cross-gradients + broadcast, paper noise).
+    a third report gives the `full` reading (cross-gradients + broadcast, paper noise), flagged
+    approximate (`DPDL_FULL_NOTE`).
     """
     req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
                    calibrate_with)
@@ -326,8 +331,8 @@ def plan_dpdl(
                 note="paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)"),
         account(ledger("strict"), delta, accountant, mode="calibrated", options=options,
                 note="strict reading: cross-gradients + broadcast, only the node's own noise"),
-        account(ledger("full"), delta, accountant, mode="paper", options=options,
-                note="full reading: cross-gradients + broadcast, paper noise"),
+        replace(account(ledger("full"), delta, accountant, mode="paper", options=options,
+                        note=DPDL_FULL_NOTE), approximate=True),
     ]
     noise = {"sigma": sigma, "z_cross_gradient": sigma * ratios["A"],
              "z_broadcast_paper": sigma * ratios["B_paper"],
