@@ -564,7 +564,6 @@ def _tune_preset(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _print_tune(result: dict[str, Any]) -> None:
     def acc(v: float | None) -> str:
         return "-" if v is None else f"{v:.4f}"
@@ -1082,7 +1081,6 @@ def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
                         "privbench/audit_presets.py (TUNE_GRIDS); resumable: the same command "
                         "again reuses the cells already in --out (default reports/tune-<preset>)"
                         "; with --save each cell's entry is written as soon as it is done")
-
 
 
 def _add_leakage_arguments(p: argparse.ArgumentParser) -> None:
