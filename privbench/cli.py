@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from privbench.errors import ConfigError, PrivbenchError, Terminated
+from privbench.errors import ConfigError, PrivbenchError, Terminated, sigterm_raises
 from privbench.hostmem import keep_freed_memory
 
 if TYPE_CHECKING:
@@ -1265,7 +1265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(account=bool(given) and given[0] == "account").parse_args(given)
         _check_text(args)
         args._argv = given
-        return args._commands[args.command](args)
+        with sigterm_raises():  # a `kill` or a CI timeout stops as Ctrl-C does, said below
+            return args._commands[args.command](args)
     except PrivbenchError as exc:
         discard_created()  # a refused command leaves no empty output folder or lock file
         print(f"privbench: error: {exc}", file=sys.stderr)
