@@ -870,14 +870,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _reproduce_verify(args: argparse.Namespace, repro: Any, out: Path) -> int:
-    """`privbench reproduce NAME --verify`: re-make the chosen committed lines here and compare;
-    exit 1 when the table, with the re-made lines in place, reads otherwise (a line that
+    """`privbench reproduce NAME --verify`: train the chosen committed lines again here and
+    compare; exit 1 when the table, with the retrained lines in place, reads otherwise (a line that
     differs below what the table prints is reported, with exit 0)."""
     from privbench.reproduce.runs import HEARTBEAT_SECONDS
     from privbench.reproduce.verify import summary, verify
 
     _takes_only(args, "--verify", ("name", "scale", "verify", "seeds", "rows", "eps", "jobs"),
-                "it re-makes the folder's lines and writes nothing")
+                "it retrains the folder's lines and writes nothing")
     scale = repro.scale(args.scale)
     found = verify(
         repro, scale, out, tuple(_ints(args.seeds, "--seeds") or ()),
@@ -1149,7 +1149,7 @@ def _add_reproduce_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side in separate "
                    "processes (default 1; e.g. one per core, or 8-16 sharing one GPU); set "
                    "OMP_NUM_THREADS=1 so they do not fight over cores")
-    p.add_argument("--verify", action="store_true", help="re-make the folder's lines (those "
+    p.add_argument("--verify", action="store_true", help="train the folder's lines again (those "
                    "--seeds, --rows and --eps choose; default all) that this machine writes "
                    "with the same fingerprint, with this code, and compare every number the "
                    "table shows, exactly, and the table rendered with them; writes nothing, "

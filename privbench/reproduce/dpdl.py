@@ -108,7 +108,7 @@ DPDL = REPRODUCTIONS.register("dpdl")(Reproduction(
                         ("DP-CGA calibrated", 4.0, (("lr", 0.3),)),
                         ("DPDL calibrated", 1.0, (("lr", 0.003),)),
                         ("MUFFLIATO", 1.0, (("lr", 0.1),)), ("MUFFLIATO", 4.0, (("lr", 1.0),))),
-              note="the card's setting (LeNet-5, 1,000 rounds) on Fashion-MNIST for the "
+              note="the paper's setting (LeNet-5, 1,000 rounds) on Fashion-MNIST for the "
                    "headline rows only (DPDL and DP-CGA, at the paper's reading and "
                    "calibrated, against DP-DPSGD and MUFFLIATO, and the non-private DPDL) at "
                    "epsilon = 1, 2 and 4, 20 seeds (the paper's 20 "

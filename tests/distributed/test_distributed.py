@@ -1,4 +1,4 @@
-"""The distributed backend equals the single-process engine (issue 14).
+"""The distributed backend equals the single-process engine.
 
 One torchrun launch per world size (2 and 4 gloo processes on loopback) trains every registered
 defense through `privbench train --backend distributed` (tests/distributed/rank_worker.py). Each
