@@ -87,9 +87,12 @@ def audited_rounds(total: int, count: int) -> list[int]:
 
 
 def _sent(log: MessageLog, node: int) -> Messages:
-    """Every payload `node` sent in the one round `log` holds."""
+    """Every payload `node` sent in the rounds `log` holds; a kind sent `k` rounds after the
+    first is named "kind@+k" (a replay that follows the sample into later releases)."""
     out: Messages = {}
-    for (_, kind), rec in log.records.items():
+    first = min((r for r, _ in log.records), default=0)
+    for (r, name), rec in log.records.items():
+        kind = name if r == first else f"{name}@+{r - first}"
         if rec.per_edge:
             for row in torch.nonzero(rec.edges[:, 0] == node).flatten().tolist():
                 out[(kind, int(rec.edges[row, 1]))] = rec.payload[row].double().flatten()
@@ -104,15 +107,16 @@ class _Probe:
     """Wraps a copy's `draw`: one real sample of `node` removed or replaced (`scale`)."""
 
     def __init__(self, draw: Callable[..., tuple[Tensor, Tensor, Tensor]], node: int,
-                 scale: float | None, classes: int) -> None:
+                 scale: float | None, classes: int, at: int) -> None:
         self.draw, self.node, self.scale, self.classes = draw, node, scale, classes
+        self.at = at  # the probed round (later rounds of a replay are drawn unchanged)
         self.applied = False
 
     def __call__(self, t: int, rates: Tensor | None = None,
                  batch_size: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x, y, mask = self.draw(t, rates=rates, batch_size=batch_size)
         real = torch.nonzero(mask[self.node]).flatten()
-        if not len(real):
+        if t != self.at or not len(real):
             return x, y, mask
         j, i = int(real[0]), self.node
         x, y, mask = x.clone(), y.clone(), mask.clone()
@@ -126,23 +130,31 @@ class _Probe:
 
 
 def _replay(built: Any, blob: bytes, t: int, clean: bool,
-            probe: tuple[int, float | None] | None = None) -> tuple[MessageLog, bool]:
+            probe: tuple[int, float | None] | None = None, lag: int = 0,
+            at_release: bool = False) -> tuple[MessageLog, bool]:
     """Round t replayed on a copy of the state `blob` holds (`checkpoint.snapshot` of `built`
-    before round t): its messages, and whether a probe applied."""
+    before round t), then `lag` more rounds (where round t's batch is released only later, e.g.
+    in the next round's model): their messages, and whether a probe applied.
+
+    Which noise is on: without `at_release`, round t's (noisy replay only) and no later one: the
+    noise a defense adds before the release (to the gradient, into the state). With it, round
+    t's in every replay (the same draws, so they cancel between replays) and the later rounds'
+    in the noisy replay only: the fresh noise a defense adds when it releases (earlier noise
+    mixed into the state was released before, and protects nothing new)."""
     from privbench.checkpoint import restore
 
-    trainer, ctx = restore(blob, built, RecordPolicy(rounds=frozenset({t})))
+    trainer, ctx = restore(blob, built, RecordPolicy(rounds=frozenset(range(t, t + lag + 1))))
     applied = probe is None
     wrapper = None
     if probe is not None:
         classes = int(ctx.data.y_test.max()) + 1
-        wrapper = _Probe(ctx.draw, probe[0], probe[1], classes)
+        wrapper = _Probe(ctx.draw, probe[0], probe[1], classes, t)
         ctx.draw = wrapper
-    if clean:
-        with noise_off():
-            trainer.round(t)
-    else:
+    with noise_off() if clean and not at_release else contextlib.nullcontext():
         trainer.round(t)
+    with noise_off() if clean or not at_release else contextlib.nullcontext():
+        for later in range(t + 1, t + lag + 1):
+            trainer.round(later)
     if wrapper is not None:
         applied = wrapper.applied
     return ctx.bus.log, applied
@@ -154,11 +166,13 @@ class RoundReplays:
 
     round: int
     probed: int
-    noisy: MessageLog | None  # the run's own messages of the round (set by `attach_run`)
+    noisy: MessageLog | None  # the round's noisy messages (the run's own where lag = 0)
     clean: MessageLog
     remove: MessageLog | None
     saturate: tuple[MessageLog, ...] | None
     exact: bool | None  # noisy replay == the run's own messages (None: not recorded)
+    lag: int = 0  # later rounds the replays followed, see `_replay`
+    at_release: bool = False  # the noise measured is the later rounds' (see `_replay`)
 
 
 class Recorder:
@@ -166,6 +180,11 @@ class Recorder:
 
     def __init__(self, built: Any, rounds: list[int], settings: MechanismSettings) -> None:
         self.built, self.rounds, self.settings = built, set(rounds), settings
+        self.last = built.ctx.run.rounds - 1
+        self.lag = 0  # 1 once a round's sample is found only in the next round's messages
+        # a node-level ledger is measured on the round's own releases (`node_level_epsilon`)
+        self.follow = not node_level(built.trainer.privacy())
+        self.at_release = False  # ... and the defense noises what it releases (`_replay`)
         self.sizes: list[Tensor] = []  # per drawn batch: (n,) realised sizes
         self.epoch = False  # a round read every member (a local epoch): no sample to probe
         self.replays: list[RoundReplays] = []
@@ -202,22 +221,37 @@ class Recorder:
     def _replay_round(self, t: int) -> None:
         from privbench.checkpoint import snapshot
 
-        n, b = self.built.ctx.n, self.built
-        blob = snapshot(b)
-        probed = sorted(self.rounds).index(t) % n
-        # the noisy round is the run's own (recorded); replayed once, to check the replay
-        noisy = _replay(b, blob, t, clean=False)[0] if not self.replays else None
-        clean, _ = _replay(b, blob, t, clean=True)
-        remove, ok = _replay(b, blob, t, clean=True, probe=(probed, None))
+        blob = snapshot(self.built)
+        rep = self._replays(blob, t, min(self.lag, self.last - t))
+        kinds = self.built.trainer.kinds
+        if self.follow and not self.replays and not self.lag and t < self.last \
+                and rep.remove is not None \
+                and not _reaches(rep, kinds):
+            # no message of round t carries its sample: follow it into round t + 1
+            self.lag, self.at_release = 1, _noised(rep, kinds)
+            rep = self._replays(blob, t, 1)
+        self.replays.append(rep)
+
+    def _replays(self, blob: bytes, t: int, lag: int) -> RoundReplays:
+        b = self.built
+        probed = sorted(self.rounds).index(t) % b.ctx.n
+        # the noisy round is the run's own (recorded); replayed once, to check the replay, and
+        # always where the replay follows later rounds (those are replayed without noise)
+        late = self.at_release and lag > 0
+        noisy = (_replay(b, blob, t, clean=False, lag=lag, at_release=late)[0]
+                 if lag or not self.replays else None)
+        clean, _ = _replay(b, blob, t, clean=True, lag=lag, at_release=late)
+        remove, ok = _replay(b, blob, t, clean=True, probe=(probed, None), lag=lag,
+                             at_release=late)
         saturate = None
         if ok and not self.epoch:
             # the second scale (bounded or not) at each node's first probe only
             first = probed not in {r.probed for r in self.replays}
             scales = self.settings.scales if first else self.settings.scales[:1]
-            saturate = tuple(_replay(b, blob, t, clean=True, probe=(probed, s))[0]
-                             for s in scales)
-        self.replays.append(RoundReplays(t, probed, noisy, clean, remove if ok else None,
-                                         saturate, None))  # type: ignore[arg-type]
+            saturate = tuple(_replay(b, blob, t, clean=True, probe=(probed, s), lag=lag,
+                                     at_release=late)[0] for s in scales)
+        return RoundReplays(t, probed, noisy, clean, remove if ok else None,
+                            saturate, None, lag, late)  # type: ignore[arg-type]
 
     def attach_run(self, log: MessageLog) -> None:
         """Each audited round's noisy messages from the run's own log; the one replayed noisy
@@ -225,10 +259,11 @@ class Recorder:
         for rep in self.replays:
             own = MessageLog({key: r for key, r in log.records.items() if key[0] == rep.round})
             if rep.noisy is not None:
-                rep.exact = own.records.keys() == rep.noisy.records.keys() and all(
-                    torch.equal(r.payload, rep.noisy.records[key].payload)
-                    for key, r in own.records.items())
-            rep.noisy = own
+                mine = {key: r for key, r in rep.noisy.records.items() if key[0] == rep.round}
+                rep.exact = own.records.keys() == mine.keys() and all(
+                    torch.equal(r.payload, mine[key].payload) for key, r in own.records.items())
+            if not rep.lag:
+                rep.noisy = own
 
 
 def _std_interval(sq_sum: float, d: int, level: float) -> tuple[float, float]:
@@ -256,7 +291,7 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
             for key, noisy in _sent(rep.noisy, i).items():
                 if key not in clean:
                     continue
-                diff = noisy - clean[key]
+                diff = _difference(noisy, clean[key])
                 sq = float(diff.pow(2).sum())
                 # where both messages carry a value (a zero sign has none to keep, and a
                 # compressor may send other coordinates)
@@ -269,6 +304,13 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
                              "changed_live": int((diff[live] != 0).sum()), "live": int(live.sum()),
                              "size": diff.numel(), "_noise": _pattern(diff)})
     return rows
+
+
+def _difference(noisy: Tensor, clean: Tensor) -> Tensor:
+    """noisy - clean, 0 where both hold the same non-finite value (a diverged run's state is
+    sent alike by both replays: no noise reached it)."""
+    same = (noisy == clean) | (noisy.isnan() & clean.isnan())
+    return torch.where(same, torch.zeros_like(noisy), noisy - clean)
 
 
 def _pattern(diff: Tensor) -> Tensor:
@@ -327,10 +369,43 @@ def _noise_groups(keys: list[tuple[str, int]], noise: Messages) -> list[list[tup
     return groups
 
 
+def _kind(name: str) -> str:
+    """The message kind of a `_sent` key's name ("model@+1" -> "model")."""
+    return name.split("@", 1)[0]
+
+
+def _flows(contrib: Messages, clean: Messages, kinds: dict[str, Any]) -> list[tuple[str, int]]:
+    """The messages one sample reaches, of data-dependent kinds the defense declares covered
+    (an uncovered kind is reported as such by the coverage bound)."""
+    return [k for k in contrib if kinds[_kind(k[0])].data_dependent and kinds[_kind(k[0])].covered
+            and float(contrib[k].norm()) > 1e-6 * (float(clean[k].norm()) + 1e-12)]
+
+
+def _reaches(rep: RoundReplays, kinds: Any) -> bool:
+    """Whether some message of the replayed rounds carries the probed sample."""
+    i, by_name = rep.probed, {k.name: k for k in kinds}
+    base, clean = _sent(rep.remove, i), _sent(rep.clean, i)  # type: ignore[arg-type]
+    low = _sent(rep.saturate[0], i) if rep.saturate else _sent(rep.clean, i)
+    contrib = {k: low[k] - base[k] for k in base if k in low}
+    return bool(_flows(contrib, clean, by_name))
+
+
+def _noised(rep: RoundReplays, kinds: Any) -> bool:
+    """Whether the probed node's covered messages of the replayed round carry noise (the
+    defense noises its releases, rather than what goes into its state)."""
+    covered = {k.name for k in kinds if k.covered}
+    noisy, clean = _sent(rep.noisy, rep.probed), _sent(rep.clean, rep.probed)  # type: ignore
+    return any(not torch.equal(noisy[k], clean[k]) for k in clean
+               if k in noisy and _kind(k[0]) in covered)
+
+
 def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
-               scale_ratio: float) -> tuple[list[dict[str, Any]], list[str]]:
+               scale_ratio: float, sample_level: bool = True
+               ) -> tuple[list[dict[str, Any]], list[str]]:
     """Per probed (node, round): one sample's contribution to each message, whether it is
-    bounded, and the effective noise multiplier of everything the node sent."""
+    bounded, and the effective noise multiplier of everything the node sent. Under a node-level
+    ledger (the records are nodes, the sensitivity a whole node's) an unbounded sample
+    contribution is reported, not a finding."""
     rows, findings = [], []
     for rep in replays:
         i = rep.probed
@@ -346,16 +421,13 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
         contrib = {k: low[k] - base[k] for k in base if k in low}
         growth = {k: float((high[k] - base[k]).norm()) / max(float(contrib[k].norm()), 1e-300)
                   for k in contrib if k in high}
-        # data-dependent kinds the defense declares covered (an uncovered kind is reported as
-        # such by the coverage bound) that this sample reaches
-        flows = [k for k in contrib if kinds[k[0]].data_dependent and kinds[k[0]].covered
-                 and float(contrib[k].norm()) > 1e-6 * (float(clean[k].norm()) + 1e-12)]
+        flows = _flows(contrib, clean, kinds)
         mu2, unnoised, unbounded, detail = 0.0, [], [], {}
         for k in flows:
             std = math.sqrt(float(noise[k].pow(2).mean())) if k in noise else 0.0
             if std == 0:
                 unnoised.append(k)
-            if growth.get(k, 1.0) > 2.0:
+            if growth.get(k, 1.0) > 2.0 and sample_level:
                 unbounded.append(k)
             detail[f"{k[0]}" + (f"->{k[1]}" if k[1] >= 0 else "")] = {
                 "contribution": float(contrib[k].norm()), "std": std,
@@ -439,6 +511,19 @@ def sampling_rows(sizes: list[Tensor], counts: list[int], ledgers: list[dict[str
     return rows, findings
 
 
+def _buckets(schedule: np.ndarray, most: int = 24) -> tuple[np.ndarray, np.ndarray]:
+    """The multipliers rounded down to geometric buckets (0.1 % wide, widened until at most
+    `most` distinct values remain: a PLD composition costs per distinct event) and their
+    counts. Rounding a multiplier down only raises ε."""
+    width = 1e-3
+    while True:
+        values, counts = np.unique(np.exp(np.floor(np.log(schedule) / width) * width),
+                                   return_counts=True)
+        if len(values) <= most:
+            return values, counts
+        width *= 2
+
+
 def gaussian_epsilon(schedule: np.ndarray, rate: float, delta: float, scheme: str,
                      members: int, accountant: str = "pld", interval: float = 1e-3) -> float:
     """ε at δ of the composed Gaussian releases with noise multipliers `schedule` (T,) per unit
@@ -449,8 +534,8 @@ def gaussian_epsilon(schedule: np.ndarray, rate: float, delta: float, scheme: st
     RDP). Fixed-size batches without replacement (replace one: a replaced record moves the
     release by up to twice one contribution, so z / 2): its RDP accountant, which has the
     sampled-without-replacement event (Wang, Balle, Kasiviswanathan 2019, Thm. 27) the PLD one
-    lacks. Equal multipliers are self-composed, after rounding down to 0.1 % buckets (which only
-    raises ε).
+    lacks. Equal multipliers are self-composed, after rounding down to geometric buckets (which
+    only raises ε; see `_buckets`).
     """
     import dp_accounting as dpa
     from dp_accounting.pld import pld_privacy_accountant as pld
@@ -462,8 +547,7 @@ def gaussian_epsilon(schedule: np.ndarray, rate: float, delta: float, scheme: st
     schedule = schedule[(schedule > 0) & ~np.isposinf(schedule)]
     if not len(schedule):
         return 0.0
-    buckets = np.exp(np.floor(np.log(schedule) / 1e-3) * 1e-3)
-    values, counts = np.unique(buckets, return_counts=True)
+    values, counts = _buckets(schedule)
     poisson = scheme == "poisson"
     events = []
     for z, c in zip(values.tolist(), counts.tolist(), strict=True):
@@ -528,10 +612,13 @@ def _voided(ledgers: list[dict[str, Any] | None]) -> dict[str, Any]:
                      "reused or shared noise, is not protected by any ε"}
 
 
-def _report_multipliers(ledgers: list[dict[str, Any] | None], rounds: int) -> np.ndarray | None:
+def _report_multipliers(ledgers: list[dict[str, Any] | None], rounds: int,
+                        key: str = "noise_multiplier") -> np.ndarray | None:
     """(T, n) each node's reported per-round noise multiplier (`noise_multiplier`: the joint
-    multiplier of everything it releases in a round), when every node reports one."""
-    zs = [(led or {}).get("noise_multiplier") for led in ledgers]
+    multiplier of everything it releases in a round), when every node reports one. `key`
+    "probe_multiplier": the multiplier against one sample's direct effect, reported by a ledger
+    whose sensitivity bound holds a term one round's replay cannot reach."""
+    zs = [(led or {}).get(key) for led in ledgers]
     if any(not isinstance(z, (int, float)) for z in zs):
         return None
     return np.tile(np.asarray(zs, dtype=float), (rounds, 1))
@@ -564,20 +651,27 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
                 "reason": f"the ledger's sampling {sorted(map(str, schemes))} is not a "
                           "subsampled Gaussian this audit recomposes"}
     z = np.asarray(release_noise, dtype=float)  # (T, n)
+    # measured z against the ledger's z for what the probe reaches; ledger z scaled by it
+    z_probe = _report_multipliers(ledgers, rounds, "probe_multiplier")
+    z_probe = z if z_probe is None else z_probe
     best: dict[str, Any] | None = None
     for i, (led, samp) in enumerate(zip(ledgers, sampling, strict=True)):
-        ratios = _node_ratios(probes, z, i)
+        ratios = _node_ratios(probes, z_probe, i)
         if ratios is None or led is None:
             continue
         q_lo, q_hi = samp.get("rate_interval", [led["sample_rate"]] * 2)
         q = samp["rate"] if samp["scheme"] == "poisson" else led["sample_rate"]
         args = (led["delta"], led["sampling"], samp["members"],
                 "rdp" if led.get("accountant") == "rdp" else "pld", 5e-3)
-        # rank the nodes with the fast RDP accountant; the worst one is composed as its ledger is
+        # rank the nodes by measured / claimed ε (each node against its own claim: claims
+        # differ across nodes where degrees or data sizes do) with the fast RDP accountant;
+        # the worst one is composed as its ledger is
         with _quiet("absl"):  # its orders below 2 may not converge at small z: they are dropped
             eps = gaussian_epsilon(z[:, i] * ratios[0], q, *args[:3], "rdp")
-        if best is None or eps > best["coarse"]:
-            best = {"coarse": eps, "node": i, "ratios": ratios, "q": (q, q_lo, q_hi),
+            own = gaussian_epsilon(z[:, i], led["sample_rate"], *args[:3], "rdp")
+        coarse = eps / own if own > 0 else math.inf
+        if best is None or coarse > best["coarse"]:
+            best = {"coarse": coarse, "node": i, "ratios": ratios, "q": (q, q_lo, q_hi),
                     "ledger": led, "args": args}
     if best is None:
         return {"applicable": False,
@@ -659,6 +753,104 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
                           "over coordinates and rounds)"}
 
 
+def node_level(privacy: list[dict[str, Any]]) -> bool:
+    """Whether the ledger's records are nodes under additive noise (DPPS, PartPSP, PEDFL:
+    node-level Laplace; randomized response is measured by its flip rate instead)."""
+    return bool(privacy) and all(r.get("unit") == "node-level" and "keep_prob" not in r
+                                 for r in privacy)
+
+
+def _normalised(log: MessageLog, node: int, kinds: dict[str, Any]) -> Tensor | None:
+    """Node's covered release divided by its push-sum weight on the same edge (both carry the
+    edge's mixing weight P_ji, which cancels): s_i / a_i, flattened; None if not sent."""
+    sent = _sent(log, node)
+    for (kind, to), payload in sent.items():
+        if kinds[_kind(kind)].covered and kinds[_kind(kind)].data_dependent:
+            weight = next((w for (k, j), w in sent.items()
+                           if j == to and not kinds[_kind(k)].data_dependent), None)
+            if weight is not None and float(weight.abs().max()) > 0:
+                return payload / weight.flatten()[0]
+            return payload
+    return None
+
+
+def _laplace_interval(abs_sum: float, d: int, level: float) -> tuple[float, float]:
+    """Interval of a Laplace scale b from the sum of d absolute draws (2 sum / b ~ chi2(2d))."""
+    from scipy.stats import chi2
+
+    if d == 0 or abs_sum == 0:
+        return 0.0, 0.0
+    return (2 * abs_sum / chi2.ppf(1 - level / 2, 2 * d),
+            2 * abs_sum / chi2.ppf(level / 2, 2 * d))
+
+
+def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float
+                ) -> dict[str, Any] | None:
+    """One audited round of a node-level mechanism: the sensitivity the releases expose (the
+    largest L1 distance between two nodes' clean releases: replacing one node's data by
+    another's) and the Laplace scale drawn (mean |noise|), in the releases' units."""
+    clean = [_normalised(rep.clean, i, kinds) for i in range(n)]
+    noisy = [_normalised(rep.noisy, i, kinds) for i in range(n)]  # type: ignore[arg-type]
+    if any(c is None for c in clean) or any(v is None for v in noisy):
+        return None
+    rows = torch.stack(clean)  # (n, d)
+    diff = torch.stack(noisy) - rows  # (n, d)
+    if not bool(torch.isfinite(rows).all() and torch.isfinite(diff).all()):
+        return None
+    s = float(torch.cdist(rows[None], rows[None], p=1.0).amax())
+    abs_sum = float(diff.abs().sum())
+    lo, hi = _laplace_interval(abs_sum, diff.numel(), level)
+    return {"round": rep.round, "sensitivity": s, "scale": abs_sum / diff.numel(),
+            "scale_interval": [lo, hi]}
+
+
+def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
+                       ledgers: list[dict[str, Any] | None], trainer: Any, voided: bool,
+                       level: float) -> dict[str, Any]:
+    """A node-level Laplace ledger recomposed with what was measured: per audited round the
+    exposed sensitivity S and the drawn scale b (per-round ε = S / b, Dwork and Roth 2014,
+    Thm. 3.6) beside the ledger's own (its S_real / scale, the realized reading); the claim
+    scaled by the largest measured / ledger ratio (its composition is linear in the per-round
+    ε), with the interval of the scale."""
+    if voided:
+        return _voided(ledgers)
+    trace = trainer.sensitivity_trace() if hasattr(trainer, "sensitivity_trace") else {}
+    real, scale = trace.get("S_real", []), trace.get("scale", [])
+    claims = [(c, i) for i, led in enumerate(ledgers) if (c := _claim(led)) is not None]
+    if not claims or not real:
+        return {"applicable": False,
+                "reason": "the node-level ledger reports no per-round sensitivity and scale "
+                          "(`sensitivity_trace`) to measure against"}
+    claimed, node = max(claims)
+    rounds, worst = [], None
+    for rep in replays:
+        row = _node_round(rep, kinds, len(ledgers), level)
+        t = rep.round
+        if row is None or t >= len(real) or not scale[t] or not math.isfinite(real[t]):
+            continue
+        ledger_eps, lo, hi = real[t] / scale[t], *row["scale_interval"]
+        row.update(ledger_sensitivity=real[t], ledger_scale=scale[t],
+                   epsilon=row["sensitivity"] / row["scale"] if row["scale"] else math.inf,
+                   epsilon_interval=[row["sensitivity"] / hi if hi else math.inf,
+                                     row["sensitivity"] / lo if lo else math.inf],
+                   ledger_epsilon=ledger_eps)
+        rounds.append(row)
+        if ledger_eps > 0:
+            ratio = [row["epsilon"] / ledger_eps, *(e / ledger_eps
+                                                     for e in row["epsilon_interval"])]
+            worst = ratio if worst is None or ratio[0] > worst[0] else worst
+    if worst is None or not math.isfinite(claimed):
+        return {"applicable": False, "rounds": rounds,
+                "reason": "no audited round released a finite, noised node-level vector with "
+                          "a finite realized sensitivity (a diverged run, or no noise)"
+                          if math.isfinite(claimed) else "the ledger claims no finite ε"}
+    return {"applicable": True, "node": node, "epsilon": claimed * worst[0],
+            "interval": [claimed * worst[1], claimed * worst[2]], "claimed": claimed,
+            "ratio": worst[0], "ratio_interval": worst[1:], "rounds": rounds,
+            "accountant": "the ledger's composition, scaled by the largest per-round ratio of "
+                          "measured to ledger ε (S / b)"}
+
+
 def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
                     settings: MechanismSettings | None = None) -> dict[str, Any]:
     """Train the run again to its last audited round, replaying each audited round; the
@@ -681,8 +873,9 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     kinds = {k.name: k for k in trainer.kinds}
     noise = noise_rows(rec.replays, n, settings.level)
     fresh = freshness(noise)
+    nodes = node_level(trainer.privacy())
     probes, probe_findings = probe_rows(rec.replays, kinds, settings.level,
-                                        settings.scales[1] / settings.scales[0])
+                                        settings.scales[1] / settings.scales[0], not nodes)
     sampling, sampling_findings = sampling_rows(rec.sizes, built.ctx.data.counts.tolist(),
                                                 ledgers, settings.level)
     inexact = [r.round for r in rec.replays if r.exact is False]
@@ -690,8 +883,11 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]
     release = trainer.release_noise() if hasattr(trainer, "release_noise") else None
-    eps = measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds,
-                           bool(probe_findings or fresh["findings"] or inexact), settings.level)
+    voided = bool(probe_findings or fresh["findings"] or inexact)
+    eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
+           if nodes else
+           measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
+                            settings.level))
     return {"applicable": True, "rounds": [r.round for r in rec.replays],
             "diverged_round": res.diverged_round,
             "replay_exact": not inexact if any(r.exact is not None for r in rec.replays) else None,
