@@ -203,7 +203,7 @@ def looped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     The engine's one loop over nodes, taken for convolutional models on the CPU only (by
     `batch_grads`): there `vmap` over m stacked conv weights becomes one grouped convolution
     (groups = m), which oneDNN runs slower than m ordinary channels-last convolutions (the
-    FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: README "Performance";
+    FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: reports/performance/README.md;
     `privbench bench engine --method floor,floor_vmap`). A row's step takes tens of
     milliseconds, so the loop's own cost is nothing. The same loss as `vmapped_batch_grads`,
     equal to float rounding (tests/test_engine.py); on a GPU the vmap stays. It returns plain
@@ -250,7 +250,7 @@ def masked_sum(g: Tensor, mask: Tensor) -> Tensor:
 
 # Samples per evaluation forward. On CPU, 64 images keep a CNN's activations (~6 MB) close to the
 # cache: 1 thread, the FedAvg CNN on 28x28 images, CPU time per image: 0.48 ms at 64 vs 0.54 ms
-# at 256 (channels-last; 0.63 / 0.74 ms in the default layout); README, "Evaluation".
+# at 256 (channels-last; 0.63 / 0.74 ms in the default layout).
 EVAL_SAMPLES_CPU = 64
 EVAL_SAMPLES_ACCEL = 8192
 
@@ -262,7 +262,7 @@ def accuracy(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
 
     The rows are evaluated one at a time with the plain module (no vmap: a vmapped conv and
     max-pool over 9 CNNs ran up to 1.8x slower on CPU, and no faster in any chunking we
-    measured, than one model at a time; README "Evaluation"), over
+    measured, than one model at a time), over
     chunks of `chunk` samples, so memory stays bounded whatever m and N are. Images and conv
     kernels are put in channels-last layout (oneDNN's fast path for conv and max-pool on CPU;
     same logical tensors, so the model computes the same function).
@@ -387,7 +387,7 @@ class Trainer(abc.ABC):
     * optionally extend `structure(fm, cfg)` (classmethod) with what part of the model it sends
       (DPPS's shared coordinates): audit fingerprints and reproduction lines hold it.
 
-    The README ("Adding a defense") has a complete minimal example, tested from its text.
+    The README ("Extending") has a complete minimal example, tested from its text.
     """
 
     Config: ClassVar[type]
