@@ -747,8 +747,16 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
                           f"more than the ledger's flips ({best['ledger_flip_rate']:.3g}) can "
                           "change: the randomized messages change by more than their flips, so "
                           "the flip rate cannot be read from them"}
+    half = (best["flip_interval"][1] - best["flip_interval"][0]) / 2
+    resolved = abs(0.5 - best["ledger_flip_rate"]) > half
     return {"applicable": True, **best, "ratio": best["epsilon"] / claimed,
             "ratio_interval": [v / claimed for v in best["interval"]],
+            "resolved": resolved,
+            **({} if resolved else {
+                "note": f"the flip rate is measured to ±{half:.2g}, while the claim's flip rate "
+                        f"is {abs(0.5 - best['ledger_flip_rate']):.2g} from 1/2: one run cannot "
+                        "tell the claim from a weaker one; what it checks is that flips happen "
+                        "at about that rate (no flips, or far fewer, are caught)"}),
             "accountant": "randomized response, composed as the ledger composes it (linearly "
                           "over coordinates and rounds)"}
 
@@ -838,7 +846,8 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
         if ledger_eps > 0:
             ratio = [row["epsilon"] / ledger_eps, *(e / ledger_eps
                                                      for e in row["epsilon_interval"])]
-            worst = ratio if worst is None or ratio[0] > worst[0] else worst
+            if worst is None or ratio[0] > worst[0]:
+                worst, at = ratio, row
     if worst is None or not math.isfinite(claimed):
         return {"applicable": False, "rounds": rounds,
                 "reason": "no audited round released a finite, noised node-level vector with "
@@ -847,6 +856,9 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
     return {"applicable": True, "node": node, "epsilon": claimed * worst[0],
             "interval": [claimed * worst[1], claimed * worst[2]], "claimed": claimed,
             "ratio": worst[0], "ratio_interval": worst[1:], "rounds": rounds,
+            "basis": f"round {at['round']}: sensitivity {at['sensitivity']:.4g} vs realized "
+                     f"{at['ledger_sensitivity']:.4g}, Laplace scale {at['scale']:.4g} vs "
+                     f"{at['ledger_scale']:.4g}",
             "accountant": "the ledger's composition, scaled by the largest per-round ratio of "
                           "measured to ledger ε (S / b)"}
 
