@@ -104,7 +104,8 @@ def _sent(log: MessageLog, node: int) -> Messages:
 
 
 class _Probe:
-    """Wraps a copy's `draw`: one real sample of `node` removed or replaced (`scale`)."""
+    """Wraps a copy's `draw`: one real sample of `node` removed or replaced (`scale`); and its
+    `draw_epoch` (`epoch`): one member removed from a local epoch (nothing to replace there)."""
 
     def __init__(self, draw: Callable[..., tuple[Tensor, Tensor, Tensor]], node: int,
                  scale: float | None, classes: int, at: int) -> None:
@@ -128,6 +129,17 @@ class _Probe:
         self.applied = True
         return x, y, mask
 
+    def epoch(self, draw_epoch: Callable[[int], tuple[Tensor, Tensor]], t: int
+              ) -> tuple[Tensor, Tensor]:
+        perm, members = draw_epoch(t)  # (n, M) slot order, (n, M) real-member slots
+        real = torch.nonzero(members[self.node]).flatten()
+        if t != self.at or self.scale is not None or not len(real):
+            return perm, members
+        members = members.clone()
+        members[self.node, int(real[0])] = False
+        self.applied = True
+        return perm, members
+
 
 def _replay(built: Any, blob: bytes, t: int, clean: bool,
             probe: tuple[int, float | None] | None = None, lag: int = 0,
@@ -150,6 +162,8 @@ def _replay(built: Any, blob: bytes, t: int, clean: bool,
         classes = int(ctx.data.y_test.max()) + 1
         wrapper = _Probe(ctx.draw, probe[0], probe[1], classes, t)
         ctx.draw = wrapper
+        epoch = ctx.draw_epoch
+        ctx.draw_epoch = lambda r: wrapper.epoch(epoch, r)  # type: ignore[method-assign]
     with noise_off() if clean and not at_release else contextlib.nullcontext():
         trainer.round(t)
     with noise_off() if clean or not at_release else contextlib.nullcontext():
@@ -409,14 +423,15 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
     rows, findings = [], []
     for rep in replays:
         i = rep.probed
-        if rep.remove is None or rep.saturate is None:
+        if rep.remove is None:
             rows.append({"node": i, "round": rep.round, "measured": False,
-                         "reason": "the round reads every member (no one sample to probe)"
-                         if rep.remove is not None else "the node drew no sample"})
+                         "reason": "the node drew no sample"})
             continue
         noisy, clean = _sent(rep.noisy, i), _sent(rep.clean, i)
-        base, low = _sent(rep.remove, i), _sent(rep.saturate[0], i)
-        high = _sent(rep.saturate[1], i) if len(rep.saturate) > 1 else {}
+        # a local epoch: one member's removal (clean - remove) is the contribution; no growth
+        base = _sent(rep.remove, i)
+        low = _sent(rep.saturate[0], i) if rep.saturate else clean
+        high = _sent(rep.saturate[1], i) if rep.saturate and len(rep.saturate) > 1 else {}
         noise = {k: noisy[k] - clean[k] for k in clean if k in noisy}
         contrib = {k: low[k] - base[k] for k in base if k in low}
         growth = {k: float((high[k] - base[k]).norm()) / max(float(contrib[k].norm()), 1e-300)
