@@ -292,8 +292,18 @@ def _std_interval(sq_sum: float, d: int, level: float) -> tuple[float, float]:
 
 
 def _corr(a: Tensor, b: Tensor) -> float:
+    return _corr_count(a, b)[0]
+
+
+def _corr_count(a: Tensor, b: Tensor) -> tuple[float, int]:
+    """Correlation of a and b over the coordinates both define (NaN: undefined, see
+    `_pattern`; such patterns are centred over those coordinates), and their number."""
+    if bool(a.isnan().any() or b.isnan().any()):
+        both = ~(a.isnan() | b.isnan())
+        a, b = a[both], b[both]
+        a, b = a - a.mean(), b - b.mean()
     den = float(a.norm() * b.norm())
-    return float(a @ b) / den if den > 0 else 0.0
+    return (float(a @ b) / den if den > 0 else 0.0), a.numel()
 
 
 def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[str, Any]]:
@@ -316,7 +326,7 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
                              "mean_abs": float(diff.abs().mean()) if diff.numel() else 0.0,
                              "changed": float((diff != 0).double().mean()) if diff.numel() else 0.0,
                              "changed_live": int((diff[live] != 0).sum()), "live": int(live.sum()),
-                             "size": diff.numel(), "_noise": _pattern(diff)})
+                             "size": diff.numel(), "_noise": _pattern(diff, live)})
     return rows
 
 
@@ -327,20 +337,24 @@ def _difference(noisy: Tensor, clean: Tensor) -> Tensor:
     return torch.where(same, torch.zeros_like(noisy), noisy - clean)
 
 
-def _pattern(diff: Tensor) -> Tensor:
+def _pattern(diff: Tensor, live: Tensor) -> Tensor:
     """What freshness compares: the noise itself, or for noise that leaves many coordinates
-    unchanged (randomized response flips a sign or not), the centred changed-coordinate
-    indicator (the flipped values follow the message's own signs, correlated across rounds)."""
+    unchanged (randomized response flips a sign or not), the changed-coordinate indicator
+    (the flipped values follow the message's own signs, correlated across rounds) on the
+    coordinates the message carries a value on (NaN elsewhere: a sparsifying compressor sends
+    other coordinates each round)."""
     changed = (diff != 0).double()
     if diff.numel() and float(changed.mean()) < 0.9:
-        return changed - changed.mean()
+        centred = changed - (changed[live].mean() if bool(live.any()) else 0.0)
+        return torch.where(live, centred, torch.full_like(changed, math.nan))
     return diff
 
 
 def freshness(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Largest |correlation| of the noise of one message across audited rounds (reuse) and of
     one kind across nodes in one round (shared noise), against the threshold where independent
-    Gaussian noise of that size would almost never reach it (8 / sqrt(size), at least 0.2)."""
+    Gaussian noise of that size would almost never reach it (8 / sqrt(size), at least 0.2;
+    size: the coordinates both messages define, at least 100)."""
     by_msg: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     by_round: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -357,9 +371,12 @@ def freshness(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     x, y = group[a], group[b]
                     if x["size"] != y["size"]:
                         continue
-                    c = abs(_corr(x["_noise"], y["_noise"]))
+                    c, count = _corr_count(x["_noise"], y["_noise"])
+                    c = abs(c)
+                    if count < 100:  # too few coordinates in common to tell
+                        continue
                     worst[what] = max(worst[what], c)
-                    if c > max(0.2, 8 / math.sqrt(x["size"])):
+                    if c > max(0.2, 8 / math.sqrt(count)):
                         where = (f"node {key[0]}, rounds {x['round']} and {y['round']}"
                                  if what == "rounds" else
                                  f"round {key[0]}, nodes {x['node']} and {y['node']}")
