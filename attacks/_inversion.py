@@ -25,12 +25,12 @@ frozen dataclass `Config` (the reference code's settings as defaults) and::
   reason), restart_losses (K, R).
 
 Attacks never see ground truth: restarts are kept by their gradient-matching loss only, never by
-a match to the true data; grading is `privbench.inversion.grade`.
+a match to the true data; grading is `privbench.audit.inversion.grade`.
 
 Helpers: `InversionAttack` (the base class), `group_views` (indices by batch size),
 `stack_views` and `infer_labels`. Exact views of known digits batches for tests and benchmarks:
-`privbench.inversion.synthetic_views`; the batched-vs-sequential benchmark: `privbench bench
-attacks` (`privbench.bench.bench_attacks`).
+`privbench.audit.inversion.synthetic_views`; the batched-vs-sequential benchmark: `privbench bench
+attacks` (`privbench.commands.bench.bench_attacks`).
 
 Batched execution
 -----------------
@@ -81,7 +81,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 from privbench.models import FlatModel
-from privbench.threat import GradientView
+from privbench.threat.observation import GradientView
 
 Shape = tuple[int, ...]
 COSTS = ("sim", "simlocal", "l2")

@@ -3,13 +3,14 @@
 Two kinds of attacks, both returning one score per candidate (higher = "more likely a member"):
 
 * `ModelAttack` (level "model"): scores candidates from a target model's outputs, optionally
-  with reference (shadow) models: `score(ModelMIAInput) -> (N,)`. The caller (privbench.membership)
+  with reference (shadow) models: `score(ModelMIAInput) -> (N,)`. The caller
+  (privbench.audit.membership)
   computes the signals once for the target, the reference models and a population set.
 * `MessageAttack` (level "message"): scores candidates from a victim's `GradientView`s (what a
   curious neighbour derives from observed messages): `score(fm, views, x, y) -> (N,)`.
 
 The signals and their bundle (`Signals`, `model_signals`, `ModelMIAInput`) are the core's
-(privbench.mia_signals), re-exported here for the attacks.
+(privbench.threat.signals), re-exported here for the attacks.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any, ClassVar
 import numpy as np
 from torch import Tensor
 
-from privbench.mia_signals import ModelMIAInput, Signals, model_signals
 from privbench.models import FlatModel
-from privbench.threat import GradientView
+from privbench.threat.observation import GradientView
+from privbench.threat.signals import ModelMIAInput, Signals, model_signals
 
 __all__ = ["MessageAttack", "ModelAttack", "ModelMIAInput", "Signals", "gaussian_logpdf",
            "masked_median_std", "model_signals"]

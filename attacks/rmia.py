@@ -19,7 +19,8 @@ Choices / deviations:
   scores among 480 candidates. Both values are recorded in every result (`attack_config`).
 * Pr_OUT is the plain mean over OUT reference models (the research code uses a 20% trimmed mean,
   which needs many models).
-* The population z are samples that no model trained on (privbench.membership uses the dataset's
+* The population z are samples that no model trained on (privbench.audit.membership uses the
+dataset's
   test split), so every reference model is OUT for every z.
 """
 

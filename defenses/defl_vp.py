@@ -100,12 +100,13 @@ from torch import Tensor
 
 from privbench.accounting import EpsilonReport, make_plan
 from privbench.config import replace_checked
-from privbench.engine import Context, Trainer, batch_grads
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, gossip
+from privbench.engine.grads import batch_grads
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, gossip
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
 
 VIEWS = ("control_variate", "sign", "model_difference")
 
@@ -456,7 +457,7 @@ class DeFLVP(Trainer):
             rounds: rounds t to derive.
             view: None (default) = "control_variate", or "sign" when the config exchanges no
                 control variates (vr=false: D-PSGD+RR, DFL+Compression), so view-less callers
-                (privbench.membership / inversion) get the most informative view.
+                (privbench.audit.membership / inversion) get the most informative view.
                 "control_variate": g_i^t = (h_i^{t+1} - (1 - alpha_cv) h_i^t) /
                 alpha_cv from two successive `control_variate` messages, the victim's exact raw
                 gradient (kind "gradient"; under protect_control_variate the exact debiased RR

@@ -129,11 +129,12 @@ from privbench.accounting import (
     account,
 )
 from privbench.config import check_choices
-from privbench.engine import Context, Trainer, batch_grads, clip_l2
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
+from privbench.engine.grads import batch_grads, clip_l2
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
 
 READINGS = ("paper", "strict")
 

@@ -51,16 +51,13 @@ from privbench.accounting import (
     account,
 )
 from privbench.config import check_choices
-from privbench.engine import (
-    Context,
-    Trainer,
-    clipped_grad_sum,
-)
-from privbench.errors import ConfigError
-from privbench.gossip_inversion import LinearGossip, gossip_spec
-from privbench.messages import MessageKind
+from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
+from privbench.threat.observation import GradientView, Observation
 
 GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
                     "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}

@@ -108,15 +108,12 @@ from privbench.accounting import (
 )
 from privbench.accounting.plans import DPDL_FULL_NOTE
 from privbench.config import check_choices
-from privbench.engine import (
-    Context,
-    Trainer,
-    clipped_grad_sum,
-)
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
+from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
 from privbench.topology import Topology, metropolis_hastings
 
 READINGS = ("paper", "full", "strict")

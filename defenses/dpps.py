@@ -112,13 +112,15 @@ from privbench.accounting import (
     dpps_round_epsilon,
     make_plan,
 )
-from privbench.engine import Context, Trainer, batch_grads, clip_l1
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, observed_mix, push_sum
+from privbench.engine.grads import batch_grads, clip_l1
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.models import FlatModel
 from privbench.registry import DEFENSES, MODELS, TOPOLOGIES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import observed_mix
 from privbench.topology import Topology, column_stochastic, complete
 
 SENSITIVITY_MODES = ("estimated", "oracle", "none")

@@ -58,11 +58,11 @@ from defenses.dp_dpsgd import (
 )
 from defenses.dpdl import graph_periods, mixing_matrix, node_rates
 from privbench.config import check_choices
-from privbench.engine import Context, Trainer
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from privbench.commands.hostmem import keep_freed_memory
 from privbench.errors import ConfigError, PrivbenchError, Terminated
-from privbench.hostmem import keep_freed_memory
 
 if TYPE_CHECKING:
     from privbench.reproduce.spec import Reproduction, Scale
@@ -37,13 +37,13 @@ class _Parser(argparse.ArgumentParser):
 
 class _PresetHelp(argparse.HelpFormatter):
     """Help of `attack`: a default marked PRESET_DEFAULT is the presets' value (a run value, the
-    ε grid or the attacks, from `privbench.audit_presets`, plain data: the help imports neither
+    ε grid or the attacks, from `privbench.commands.presets`, plain data: the help imports neither
     the sweep nor torch)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and PRESET_DEFAULT in text:
-            from privbench.audit_presets import PRESETS
+            from privbench.commands.presets import PRESETS
 
             key = _PRESET_KEYS.get(action.dest)
             vals = "; ".join(f"{_help_value(p[key] if key else p['run'][action.dest])} in {name}"
@@ -74,7 +74,7 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by commands that build a run (train, attack)."""
     g = p.add_argument_group("run")
     if sweep:
-        from privbench.audit_presets import DEFAULT_DEFENSES  # plain data, no torch
+        from privbench.commands.presets import DEFAULT_DEFENSES  # plain data, no torch
 
         g.add_argument("--defense", action="append", help="defense(s) to audit, repeatable or "
                        "comma-separated; 'all' = every registered one (default: the non-private "
@@ -122,7 +122,7 @@ def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None
     """RunConfig and defense overrides from defaults < preset < --config file < flags < --set;
     a data root given must be a folder (`datafiles.check_data_root`)."""
     from privbench.config import RunConfig, load_toml, parse_sets, replace_checked
-    from privbench.datafiles import check_data_root
+    from privbench.data.files import check_data_root
 
     run_over: dict[str, Any] = dict(preset or {})
     def_over: dict[str, Any] = {}
@@ -154,7 +154,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                              "holds its own nodes' state alone)")
     import os
 
-    from privbench.comm import DistComm, partition, process_group
+    from privbench.engine.comm import DistComm, partition, process_group
 
     if args.dist_timeout <= 0:
         raise PrivbenchError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
@@ -171,7 +171,7 @@ def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
     entry was used, or why none applies (the run then keeps the untuned defaults)."""
     import os
 
-    from privbench.tuning import apply_tuned
+    from privbench.commands.tuning import apply_tuned
 
     if args.untuned:
         return run, overrides, None
@@ -217,11 +217,11 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
 def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
                 device: Any, tuned: dict[str, Any] | None, out: Path) -> int:
     """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
-    from privbench.checkpoint import prepare
-    from privbench.engine import train
-    from privbench.messages import parse_record_spec
-    from privbench.progress import Phase
-    from privbench.runner import build, save_run
+    from privbench.commands.progress import Phase
+    from privbench.engine.checkpoint import prepare
+    from privbench.engine.loop import train
+    from privbench.engine.messages import parse_record_spec
+    from privbench.engine.runner import build, save_run
 
     rank0 = comm is None or comm.rank == 0
     every = _checkpoint_seconds(args.checkpoint_every, default=0.0)
@@ -253,7 +253,7 @@ def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
 
     from privbench import __version__
     from privbench.config import to_dict
-    from privbench.fingerprint import dataset_identity, fingerprint
+    from privbench.results.fingerprint import dataset_identity, fingerprint
 
     run = built.ctx.run
     return fingerprint({"command": "train", "defense": built.defense,
@@ -265,7 +265,7 @@ def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
 
 
 def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
-    from privbench.results import diverged_text, noise_feedback_text, privacy_line
+    from privbench.results.store import diverged_text, noise_feedback_text, privacy_line
 
     rounds = result["run"]["rounds"]
     if res.node_accuracy:
@@ -295,7 +295,7 @@ def _check_writable(out: Path) -> None:
     """Fail early (before training) when the output folder cannot be created or written."""
     import os
 
-    from privbench.fingerprint import make_folder
+    from privbench.results.fingerprint import make_folder
 
     try:
         make_folder(out)  # removed again if the command is refused (`main`)
@@ -317,7 +317,7 @@ def _claim(stack: contextlib.ExitStack, out: Path, result_file: str,
     """Make `out` this run's alone until `stack` closes: writable, locked against a second
     writer (`fingerprint.folder_lock`), its result file absent unless --overwrite; the error
     instead, or None."""
-    from privbench.fingerprint import folder_lock
+    from privbench.results.fingerprint import folder_lock
 
     try:
         _check_writable(out)
@@ -381,7 +381,7 @@ def _add_audit_sets(audit_sets: dict[str, Any], sets: list[str]) -> None:
 
 def cmd_attack(args: argparse.Namespace) -> int:
     """`privbench attack`: the audit sweep; writes results.json and index.html, prints a table."""
-    from privbench import sweep
+    from privbench.commands import sweep
     from privbench.config import load_toml
 
     audit_sets: dict[str, Any] = load_toml(args.config)[2] if args.config else {}
@@ -423,7 +423,7 @@ def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
 
 
 def _finish_sweep(runner: Any, out: Path, args: argparse.Namespace) -> int:
-    from privbench import sweep
+    from privbench.commands import sweep
     from privbench.report.verdicts import verdict_summary
 
     _on_interrupt(lambda: _sweep_kept(runner, out, args))
@@ -446,8 +446,8 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
     """The tuned values of `--preset` (or of every preset) in privbench/presets/tuned.toml,
     minus the keys the user set explicitly (flags, --set, --config win); empty with
     --untuned."""
+    from privbench.commands.tuning import load_tuned
     from privbench.config import load_toml, parse_sets
-    from privbench.tuning import load_tuned
 
     if args.untuned:
         return {}
@@ -470,7 +470,7 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
 def _print_tuned(results: dict[str, Any]) -> None:
     """Per cell, in the grid's order: the tuned entry it ran with and the tuning's privacy
     cost, or why it ran the untuned defaults."""
-    from privbench.sweep import cell_key
+    from privbench.commands.sweep import cell_key
 
     tuned = results["config"].get("tuned")
     if not tuned or not (tuned["cells"] or tuned.get("missing")):
@@ -493,12 +493,13 @@ def _print_tuned(results: dict[str, Any]) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """`privbench tune`: grid search on a validation split carved from the members."""
-    from privbench import sweep, tuning
+    from privbench.commands import sweep, tuning
     from privbench.config import to_dict
     from privbench.device import resolve_device
-    from privbench.registry import DEFENSES, load_plugins
-    from privbench.results import write_json
-    from privbench.runner import environment
+    from privbench.engine.runner import environment
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
+    from privbench.results.store import write_json
 
     load_plugins()
     if args.all:
@@ -536,7 +537,8 @@ def _tune_preset(args: argparse.Namespace) -> int:
     """`privbench tune --all`: every cell of the preset's default audit, resumable."""
     import time
 
-    from privbench import sweep, tune_preset
+    from privbench.commands import sweep
+    from privbench.commands import tune as tune_preset
 
     given = [f for f in ("--defense", "--grid", "--eps") if any(
         a == f or a.startswith(f + "=") for a in args._argv)]
@@ -589,9 +591,9 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     """Attack a message log written by `privbench train --out DIR`."""
     import dataclasses
 
-    from privbench import sweep
+    from privbench.commands import sweep
     from privbench.config import RunConfig, replace_checked
-    from privbench.results import read_results
+    from privbench.results.store import read_results
 
     folder = Path(args.messages)
     saved = read_results(folder / "results.json", "train",
@@ -612,8 +614,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     """`privbench list`: every registry, one line per entry with its description (the first
     line of its docstring); each defense marked DP (differentially private) or not."""
     from privbench import registry
+    from privbench.plugins import load_plugins
 
-    registry.load_plugins()
+    load_plugins()
     for reg in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS, registry.MODELS,
                 registry.TOPOLOGIES):
         names = reg.names()
@@ -680,7 +683,7 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """`privbench bench SECTION`: speed measurements (see privbench/bench.py)."""
-    from privbench.bench import run_bench
+    from privbench.commands.bench import run_bench
 
     _check_bench_args(args)
     return run_bench(args)
@@ -711,7 +714,7 @@ def _check_bench_args(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """`privbench report RESULTS.json [...] -o report.html`: render/merge without training code."""
     from privbench.report import merge_results
-    from privbench.results import atomic_write_text, read_results
+    from privbench.results.store import atomic_write_text, read_results
 
     items = [read_results(p, "audit", "`privbench report` renders audit results written by "
                           "`privbench attack`") for p in args.results]
@@ -740,8 +743,8 @@ def _render(results: dict[str, Any], name: str) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """`privbench check`: exit 0 when every policy bound holds, 1 when any is violated."""
-    from privbench import gate
-    from privbench.results import atomic_write_text, read_results
+    from privbench.report import gate
+    from privbench.results.store import atomic_write_text, read_results
 
     if args.tolerance <= 0:
         raise PrivbenchError(f"--tolerance must be > 0, got {args.tolerance}")
@@ -767,10 +770,10 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 def cmd_leakage(args: argparse.Namespace) -> int:
     """`privbench leakage`: the leakage map (attacks by hop distance, network DP)."""
-    from privbench.datafiles import check_data_root
-    from privbench.leakage import config_from, run_leakage
+    from privbench.audit.leakage import config_from, run_leakage
+    from privbench.data.files import check_data_root
     from privbench.report.leakage import by_distance, markdown, render_leakage
-    from privbench.results import atomic_write_text, dumps
+    from privbench.results.store import atomic_write_text, dumps
 
     check_data_root(args.data_root)
     defenses = _names(args.defense)
@@ -807,7 +810,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from privbench.reproduce.missing import block, missing_file
     from privbench.reproduce.runs import RUNS_FILE, index, merge, read_runs, reproduce
     from privbench.reproduce.table import render
-    from privbench.results import atomic_write_text, counted
+    from privbench.results.store import atomic_write_text, counted
 
     load()
     if args.summary:
@@ -934,7 +937,7 @@ def _reproduce_summary(root: Path) -> int:
     root/missing.md with each table's runs not yet run (`privbench.reproduce.missing`)."""
     from privbench.reproduce.missing import missing_file
     from privbench.reproduce.table import summary, summary_row
-    from privbench.results import atomic_write_text
+    from privbench.results.store import atomic_write_text
 
     found = _committed_tables(root)
     rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in found]
@@ -989,12 +992,12 @@ def _names(items: list[str] | None) -> list[str] | None:
 
 
 class _Version(argparse.Action):
-    """`--version`: the version and the commit of the checkout (`privbench.provenance`), the
+    """`--version`: the version and the commit of the checkout (`privbench.results.provenance`), the
     commit looked up only when asked for (a `git` call at every parse would slow each command)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         from privbench import __version__
-        from privbench.provenance import code_digest, code_revision
+        from privbench.results.provenance import code_digest, code_revision
 
         print(f"privbench {__version__} ({code_revision()}; code sha256 {code_digest()})")
         parser.exit()
@@ -1240,7 +1243,7 @@ def build_parser(account: bool = True) -> argparse.ArgumentParser:
         commands[command.name] = command.run
     p = sub.add_parser("account", help="noise a defense uses for (eps, delta) and its epsilon")
     if account:
-        from privbench.account_cli import add_account_arguments, run_account
+        from privbench.commands.account import add_account_arguments, run_account
 
         add_account_arguments(p)
         commands["account"] = run_account
@@ -1255,13 +1258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # dp-accounting logs (via absl) every RDP order it drops at high sampling rates: noise for a
     # user, the ε it returns already accounts for it.
     logging.getLogger("absl").setLevel(logging.ERROR)
-    from privbench.fingerprint import discard_created, forget_created
+    from privbench.results.fingerprint import discard_created, forget_created
 
     forget_created()
     _KEPT.clear()
     try:
         given = list(sys.argv[1:] if argv is None else argv)
-        keep_freed_memory()  # before any tensor: see privbench.hostmem
+        keep_freed_memory()  # before any tensor: see privbench.commands.hostmem
         args = build_parser(account=bool(given) and given[0] == "account").parse_args(given)
         _check_text(args)
         args._argv = given
@@ -1337,7 +1340,7 @@ def _ends_kept(args: argparse.Namespace, target: Path) -> str:
 def _reproduce_kept(args: argparse.Namespace, out: Path) -> str:
     """`reproduce` stopped: the runs already in runs.jsonl and the stopped jobs' checkpoints."""
     from privbench.reproduce.runs import CHECKPOINTS, RUNS_FILE
-    from privbench.results import counted
+    from privbench.results.store import counted
 
     path = out / RUNS_FILE
     runs = sum(1 for ln in path.read_text().splitlines() if ln.strip()) if path.is_file() else 0
@@ -1364,7 +1367,7 @@ def run() -> NoReturn:
     code = main()
     # Only a process that ran a distributed command has loaded comm (and torch): importing it
     # here would cost every refused input or `--help` seconds of torch import.
-    comm = sys.modules.get("privbench.comm")
+    comm = sys.modules.get("privbench.engine.comm")
     if comm is None:
         sys.exit(code)
     comm.exit_process(code)

@@ -30,3 +30,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread where a command installs `sigterm_raises` (as Ctrl-C
     raises KeyboardInterrupt), so that the command stops what it started, e.g. worker processes,
     instead of ending alone. The CLI prints one line and exits with 128 + 15."""
+
+
+class NotApplicable(Exception):  # noqa: N818 - an outcome, not an error
+    """The threat model cannot derive what the attack needs; the message says why."""

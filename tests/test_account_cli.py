@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from privbench.account_cli import add_account_arguments, parse_options, run_account
+from privbench.commands.account import add_account_arguments, parse_options, run_account
 from privbench.errors import ConfigError, UnknownNameError
 
 
@@ -98,8 +98,8 @@ def test_tiny_delta_is_refused_for_pld_and_answered_by_rdp(delta, capsys) -> Non
 
 def test_the_cheap_delta_floor_is_the_pld_accountants() -> None:
     # account_cli keeps its own copy (importing the accountant costs seconds): the two must agree
-    from privbench.account_cli import LIGHT_MIN_DELTA
     from privbench.accounting.gaussian import PLD_MIN_DELTA
+    from privbench.commands.account import LIGHT_MIN_DELTA
 
     assert LIGHT_MIN_DELTA == PLD_MIN_DELTA
 
@@ -123,7 +123,7 @@ def test_tiny_delta_is_refused_before_the_accountants_are_imported(defense: str)
 def test_default_block_and_accountant_follow_the_defense_config(capsys) -> None:
     from defenses.dpdl import DPDLConfig
     from defenses.dyn_d2p import DynD2PConfig
-    from privbench.account_cli import default_accountant, default_mode
+    from privbench.commands.account import default_accountant, default_mode
 
     assert default_mode("dyn_d2p") == DynD2PConfig().calibrate_with == "calibrated"
     assert default_mode("dpdl") == DPDLConfig().calibration_mode == "calibrated"
@@ -157,7 +157,8 @@ def test_dpdl_is_planned_on_the_run_graph_with_its_own_accountant(capsys) -> Non
 
 
 def _private() -> list[str]:
-    from privbench.registry import DEFENSES, load_plugins
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
 
     load_plugins()
     return [n for n in DEFENSES.names() if DEFENSES.get(n).private]
@@ -214,7 +215,7 @@ TRAIN = {"rounds": 30, "nodes": 4, "device": "cpu", "eval_every": 30, "epsilon":
 
 def _trainer(name: str):
     from privbench.config import RunConfig
-    from privbench.runner import build
+    from privbench.engine.runner import build
 
     return build(RunConfig(**TRAIN), name).trainer
 

@@ -139,7 +139,8 @@ def test_the_hanging_self_compositions_answer_within_the_bounds():
 
 
 def _private() -> list[str]:
-    from privbench.registry import DEFENSES, load_plugins
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
 
     load_plugins()
     return [n for n in DEFENSES.names() if DEFENSES.get(n).private]

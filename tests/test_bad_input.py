@@ -7,7 +7,7 @@ import json
 import pytest
 
 from privbench.cli import main
-from privbench.results import SCHEMA_VERSION, write_json
+from privbench.results.store import SCHEMA_VERSION, write_json
 
 
 def _one_line_error(capsys, needle: str) -> None:
@@ -117,8 +117,8 @@ def _refuse_training(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr("privbench.engine.train", refuse)
-    monkeypatch.setattr("privbench.sweep.train", refuse)
+    monkeypatch.setattr("privbench.engine.loop.train", refuse)
+    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
 
 
 TINY_ATTACK = ["attack", "--defense", "dp_sgp", "--attack", "mia_threshold", "--nodes", "4",
@@ -141,7 +141,7 @@ def test_attack_checks_every_cell_before_any_cell_trains(tmp_path, capsys, monke
 
 def test_leakage_checks_every_run_before_any_run_trains(tmp_path, capsys, monkeypatch):
     _refuse_training(monkeypatch)
-    monkeypatch.setattr("privbench.leakage.train", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr("privbench.audit.leakage.train", lambda *a, **k: pytest.fail("trained"))
     assert main(["leakage", "--defense", "dp_sgp", "--eps", "1,1e300", "--rounds", "2",
                  "--quiet", "--out", str(tmp_path / "new" / "leak")]) == 2
     _one_line_error(capsys, "dp_sgp eps=1e+300: no mu reaches delta=1e-05 at epsilon=1e+300")
@@ -204,7 +204,7 @@ def _stopped_line(capsys) -> str:
 
 
 def test_ctrl_c_in_train_says_nothing_is_kept_and_how_to_keep_it(tmp_path, capsys, monkeypatch):
-    _interrupt_after(monkeypatch, "privbench.engine.train", 1)
+    _interrupt_after(monkeypatch, "privbench.engine.loop.train", 1)
     args = ["train", "--nodes", "3", "--rounds", "2", "--device", "cpu", "--quiet",
             "--out", str(tmp_path / "t")]
     assert main(args) == 130
@@ -214,7 +214,7 @@ def test_ctrl_c_in_train_says_nothing_is_kept_and_how_to_keep_it(tmp_path, capsy
 
 
 def test_ctrl_c_in_train_names_the_checkpoint_it_keeps(tmp_path, capsys, monkeypatch):
-    from privbench import checkpoint
+    from privbench.engine import checkpoint
 
     out = tmp_path / "t"
     real = checkpoint.Saver.__call__
@@ -236,9 +236,9 @@ def test_ctrl_c_in_train_names_the_checkpoint_it_keeps(tmp_path, capsys, monkeyp
 
 @pytest.mark.parametrize("args,target,written", [
     (["tune", "--defense", "sgp", "--grid", "lr=0.1,0.2", "--nodes", "3", "--rounds", "2",
-      "--device", "cpu", "--quiet"], "privbench.tuning.tune", "tune.json"),
+      "--device", "cpu", "--quiet"], "privbench.commands.tuning.tune", "tune.json"),
     (["leakage", "--defense", "sgp", "--rounds", "2", "--quiet"],
-     "privbench.leakage.run_leakage", "leakage.json"),
+     "privbench.audit.leakage.run_leakage", "leakage.json"),
 ], ids=["tune", "leakage"])
 def test_ctrl_c_in_tune_and_leakage_says_nothing_is_kept(tmp_path, capsys, monkeypatch, args,
                                                         target, written):

@@ -5,10 +5,12 @@ from __future__ import annotations
 import torch
 
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, train
-from privbench.messages import RecordPolicy
-from privbench.runner import build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.engine.grads import batch_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import build
+from privbench.errors import NotApplicable
+from privbench.threat.observation import Observation, ThreatModel
 
 
 def test_sgp_reaches_90_percent_on_digits_with_defaults():

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from privbench import bench
 from privbench.cli import main
+from privbench.commands import bench
 
 
 @pytest.mark.parametrize("model", ["lenet", "cnn"])
@@ -17,7 +17,7 @@ def test_every_round_method_computes_the_same_update(model):
     # Honest baselines: same clipped sums, same mixing (noise off). 16 x 16 inputs: on digits'
     # 8 x 8 the 5 x 5 kernels exceed the later feature maps and Opacus 1.6's conv per-sample
     # gradients are wrong there (measured: up to 100% of the largest entry), see README.
-    from privbench.bench_rounds import METHODS, RoundInputs
+    from privbench.commands.bench_rounds import METHODS, RoundInputs
     from privbench.models import build_model
 
     fm = build_model(model, (1, 16, 16), 10)
@@ -37,7 +37,7 @@ def test_every_round_method_computes_the_same_update(model):
 def test_opacus_methods_say_when_opacus_is_absent(monkeypatch, capsys):
     import importlib.util
 
-    from privbench import bench_rounds
+    from privbench.commands import bench_rounds
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -219,7 +219,7 @@ def test_bench_bad_input_is_one_line_exit_2(args, needle, capsys):
 
 @pytest.mark.parametrize("model", ["lenet", "cnn", "mlp"])
 def test_clipped_grad_sum_equals_clip_then_masked_sum(model):
-    from privbench.engine import clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
+    from privbench.engine.grads import clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
 
     fm, params, x, y, _, _ = bench._engine_inputs(model, 3, 5, torch.device("cpu"))
     gen = torch.Generator().manual_seed(1)
@@ -249,7 +249,7 @@ def test_distributed_section_times_local_and_torchrun_ranks(tmp_path, capsys):
 
 def test_bench_plans_times_both_composers_on_the_same_noise():
     from privbench.accounting.report import ApproximateAccountingWarning
-    from privbench.bench import bench_plans
+    from privbench.commands.bench import bench_plans
 
     # Dyn-D2P's plan carries its paper reading, the GDP CLT, which says it is no upper bound
     with pytest.warns(ApproximateAccountingWarning, match="central-limit"):

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from privbench.canaries import GradientCanaries, inserted
-from privbench.engine import batch_grads, clipped_grad_sum, per_sample_grads
+from privbench.engine.canaries import GradientCanaries, inserted
+from privbench.engine.grads import batch_grads, clipped_grad_sum, per_sample_grads
+from privbench.errors import NotApplicable
 from privbench.models import build_model
-from privbench.threat import NotApplicable
 
 
 def _batch(seed: int = 0):

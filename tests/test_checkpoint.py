@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from privbench import checkpoint
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import Built, build
+from privbench.engine import checkpoint
+from privbench.engine.loop import train
+from privbench.engine.runner import Built, build
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 from privbench.seeding import is_noise_generator
 
 load_plugins()

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from privbench.cli import build_parser, main
-from privbench.results import SCHEMA_VERSION, write_json
+from privbench.results.store import SCHEMA_VERSION, write_json
 
 
 class WorkReachedError(Exception):
@@ -134,16 +134,16 @@ def argv(draw) -> list[str]:
 @contextlib.contextmanager
 def _sentinels(sandbox: Path):
     """Stand-ins for the real work; the current folder is the sandbox."""
-    import privbench.bench
-    import privbench.engine
+    import privbench.commands.bench
+    import privbench.commands.sweep
+    import privbench.engine.loop
     import privbench.reproduce.runs
-    import privbench.sweep
 
     def reached(*args, **kwargs):
         raise WorkReachedError
 
-    saved = [(privbench.engine, "train"), (privbench.sweep, "train"),
-             (privbench.sweep, "run_attack"), (privbench.bench, "run_bench"),
+    saved = [(privbench.engine.loop, "train"), (privbench.commands.sweep, "train"),
+             (privbench.commands.sweep, "run_attack"), (privbench.commands.bench, "run_bench"),
              (privbench.reproduce.runs, "run_job")]
     old = [getattr(m, n) for m, n in saved]
     cwd = os.getcwd()

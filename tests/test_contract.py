@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build, train_result
+from privbench.engine.loop import train
+from privbench.engine.runner import build, train_result
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 
 load_plugins()
 REPORT_KEYS = {"epsilon", "delta", "accountant", "mode", "unit", "uncovered"}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from privbench.data import load_dataset, partition, split_nodes
+from privbench.data.datasets import load_dataset, partition, split_nodes
 from privbench.errors import ConfigError, DataError, UnknownNameError
 
 

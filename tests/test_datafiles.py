@@ -1,4 +1,4 @@
-"""Finding and checking real dataset files (privbench.datafiles), on small files written in the
+"""Finding and checking real dataset files (privbench.data.files), on small files written in the
 real idx format: search order, accepted layouts, and one-line errors (exit 2) for truncated,
 corrupt or missing files; a truncated .gz leaves nothing behind (issue 26)."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privbench import datafiles
 from privbench.cli import main
-from privbench.data import load_dataset
+from privbench.data import files as datafiles
+from privbench.data.datasets import load_dataset
 from privbench.errors import DataError
 
 SIZES = {"train": 40, "t10k": 12}
@@ -147,8 +147,8 @@ def test_a_data_root_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, 
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr("privbench.engine.train", refuse)
-    monkeypatch.setattr("privbench.sweep.train", refuse)
+    monkeypatch.setattr("privbench.engine.loop.train", refuse)
+    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
     missing = tmp_path / "typo"
     code = main([*command, "--dataset", "fashion-mnist", "--data-root", str(missing),
                  "--device", "cpu", "--out", str(tmp_path / "out")]

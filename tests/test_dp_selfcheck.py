@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build
+from privbench.engine.loop import train
+from privbench.engine.runner import build
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 from privbench.testing import disable_noise
 
 load_plugins()

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privbench.engine import (
-    accuracy,
+from privbench.engine.evaluation import accuracy
+from privbench.engine.grads import (
     batch_grads,
     clip_l1,
     clip_l2,

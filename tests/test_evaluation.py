@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from privbench.config import RunConfig, replace_checked
-from privbench.engine import accuracy, eval_subset, evaluate, train
+from privbench.engine.evaluation import accuracy, eval_subset, evaluate
+from privbench.engine.loop import train
+from privbench.engine.runner import build, train_result
 from privbench.models import build_model
-from privbench.runner import build, train_result
 from privbench.testing import TINY_RUN
 
 

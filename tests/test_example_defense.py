@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from privbench.messages import MessageLog
+from privbench.engine.messages import MessageLog
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "my_dp_gossip"

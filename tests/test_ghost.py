@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from privbench.engine import clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
-from privbench.ghost import plan_for
+from privbench.engine.ghost import plan_for
+from privbench.engine.grads import clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
 from privbench.models import FlatModel, build_model
 from privbench.registry import MODELS
 

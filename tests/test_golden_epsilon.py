@@ -44,10 +44,11 @@ from defenses.dpps import DPPS
 from defenses.dyn_d2p import DynD2P
 from defenses.muffliato import Muffliato
 from privbench.accounting import make_plan
+from privbench.commands.sweep import PRESETS
 from privbench.config import RunConfig, replace_checked
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build
-from privbench.sweep import PRESETS
+from privbench.engine.runner import build
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 
 load_plugins()
 EPSILONS = (1.0, 8.0)

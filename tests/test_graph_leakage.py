@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from privbench import datafiles
+from privbench.audit.inversion import grade, invert
+from privbench.audit.network_dp import pairwise_epsilon
 from privbench.cli import main
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.errors import ConfigError
-from privbench.gossip_inversion import BestViews, GossipViews, LinearGossip, build_system
-from privbench.inversion import grade, invert
-from privbench.network_dp import pairwise_epsilon
-from privbench.provenance import code_digest
+from privbench.data import files as datafiles
+from privbench.engine.loop import train
+from privbench.engine.runner import build
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.runner import build
-from privbench.threat import NotApplicable, ThreatModel, hop_distances, observe, placed
+from privbench.results.provenance import code_digest
+from privbench.threat.gossip_inversion import BestViews, GossipViews, LinearGossip, build_system
+from privbench.threat.observation import ThreatModel, hop_distances, observe, placed
 from privbench.topology import build_topology
 
 # El Mrini et al.'s D-GD regime: one member per node (batch-1 views are the full local batch),
@@ -210,7 +210,7 @@ def test_leakage_command_writes_map_and_refuses_to_overwrite(tmp_path, capsys) -
 def test_audit_with_a_placed_threat_attacks_through_gossip_inversion(tmp_path) -> None:
     """`privbench attack --threat hops:2`: the audit's inversion and message MIA reach the
     victim through gossip inversion, and the results name the placement."""
-    from privbench import sweep
+    from privbench.commands import sweep
 
     run = RunConfig(**{**BATCH1, "rounds": 6})
     audit = sweep.audit_config("quick", ["d_psgd"], [8.0], ["idlg", "mia_message"], "hops:2",

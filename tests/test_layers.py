@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("privbench", "attacks", "defenses")
 COMPOSITION = frozenset({
     "privbench.registry",  # load_plugins: imports the plugin packages so they register
-    "privbench.runner", "privbench.sweep", "privbench.tuning",
-    "privbench.cli", "privbench.account_cli", "privbench.__main__",
-    "privbench.bench", "privbench.bench_rounds", "privbench.compare_mlpm",
+    "privbench.engine.runner", "privbench.commands.sweep", "privbench.commands.tuning",
+    "privbench.cli", "privbench.commands.account", "privbench.__main__",
+    "privbench.commands.bench", "privbench.commands.bench_rounds", "privbench.audit.compare_mlpm",
 })
 
 
@@ -126,7 +126,7 @@ def test_the_graph_reads_every_import() -> None:
     graph = import_graph(known)
     assert len(known) > 60 and "privbench.report.verdicts" in known
     # a function-level import counts (sweep imports attacks._mia inside a function)
-    assert "attacks._mia" in graph["privbench.sweep"]
+    assert "attacks._mia" in graph["privbench.commands.sweep"]
     assert "privbench.report.bounds" in graph["privbench.report.verdicts"]  # from pkg import sub
 
 

@@ -7,15 +7,15 @@ import pickle
 import pytest
 import torch
 
-from privbench.errors import DataError
-from privbench.messages import (
-    GroundTruth,
+from privbench.engine.messages import (
     MessageBus,
     MessageKind,
     MessageLog,
     RecordPolicy,
     parse_record_spec,
 )
+from privbench.engine.truth import GroundTruth
+from privbench.errors import DataError
 
 KINDS = (MessageKind("model", covered=True), MessageKind("cross", covered=True, per_edge=True))
 

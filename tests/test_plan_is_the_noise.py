@@ -27,8 +27,9 @@ import defenses.dp_sgp as dp_sgp_module
 import defenses.dpdl as dpdl_module
 from privbench.accounting.plans import PRIVACY_PLANS
 from privbench.config import RunConfig
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build
+from privbench.engine.runner import build
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 from privbench.testing import disable_noise
 
 load_plugins()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from privbench.progress import Phase
+from privbench.commands.progress import Phase
 
 
 class _Terminal(io.StringIO):

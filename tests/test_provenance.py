@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from privbench.provenance import NOT_A_CHECKOUT, code_digest, code_revision, digest, revision
+from privbench.results.provenance import (
+    NOT_A_CHECKOUT,
+    code_digest,
+    code_revision,
+    digest,
+    revision,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -77,7 +83,7 @@ def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
 
     import privbench
     from privbench.device import machine_kind
-    from privbench.runner import environment
+    from privbench.engine.runner import environment
 
     root = Path(privbench.__file__).resolve().parent.parent
     if not (root / ".git").exists():
@@ -93,7 +99,7 @@ def test_results_record_the_commit_of_the_checkout_privbench_runs_from():
 @pytest.fixture
 def fresh_provenance():
     """The per-process provenance cache emptied before and after (a test patches `revision`)."""
-    from privbench import provenance
+    from privbench.results import provenance
 
     for f in (provenance.code_revision, provenance.code_digest):
         f.cache_clear()
@@ -108,8 +114,8 @@ def test_a_result_names_the_code_imported_not_what_the_tree_holds_when_written(
     the code's identity before anything trains."""
     import json
 
-    from privbench import runner
     from privbench.cli import main
+    from privbench.engine import runner
 
     committed = {"during the run": False}
     monkeypatch.setattr(fresh_provenance, "revision", lambda root: "git after" if

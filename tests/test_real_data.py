@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from privbench import datafiles
 from privbench.cli import main
+from privbench.data import files as datafiles
 
 PACKAGE, FOLDER = datafiles.DEBIAN["fashion-mnist"]
 pytestmark = pytest.mark.skipif(

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from privbench import datafiles
 from privbench.cli import main
+from privbench.data import files as datafiles
 from privbench.errors import ConfigError, PrivbenchError
-from privbench.provenance import code_provenance
 from privbench.reproduce import REPRODUCTIONS, Scale, load
 from privbench.reproduce import runs as runs_mod
 from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
 from privbench.reproduce.table import UNTESTED, claim_verdict, render, summary_row, verdict_at
+from privbench.results.provenance import code_provenance
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
 # Re-makes of a committed table in progress (another code version or machine), kept apart from
@@ -71,7 +71,7 @@ def test_grid_lines_resume_and_render(tmp_path, monkeypatch):
 
 def test_a_line_names_the_code_before_its_run_trains(tmp_path, monkeypatch):
     """A commit made while a job trains is not what its line names (`code` is read first)."""
-    from privbench import engine
+    from privbench.engine import loop as engine
 
     repro, scale = _tiny()
     state = {"trained": False}
@@ -137,7 +137,7 @@ def test_an_interrupted_reproduction_keeps_its_finished_runs(tmp_path, monkeypat
 
 def _killed_after_round(monkeypatch, at: int) -> None:
     """Every job's checkpoint saved after each round, and a kill after round `at`'s."""
-    from privbench import checkpoint
+    from privbench.engine import checkpoint
 
     class KilledAfter(checkpoint.Saver):
         def __call__(self, done, result):
@@ -204,7 +204,7 @@ def test_a_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatch, capsys
         _killed_after_round(m, 2)
         with pytest.raises(KeyboardInterrupt):
             reproduce(repro, scale, (0,), tmp_path, checkpoint_every=1e-9, **one)
-    from privbench import checkpoint
+    from privbench.engine import checkpoint
 
     other = {"revision": "git other", "sha256": "other"}
     for module in (runs_mod, checkpoint):  # the line's code and the checkpoint key's
@@ -823,7 +823,7 @@ def test_a_reproduction_run_records_no_messages(tmp_path, monkeypatch):
     """A table needs accuracy and epsilon only; a 1,000-round DPDL run that logged its
     cross-gradients held over 20 GB and was killed for memory."""
     repro, scale = _tiny()
-    import privbench.runner as runner
+    import privbench.engine.runner as runner
 
     seen = []
     real = runner.build

@@ -11,9 +11,10 @@ import os
 
 import pytest
 
-from privbench import gate, results
 from privbench.cli import main
-from privbench.results import SCHEMA_VERSION, atomic_write_text, read_results, write_json
+from privbench.report import gate
+from privbench.results import store as results
+from privbench.results.store import SCHEMA_VERSION, atomic_write_text, read_results, write_json
 
 
 def _reject(name):
@@ -113,8 +114,8 @@ def no_training(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr("privbench.engine.train", refuse)
-    monkeypatch.setattr("privbench.sweep.train", refuse)
+    monkeypatch.setattr("privbench.engine.loop.train", refuse)
+    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -191,7 +192,7 @@ def test_a_result_already_in_out_is_replaced_only_with_overwrite(tmp_path, capsy
     _TRAIN, ["tune", "--defense", "dp_sgp", "--grid", "lr=0.1", "--quiet"],
     ["leakage", "--defense", "d_psgd", "--rounds", "2", "--quiet"]])
 def test_a_folder_another_run_writes_into_is_refused(tmp_path, capsys, command):
-    from privbench.fingerprint import folder_lock
+    from privbench.results.fingerprint import folder_lock
 
     out = tmp_path / "run"
     with folder_lock(out):  # another privbench process writing there

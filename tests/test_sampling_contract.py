@@ -18,9 +18,10 @@ import torch
 
 import defenses.dpdl as dpdl_module
 from privbench.config import RunConfig
-from privbench.data import NodeData
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build
+from privbench.data.datasets import NodeData
+from privbench.engine.runner import build
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 
 load_plugins()
 RUN = RunConfig(rounds=2, nodes=4, device="cpu", eval_every=2, batch_size=4, epsilon=4.0)
@@ -126,7 +127,7 @@ def sampling_path_breaches(built: Any, monkeypatch: pytest.MonkeyPatch) -> list[
     path that records ground truth), and exactly the rounds the trainer says draw
     (`samples_in`: every round, except e.g. MUFFLIATO's gossip steps) must draw and be
     recorded."""
-    from privbench.engine import Context
+    from privbench.engine.trainer import Context
 
     inside: list[bool] = []
     out: list[str] = []

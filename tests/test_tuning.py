@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from privbench import runner, sweep, tune_preset, tuning
 from privbench.cli import main
+from privbench.commands import sweep, tuning
+from privbench.commands import tune as tune_preset
 from privbench.config import RunConfig, replace_checked
-from privbench.data import carve_validation, split_nodes
+from privbench.data.datasets import carve_validation, split_nodes
+from privbench.engine import runner
 from privbench.errors import ConfigError
-from privbench.provenance import code_digest, code_revision
-from privbench.registry import DEFENSES, load_plugins
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.results.provenance import code_digest, code_revision
 from privbench.testing import TINY_RUN
 
 load_plugins()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from privbench.cli import main
-from privbench.results import attack_metric, fmt_num
+from privbench.results.store import attack_metric, fmt_num
 
 TINY = """
 nodes = 4
@@ -139,7 +139,7 @@ def _refuse_training(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr("privbench.sweep.train", refuse)
+    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
 
 
 def test_a_finished_audit_is_not_replaced_without_resume_or_overwrite(audit_dir, tmp_path,
@@ -167,7 +167,7 @@ def test_ctrl_c_says_how_many_cells_are_kept_and_the_command_continues(audit_dir
                                                                        capsys, monkeypatch):
     import shlex
 
-    from privbench import sweep
+    from privbench.commands import sweep
 
     tmp, out = audit_dir
     real, calls = sweep.run_attack, []
@@ -198,7 +198,7 @@ def test_long_phases_write_heartbeat_lines_to_a_log(tmp_path, capsys, monkeypatc
     # and its progress (the training's round, an attack's time)
     import time
 
-    from privbench import progress, sweep
+    from privbench.commands import progress, sweep
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
     real_train, real_attack = sweep.train, sweep.run_attack

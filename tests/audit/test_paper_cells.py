@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from privbench import sweep
+from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
 from privbench.report.verdicts import verdicts
-from privbench.results import claimed_eps
+from privbench.results.store import claimed_eps
 from privbench.testing import TINY_RUN
 
 

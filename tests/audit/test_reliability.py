@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from privbench.cli import main
-from privbench.fingerprint import LOCK_NAME
+from privbench.results.fingerprint import LOCK_NAME
 
 TINY = """
 nodes = 4
@@ -84,12 +84,12 @@ def test_a_diverging_cell_is_reported_and_the_sweep_goes_on(tmp_path, capsys):
 
 def test_an_attack_that_blows_up_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path,
                                                                            monkeypatch):
-    import privbench.inversion
+    import privbench.audit.inversion
 
     def exploding(*args, **kwargs):
         raise FloatingPointError("gradient matching diverged to NaN")
 
-    monkeypatch.setattr(privbench.inversion, "invert", exploding)
+    monkeypatch.setattr(privbench.audit.inversion, "invert", exploding)
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)
     out = tmp_path / "run"

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from privbench import sweep
 from privbench.cli import main
-from privbench.fingerprint import LOCK_NAME
-from privbench.registry import DEFENSES, load_plugins
+from privbench.commands import sweep
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.results.fingerprint import LOCK_NAME
 
 TINY = """
 nodes = 4
@@ -50,7 +51,7 @@ def _no_training(monkeypatch) -> None:
         raise AssertionError("training started")
 
     monkeypatch.setattr(sweep, "train", refuse)
-    monkeypatch.setattr("privbench.engine.train", refuse)
+    monkeypatch.setattr("privbench.engine.loop.train", refuse)
 
 
 def _one_line(capsys, needle: str) -> str:

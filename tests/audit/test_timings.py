@@ -11,10 +11,10 @@ import json
 import time
 from pathlib import Path
 
+import privbench.commands.sweep
 import privbench.report  # imports aside: loaded before the clock starts
-import privbench.sweep
 from privbench.cli import main
-from privbench.registry import load_plugins
+from privbench.plugins import load_plugins
 
 TINY = """
 nodes = 3
@@ -29,7 +29,7 @@ def _timing_final_writes(monkeypatch, out) -> dict[str, float]:
     """Seconds spent writing each file of the folder's top level `out` (name -> seconds)."""
     spent: dict[str, float] = {}
     for name in ("write_json", "atomic_write_text"):
-        write = getattr(privbench.sweep, name)
+        write = getattr(privbench.commands.sweep, name)
 
         def timed(path, obj, write=write):
             start = time.perf_counter()
@@ -38,7 +38,7 @@ def _timing_final_writes(monkeypatch, out) -> dict[str, float]:
             if file.parent == out:
                 spent[file.name] = spent.get(file.name, 0.0) + time.perf_counter() - start
 
-        monkeypatch.setattr(privbench.sweep, name, timed)
+        monkeypatch.setattr(privbench.commands.sweep, name, timed)
     return spent
 
 

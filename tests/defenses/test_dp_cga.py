@@ -25,10 +25,11 @@ from defenses.dp_cga import (
     unit_ratios,
 )
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, train
-from privbench.errors import ConfigError
-from privbench.runner import Built, build
-from privbench.threat import NotApplicable, ThreatModel, observe
+from privbench.engine.grads import batch_grads
+from privbench.engine.loop import train
+from privbench.engine.runner import Built, build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import ThreatModel, observe
 
 torch.set_num_threads(1)
 MARGIN = 0.5

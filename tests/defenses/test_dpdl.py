@@ -22,10 +22,12 @@ from defenses.dpdl import (
 )
 from privbench.accounting import plan_dpdl
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, clip_l2, per_sample_grads, train
-from privbench.messages import RecordPolicy
-from privbench.runner import Built, build
-from privbench.threat import NotApplicable, Observation, ThreatModel, observe
+from privbench.engine.grads import batch_grads, clip_l2, per_sample_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import Built, build
+from privbench.errors import NotApplicable
+from privbench.threat.observation import Observation, ThreatModel, observe
 
 torch.set_num_threads(1)
 

@@ -8,7 +8,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from privbench.cli import main
-from privbench.results import SCHEMA_VERSION, write_json
+from privbench.results.store import SCHEMA_VERSION, write_json
 
 
 def _results():
@@ -160,7 +160,7 @@ def test_tpr_bound_reads_the_exact_value_not_the_grid(tmp_path, capsys):
     (1/600 to 1) has its points at 0.823 % and 0.877 %: read off the grid it is 0 at 0.87 %."""
     import numpy as np
 
-    from privbench.gate import _tpr_at
+    from privbench.report.gate import _tpr_at
 
     neg = np.r_[np.full(5, 10.0), np.linspace(0, 1, 595)]
     pos = np.r_[np.full(40, 5.0), np.linspace(-1, 0.5, 60)]
@@ -214,9 +214,9 @@ def test_sampling_match_compares_the_draw_with_each_ledger(tmp_path, capsys):
 
 def test_the_data_layer_records_the_sampling_drawn():
     from privbench.config import RunConfig
-    from privbench.data import recording_sampling
-    from privbench.engine import train
-    from privbench.runner import build
+    from privbench.data.datasets import recording_sampling
+    from privbench.engine.loop import train
+    from privbench.engine.runner import build
 
     run = RunConfig(nodes=4, rounds=2, eval_every=2, batch_size=4, device="cpu", epsilon=1.0)
     drawn = {}

@@ -28,13 +28,15 @@ from unittest import mock
 
 import torch
 
-from privbench import gate
-from privbench.audit_presets import PRESETS
+from privbench.audit.mechanism import audit_mechanism
+from privbench.commands.presets import PRESETS
 from privbench.config import RunConfig, replace_checked
-from privbench.engine import Context, batch_grads
-from privbench.mechanism import audit_mechanism
-from privbench.messages import MessageKind
-from privbench.registry import DEFENSES, load_plugins
+from privbench.engine.grads import batch_grads
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.report import gate
 from privbench.seeding import is_noise_generator
 
 load_plugins()

@@ -1,4 +1,4 @@
-"""The mechanism audit (`privbench.mechanism`) and its gate rules, tried on broken defenses.
+"""The mechanism audit (`privbench.audit.mechanism`) and its gate rules, tried on broken defenses.
 
 A privacy check is trusted once it has caught a deliberately broken defense: each mutant of
 `tests/mechanism/mutants.py` keeps the ledger's claim while drawing less privacy, and must fail
@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from privbench import gate
-from privbench.mechanism import audit_mechanism, audited_rounds, gaussian_epsilon
+from privbench.audit.mechanism import audit_mechanism, audited_rounds, gaussian_epsilon
+from privbench.report import gate
 from privbench.seeding import noise_off
 from tests.mechanism.mutants import AUDITED, MUTANTS, RULES, cell, failed_rules, quick_run
 

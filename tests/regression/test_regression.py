@@ -3,7 +3,8 @@
 Every defense runs on a tiny digits setting (4 nodes, 30 rounds, 40 samples per node of which
 half are held out, batch 2, MLP) with Inverting Gradients (round 1, eavesdropper) and the
 message-level membership attack, the one-run gradient-canary audit (1000 canaries per node, cap
-3.75) and the mechanism audit (`privbench.mechanism`: the noise, sampling and sensitivity drawn).
+3.75) and the mechanism audit (`privbench.audit.mechanism`: the noise, sampling and sensitivity
+drawn).
 `policy.toml` (plus this setting's PSNR >= 30 dB floor) demands that the non-private baseline stays
 attackable (AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
 `baseline.json` (a committed run of this suite) catches drifts toward less privacy. A defense
@@ -30,10 +31,11 @@ from pathlib import Path
 
 import pytest
 
-from privbench import gate, sweep
+from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
-from privbench.registry import load_plugins
-from privbench.results import write_json
+from privbench.plugins import load_plugins
+from privbench.report import gate
+from privbench.results.store import write_json
 from privbench.testing import TINY_RUN, disable_noise
 
 HERE = Path(__file__).parent

@@ -1,0 +1,177 @@
+"""The node stack and the round loop.
+
+All n nodes' parameters are one `(n, d)` tensor. Gradients for every node (and, for DP, every
+sample) come from one `torch.func` call: `vmap(vmap(grad(loss)))` over `functional_call`, so there
+is no Python loop over nodes or samples, with one measured exception: the non-private batch step
+of a convolutional model on the CPU (`looped_batch_grads`), where vmap's grouped convolution is
+the slower way. Clipping is a norm over per-sample rows; gossip is a mixing-matrix product done
+by each trainer. The round loop (`train`) exists once; a defense is a
+`Trainer` that implements one round as: local step -> messages out (through the bus) -> combine.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from privbench.config import RunConfig
+from privbench.data.datasets import NodeData
+from privbench.engine.comm import Comm
+from privbench.engine.messages import MessageBus, MessageKind
+from privbench.engine.truth import GroundTruth
+from privbench.models import FlatModel
+from privbench.seeding import Streams
+from privbench.topology import Topology
+
+
+@dataclass
+class Context:
+    """What a trainer works with: the run's pieces, already built and on the device."""
+
+    run: RunConfig
+    fm: FlatModel
+    data: NodeData
+    topology: Topology
+    bus: MessageBus
+    truth: GroundTruth
+    streams: Streams
+    device: torch.device
+    comm: Comm = field(default_factory=Comm)
+
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return self.data.n
+
+    def draw(self, t: int, rates: Tensor | None = None,
+             batch_size: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The one sampling path: round t's batches for every node, recorded as ground truth.
+
+        Samples (Poisson at `rates`, else uniform fixed-size batches without replacement of
+        `batch_size`, default the run's), records the drawn slots in `truth` (what the attacks
+        are graded against) and gathers them. A trainer that samples any other way trains but
+        cannot be graded; the contract test (tests/test_sampling_contract.py) fails for it.
+
+        Args:
+            rates: (n, 1) per-node Poisson sampling rates, or None for fixed-size batches.
+            batch_size: the fixed batch size (ignored with `rates`).
+
+        Returns:
+            x (n, k, C, H, W), y (n, k), mask (n, k): k = B for fixed batches (padding masked
+            where |D_i| < B), the largest realised Poisson batch (>= 1) otherwise.
+        """
+        gen = self.streams.get("batch")
+        if rates is not None:
+            slots, mask = self.data.poisson(rates, gen)  # (n, k)
+        else:
+            slots, mask = self.data.sample(batch_size or self.run.batch_size, gen)  # (n, B)
+        self.truth.record(t, slots, mask)
+        x, y = self.data.gather(slots)
+        return x, y, mask
+
+    def draw_epoch(self, t: int) -> tuple[Tensor, Tensor]:
+        """Round t's pass over every member (a local epoch), recorded as ground truth.
+
+        Returns:
+            perm (n, M): each node's members in a random order, padding slots last; members
+            (n, M) bool: the slots of real members whose data this process holds. The caller
+            gathers `perm` in chunks (`data.gather`); every member is recorded as used.
+        """
+        data = self.data
+        n, m = data.y.shape
+        keys = torch.rand(n, m, generator=self.streams.get("batch"), device=data.y.device)
+        perm = keys.masked_fill(data.arange_mask(), 2.0).argsort(dim=1)  # (n, M) padding last
+        pos = torch.arange(m, device=data.y.device)  # (M,)
+        members = (pos[None] < data.counts[:, None]) & data.held_rows()  # (n, M)
+        self.truth.record(t, perm, members)
+        return perm, members
+
+
+class Trainer(abc.ABC):
+    """A decentralized learning algorithm: one round = local step -> messages out -> combine.
+
+    The contract (what tests/test_contract.py, test_sampling_contract.py, test_dp_selfcheck.py,
+    test_plan_is_the_noise.py and tests/distributed/ check for every registered defense):
+
+    * declare `Config` (a frozen dataclass; every setting the paper leaves open is a field,
+      with a documented default),
+      `kinds` (every message kind it sends, with `covered` / `data_dependent`), `mixing`, and
+      `private`;
+    * keep all node state stacked (n, d) and implement `round(t)` and `models()`;
+    * draw batches only through `ctx.draw` / `ctx.draw_epoch` (or `sample_batch`): the one path
+      that records the ground truth attacks are graded against;
+    * send every payload through `ctx.bus` (`privbench.engine.mixing.push_sum` / `gossip`), reading
+    other
+      nodes' values only through what the bus delivers (then it runs distributed unchanged);
+    * a private trainer draws its noise from its privacy plan's `schedule`, with random numbers
+      for all n rows from `ctx.streams`, and `privacy()` returns the reports composed from that
+      same schedule, with the sampling model it draws;
+    * optionally `gradient_views(obs, victim, rounds)` (classmethod): what an observer can derive
+      of a victim's released gradient; without it the gradient attacks say "not applicable";
+    * optionally extend `structure(fm, cfg)` (classmethod) with what part of the model it sends
+      (DPPS's shared coordinates): audit fingerprints and reproduction lines hold it.
+
+    The README ("Adding a defense") has a complete minimal example, tested from its text.
+    """
+
+    Config: ClassVar[type]
+    kinds: ClassVar[tuple[MessageKind, ...]]
+    mixing: ClassVar[str] = "column"  # "column" (push-sum) or "doubly" (gossip)
+    default_topology: ClassVar[str] = "random_out"  # the graph of a run with topology "auto"
+    private: ClassVar[bool] = False
+    # rounds before t whose messages `gradient_views` reads for round t (x_i^t comes from round
+    # t - 1's messages; ADP-VRSGP's gradient fusion also unmixes round t - 1's release: 2)
+    view_lookback: ClassVar[int] = 1
+
+    def __init__(self, cfg: Any, ctx: Context) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+
+    @classmethod
+    def structure(cls, fm: FlatModel, cfg: Any) -> dict[str, Any]:
+        """What the code builds from a configuration, beyond the configuration: the model's
+        parameter count and its layers' sizes (input side first, as a split counts them).
+        A trainer that sends only part of the model adds how much it sends. An audit cell's
+        fingerprint and a reproduction line hold it, so a code change that makes another model
+        or split of the same configuration is caught on resume or merge, not mixed in."""
+        sizes = [int(fm.slice_of(layer).sum()) for layer in fm.layers]
+        return {"parameters": fm.d, "layers": sizes}
+
+    def samples_in(self, t: int) -> bool:
+        """Whether round t draws data (True for every round of a one-step-per-round trainer;
+        MUFFLIATO's gossip-only rounds do not): the sampling contract checks it."""
+        return True
+
+    def init_params(self) -> Tensor:
+        """(n, d) identical initial models (a shared, public initialisation)."""
+        x0 = self.ctx.fm.init(self.ctx.streams.fresh("init", device="cpu")).to(self.ctx.device)
+        return x0.expand(self.ctx.n, -1).clone()
+
+    def sample_batch(self, t: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Round t's uniform mini-batches for every node, recorded as ground truth.
+
+        Returns:
+            x (n, B, C, H, W), y (n, B), mask (n, B).
+        """
+        return self.ctx.draw(t, batch_size=self.ctx.run.batch_size)
+
+    @abc.abstractmethod
+    def round(self, t: int) -> None:
+        """Run round t for all nodes."""
+
+    @abc.abstractmethod
+    def models(self) -> Tensor:
+        """(n, d) the nodes' current models as they would be evaluated (de-biased for push-sum)."""
+
+    def privacy(self) -> list[dict[str, Any]]:
+        """Per-node ε reports (empty for non-private trainers)."""
+        return []
+
+
+def node_models(trainer: Trainer) -> Tensor:
+    """(n, d) every node's current model, each row from the rank that runs the node."""
+    return trainer.ctx.comm.gather_rows(trainer.models())
