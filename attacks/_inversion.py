@@ -73,13 +73,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, grad_and_value, vmap
 
+from privbench.audit.attack import Attack
 from privbench.models import FlatModel
 from privbench.threat.observation import GradientView
 
@@ -490,18 +491,16 @@ def _cfg_dict(cfg: Any) -> dict[str, Any]:
     return asdict(cfg) if is_dataclass(cfg) else {}
 
 
-class InversionAttack:
+class InversionAttack(Attack):
     """Base of the registered inversion attacks: `Config` + `reconstruct` (see module docstring).
 
     Args:
         cfg: the attack's frozen `Config` (None: defaults).
     """
 
-    Config: type
+    kind: ClassVar[str] = "inversion"
+    needs: ClassVar[frozenset[str]] = frozenset({"messages"})
     name: str = ""
-
-    def __init__(self, cfg: Any = None) -> None:
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def reconstruct(self, views: list[GradientView], fm: FlatModel, input_shape: Shape,
                     num_classes: int, device: torch.device,

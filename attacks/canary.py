@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from privbench.audit.attack import Attack
 from privbench.errors import ConfigError
 from privbench.registry import ATTACKS
 
@@ -59,11 +60,9 @@ class CanaryConfig:
 
 
 @ATTACKS.register("canary")
-class CanaryAudit:
+class CanaryAudit(Attack):
     """The one-run white-box audit's configuration; run by the sweep (it trains)."""
 
     Config = CanaryConfig
-    level = "training"
-
-    def __init__(self, cfg: CanaryConfig | None = None) -> None:
-        self.cfg = cfg or CanaryConfig()
+    kind = "canary"
+    needs = frozenset({"retrain"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from privbench.audit.attack import Attack
 from privbench.audit.mechanism import MechanismSettings
 from privbench.errors import ConfigError
 from privbench.registry import ATTACKS
@@ -40,11 +41,9 @@ class MechanismConfig:
 
 
 @ATTACKS.register("mechanism")
-class MechanismAudit:
+class MechanismAudit(Attack):
     """The mechanism audit's configuration; run by the sweep (it replays rounds)."""
 
     Config = MechanismConfig
-    level = "mechanism"
-
-    def __init__(self, cfg: MechanismConfig | None = None) -> None:
-        self.cfg = cfg or MechanismConfig()
+    kind = "mechanism"
+    needs = frozenset({"retrain"})

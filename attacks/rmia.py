@@ -56,11 +56,9 @@ class RMIAConfig:
 class RMIA(ModelAttack):
     """Offline RMIA with OUT reference models and a population set."""
 
-    Config = RMIAConfig
+    needs = frozenset({"model", "reference_systems"})
 
-    @property
-    def needs_reference(self) -> bool:
-        return True
+    Config = RMIAConfig
 
     def _prior(self, ref_prob: np.ndarray, out_mask: np.ndarray) -> np.ndarray:
         """Offline Pr(x) (N,) from OUT reference confidences (K, N)."""

@@ -74,7 +74,7 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by commands that build a run (train, attack)."""
     g = p.add_argument_group("run")
     if sweep:
-        from privbench.commands.presets import DEFAULT_DEFENSES  # plain data, no torch
+        from privbench.audit.config import DEFAULT_DEFENSES  # plain data, no torch
 
         g.add_argument("--defense", action="append", help="defense(s) to audit, repeatable or "
                        "comma-separated; 'all' = every registered one (default: the non-private "
@@ -423,7 +423,7 @@ def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
 
 
 def _finish_sweep(runner: Any, out: Path, args: argparse.Namespace) -> int:
-    from privbench.commands import sweep
+    from privbench.report.summary import summary_table
     from privbench.report.verdicts import verdict_summary
 
     _on_interrupt(lambda: _sweep_kept(runner, out, args))
@@ -434,7 +434,7 @@ def _finish_sweep(runner: Any, out: Path, args: argparse.Namespace) -> int:
         print(f"resume: reused {st.get('reused', 0)} cell file(s), recomputed {redo} "
               f"({st.get('missing', 0)} missing, {st.get('stale', 0)} stale, "
               f"{st.get('damaged', 0)} damaged)")
-    print(sweep.summary_table(results))
+    print(summary_table(results))
     print(verdict_summary(results))
     _print_tuned(results)
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
@@ -470,7 +470,7 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
 def _print_tuned(results: dict[str, Any]) -> None:
     """Per cell, in the grid's order: the tuned entry it ran with and the tuning's privacy
     cost, or why it ran the untuned defaults."""
-    from privbench.commands.sweep import cell_key
+    from privbench.commands.cells import cell_key
 
     tuned = results["config"].get("tuned")
     if not tuned or not (tuned["cells"] or tuned.get("missing")):

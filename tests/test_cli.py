@@ -176,7 +176,8 @@ def test_list_describes_each_entry_and_marks_the_private_defenses(capsys):
 
 
 def test_attack_help_shows_the_default_eps_grid_attacks_and_defenses(capsys):
-    from privbench.commands.presets import DEFAULT_DEFENSES, PRESETS
+    from privbench.audit.config import DEFAULT_DEFENSES
+    from privbench.commands.presets import PRESETS
 
     with pytest.raises(SystemExit):
         main(["attack", "--help"])

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench.audit.attack import reads_messages
 from privbench.config import RunConfig, replace_checked
 from privbench.data.datasets import NodeData, load_dataset
 from privbench.engine.messages import MessageBus, RecordPolicy
@@ -446,10 +447,10 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     victims = list(observations)
     cls = ATTACKS.get(attack)
     atk = cls(replace_checked(cls.Config(), attack_cfg or {}, where="attack"))
-    cap = atk.candidate_cap() if atk.level == "message" else 0
+    cap = atk.candidate_cap() if reads_messages(type(atk)) else 0
     cands = [subsample(candidates(data, v), cap, gen) for v in victims]
     labels = np.concatenate([c[2] for c in cands])
-    if atk.level == "message":
+    if reads_messages(type(atk)):
         scores, info = _message_level(atk, observations, data, cands, labels, cap, gen, device,
                                       source)
     else:
@@ -845,7 +846,7 @@ def _input_canary_scores(atk: Any, obs: Observation, cls: type, victim: int, cx:
                          cy: Tensor, ctx: Context) -> np.ndarray:
     """Input-space canaries scored by a reference-free membership attack."""
     x, y = cx.to(ctx.device), cy.to(ctx.device)
-    if atk.level == "message":
+    if reads_messages(type(atk)):
         return atk.score(ctx.fm, _all_victim_views(obs, cls, victim), x, y)
     from privbench.threat.signals import ModelMIAInput, model_signals
 

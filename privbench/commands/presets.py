@@ -8,10 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# The default grid: the non-private baselines and the five papers' algorithms (their variants
-# and ablations are registered too and run with `--defense all` or by name).
-DEFAULT_DEFENSES = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp", "dyn_d2p", "partpsp", "dpdl")
-
 # The grids `privbench tune --all` searches for each default defense, at every cell of a preset
 # (each ε of its grid, its paper setting and reading): the step size (lr, or ADP-VRSGP's
 # lr_constant, DeFL-VP's sign step and local step) and the clip bound of the private ones; the

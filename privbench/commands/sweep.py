@@ -19,26 +19,39 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from privbench.commands.presets import DEFAULT_DEFENSES, PRESETS  # plain data, no torch
+from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
+from privbench.audit.dispatch import _audit_threat, is_inversion, run_attack
+from privbench.commands.cells import (
+    PAPER,
+    Laps,
+    _cell_device,
+    _cell_key,
+    _file_problem,
+    _needed_rounds,
+    _paper_setting,
+    _placed_extra,
+    _read_cell_file,
+    _setting_label,
+    cell_key,
+    sensitivity_trace,
+)
+from privbench.commands.presets import PRESETS  # plain data, no torch
 from privbench.commands.progress import Phase
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
-from privbench.device import machine_kind, resolve_device
+from privbench.device import machine_kind
 from privbench.engine.loop import train
 from privbench.engine.messages import MessageLog, RecordPolicy
 from privbench.engine.runner import Built, build, check_split, environment, structure, train_result
 from privbench.engine.truth import GroundTruth
-from privbench.errors import ConfigError, DataError, PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import fingerprint as fp
@@ -48,102 +61,11 @@ from privbench.results.store import (
     atomic_write_text,
     diverged_text,
     dumps,
-    eps_label,
-    eps_text,
-    read_json_file,
     read_results,
     remove_stale_temps,
     unstrict,
     write_json,
 )
-from privbench.threat.gossip_inversion import view_source
-from privbench.threat.observation import (
-    PLACEMENTS,
-    THREATS,
-    ThreatModel,
-    is_threat,
-    observe,
-    threat_for,
-)
-
-
-@dataclass(frozen=True)
-class AuditConfig:
-    """What to sweep.
-
-    Attributes:
-        defenses: registry keys ("all" = every registered defense).
-        eps: target ε grid for private defenses (non-private ones run once).
-        attacks: attack registry keys.
-        threat: "eavesdropper", "neighbour" (the victim's first out-neighbour) or "colluding"
-            (all of the victim's in-neighbours).
-        victim: the attacked node.
-        inversion_rounds: rounds whose released gradient is inverted.
-        reference_models: reference systems trained for LiRA / RMIA.
-        attack_config: per-attack config overrides.
-        inversion_batch_sizes: batch sizes of the inversion views: for each, the cell's defense
-            (same ε, same rounds, so the same calibration per round) is run with that batch size
-            for the first `max(inversion_rounds) + 2` rounds and its released gradients are
-            inverted; empty: invert the cell's own run.
-        pool_victims: membership attacks pool the candidates of every node, each scored against
-            its own node (False: `victim` only). The colluding threat always uses `victim`.
-        paper_settings: per defense, defense overrides of the paper's own setting, audited as
-            one extra cell (e.g. PartPSP at the paper's b) next to the calibrated-ε cells.
-        paper_readings: per defense, defense overrides under which the run's ε means what the
-            paper's claim means (DeFL-VP: ε per coordinate per round), audited at every ε of
-            the grid as extra cells next to the calibrated-ε cells, each with the ε it
-            composes to. A setting or reading the sweep's own overrides already apply adds no
-            cell.
-    """
-
-    defenses: tuple[str, ...] = DEFAULT_DEFENSES
-    eps: tuple[float, ...] = (1.0, 8.0)
-    attacks: tuple[str, ...] = ("idlg", "geiping", "mia_threshold", "mia_message")
-    threat: str = "eavesdropper"
-    victim: int = 0
-    inversion_rounds: tuple[int, ...] = (1,)
-    reference_models: int = 4
-    attack_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    inversion_batch_sizes: tuple[int, ...] = ()
-    pool_victims: bool = False
-    paper_settings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    paper_readings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if any(b < 1 for b in self.inversion_batch_sizes):
-            raise ConfigError(f"inversion_batch_sizes must be >= 1, got "
-                              f"{list(self.inversion_batch_sizes)}")
-        if not is_threat(self.threat):
-            raise ConfigError(f"unknown threat model {self.threat!r}; accepted: "
-                              f"{', '.join(THREATS)} or a placement {', '.join(PLACEMENTS)}")
-        for e in self.eps:
-            if not (e > 0 and math.isfinite(e)):
-                raise ConfigError(f"every --eps must be a finite number > 0, got {e}")
-        if not self.eps:
-            raise ConfigError("--eps needs at least one value")
-        if not self.defenses:
-            raise ConfigError("--defense needs at least one defense (see `privbench list`)")
-        if not self.attacks:
-            raise ConfigError("--attack needs at least one attack (see `privbench list`)")
-        if self.reference_models < 1:
-            raise ConfigError(f"audit.reference_models must be >= 1, got {self.reference_models}")
-        if self.victim < 0:
-            raise ConfigError(f"audit.victim must be >= 0, got {self.victim}")
-        if any(r < 0 for r in self.inversion_rounds):
-            raise ConfigError(f"audit.inversion_rounds must be >= 0, got {self.inversion_rounds}")
-        # Equal values are one cell (1 and 1.0): keep the first of each.
-        object.__setattr__(self, "eps", tuple(dict.fromkeys(float(e) for e in self.eps)))
-
-    def attack_cfg(self, attack: str) -> Any:
-        """The attack's config: its defaults with this audit's `attack_config` overrides."""
-        return replace_checked(ATTACKS.get(attack).Config(), self.attack_config.get(attack) or {},
-                               where="attack")
-
-
-def _eps_key(eps: float | None) -> str:
-    """The cell name of ε: short when that is exact, else repr (lossless: distinct ε, distinct
-    names, e.g. 1.0000001 and 1.0000004)."""
-    return "none" if eps is None else eps_label(eps)
 
 
 def duplicate_eps(values: list[float] | None) -> list[float]:
@@ -157,332 +79,7 @@ def duplicate_eps(values: list[float] | None) -> list[float]:
     return dups
 
 
-def _audit_threat(built: Built, audit: AuditConfig) -> ThreatModel:
-    """The audit's threat model around its victim, on the run's graph."""
-    return threat_for(audit.threat, built.ctx.topology, audit.victim)
-
-
-def _is_membership(attack: str) -> bool:
-    from attacks._mia import MessageAttack, ModelAttack
-
-    return issubclass(ATTACKS.get(attack), (ModelAttack, MessageAttack))
-
-
-def _is_inversion(attack: str) -> bool:
-    """Whether an attack inverts released gradients (not membership, not a training audit)."""
-    return not (_is_membership(attack)
-                or getattr(ATTACKS.get(attack), "level", None) == "training")
-
-
-def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
-    """True vs matched reconstructed images of the first graded target (rounded, JSON-ready)."""
-    from privbench.audit.inversion import true_batch
-    from privbench.metrics import image as im
-
-    for tgt, x in zip(inv_run.targets, inv_run.images, strict=True):
-        tb = true_batch(built.ctx.data, built.ctx.truth, tgt["victim"], tgt["round"])
-        if x is None or tb is None:
-            continue
-        r, c = im.match(x, tb[0])
-        true = [tb[0][j].clamp(0, 1) for j in c[:8]]
-        rec = [x[i].clamp(0, 1) for i in r[:8]]
-        psnr = [im.psnr(a, b) for a, b in zip(rec, true, strict=True)]
-        return {"true": [json_ready(t.round(decimals=3).tolist()) for t in true],
-                "reconstructed": [json_ready(t.round(decimals=3).tolist()) for t in rec],
-                "psnr": json_ready([round(float(p), 2) for p in psnr]),
-                "victim": tgt["victim"], "round": tgt["round"]}
-    return None
-
-
-def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
-                         gen: torch.Generator,
-                         views: dict[int, Built | str] | None = None) -> dict[str, Any]:
-    """One inversion attack on the victim's released gradients, graded against ground truth.
-
-    Args:
-        views: batch size -> the run whose released gradients are inverted (or why there is
-            none, e.g. "skipped: the batch-1 run diverged ..."); None: `built` itself.
-
-    Returns:
-        The headline view's result (the smallest batch size that was graded, else the first)
-        with `views`: every view's batch size, status, metrics, targets and gallery.
-    """
-    views = views or {built.ctx.run.batch_size: built}
-    out = []
-    for b, run in sorted(views.items()):
-        res = (_invert_view(run, attack, audit, gen) if not isinstance(run, str)
-               else {"status": run, "metrics": {}, "gallery": None})
-        out.append({"batch_size": b, **res})
-    head = next((v for v in out if v["status"] == "ok"), out[0])
-    return {"kind": "inversion", **{k: v for k, v in head.items() if k != "gallery"},
-            "views": out}
-
-
-def _invert_view(built: Built, attack: str, audit: AuditConfig,
-                 gen: torch.Generator) -> dict[str, Any]:
-    """The attack on one run's released gradients of the victim, graded."""
-    from privbench.audit.inversion import grade, invert
-
-    threat = _audit_threat(built, audit)
-    obs = observe(built, threat)
-    reading = ReadingLog(obs.log.records)
-    obs = dataclasses.replace(obs, log=reading)
-    inv = invert(obs, view_source(type(built.trainer), obs), [audit.victim],
-                 list(audit.inversion_rounds), attack, audit.attack_config.get(attack), gen,
-                 built.ctx.device,
-                 input_shape=built.ctx.data.input_shape)
-    graded = grade(inv, built.ctx.data, built.ctx.truth)
-    statuses = [p["status"] for p in graded["per_target"]]
-    ok = graded["n_graded"] > 0
-    metrics = {k: graded.get(k) for k in ("mse", "psnr", "ssim", "lpips", "label_accuracy")}
-    uses = sorted(reading.read & _data_kinds(built))  # the kinds the views were derived from
-    return {"status": "ok" if ok else statuses[0], "threat": _threat(threat),
-            "uses": uses, "metrics": metrics, "lpips_status": graded.get("lpips_status"),
-            "targets": [{k: v for k, v in p.items() if k not in ("true_labels",)}
-                        for p in graded["per_target"]],
-            "gallery": _gallery(inv, built) if ok else None, "image_range": [0.0, 1.0],
-            "seconds": graded.get("seconds")}
-
-
-@dataclass
-class ReadingLog(MessageLog):
-    """A message log that remembers the kinds whose payloads were read (`get`): what an
-    inversion's gradient views were derived from, so a verdict can name the message exploited."""
-
-    read: set[str] = dataclasses.field(default_factory=set)
-
-    def get(self, t: int, kind: str) -> Any:
-        rec = super().get(t, kind)
-        if rec is not None:
-            self.read.add(kind)
-        return rec
-
-
-def _data_kinds(built: Built) -> set[str]:
-    return {k.name for k in built.trainer.kinds if k.data_dependent}
-
-
-def _threat(t: ThreatModel) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": t.kind, "observers": list(t.observers)}
-    if t.placement:
-        out["placement"] = t.placement
-    return out
-
-
-def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
-                          gen: torch.Generator) -> dict[str, Any]:
-    """One membership attack on the victim, with ROC, TPR at low FPR and the empirical ε."""
-    from privbench.audit.membership import run_membership
-
-    threat = None if audit.threat == "neighbour" else _audit_threat(built, audit)
-    # a colluding or placed set is chosen around the audited victim: it attacks that one only
-    pooled = audit.pool_victims and audit.threat in ("eavesdropper", "neighbour")
-    victims = list(range(built.ctx.n)) if pooled else audit.victim
-    res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
-                         threat=threat, reference_models=audit.reference_models)
-    if not res.get("applicable", False):
-        return {"kind": "membership", "status": f"not applicable: {res.get('reason')}",
-                "uses": [], "metrics": {}}
-    emp = res.get("empirical_epsilon")
-    emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
-    rates = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
-    metrics = {**{k: res.get(k) for k in rates}, "empirical_epsilon": emp_value,
-               "empirical_epsilon_cap": _roc_cap(res)}
-    roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
-    return {"kind": "membership", "status": "ok",
-            "threat": res.get("threat"),
-            "uses": _membership_uses(built, attack, audit),
-            "metrics": metrics, "intervals": {k: res.get(f"{k}_ci") for k in rates},
-            "roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
-            "empirical_epsilon_detail": emp,
-            "n_members": res.get("n_members"), "n_nonmembers": res.get("n_nonmembers"),
-            "tpr_at_0.1%_fpr_resolved": res.get("tpr_at_0.1%_fpr_resolved"),
-            "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved"),
-            "attack_config": res.get("attack_config_resolved"),
-            **{k: res[k] for k in MEMBERSHIP_DETAIL if k in res}}
-
-
-# What a membership result adds when it has it: the message attack's statistics and rule, the
-# rounds it used and skipped (with why), the model attack's observed round and references.
-MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc", "regression_fit",
-                     "selected_of", "ci_level", "rounds_attacked", "rounds_not_applicable",
-                     "not_applicable_reasons", "observed_round", "reference_models", "online")
-
-
-def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
-                     gen: torch.Generator) -> dict[str, Any]:
-    """The one-run white-box gradient-canary audit (`attacks/canary.py`) of every node (or the
-    worst): the defense retrained with m canaries per node; the worst node's ε lower bound, the
-    cap a perfect guesser reaches, the μ-GDP estimate with its interval, and the bound over the
-    audited node's own claim (`empirical_ratio`)."""
-    from privbench.audit.canary_audit import gradient_canary_audit
-
-    cfg = audit.attack_cfg(attack)
-    res = gradient_canary_audit(built.ctx.run, built.defense, cfg.canaries,
-                                overrides=to_dict(built.trainer.cfg), gen=gen,
-                                threat=audit.threat, norm_factor=cfg.norm_factor,
-                                nodes=cfg.nodes, guess_fraction=cfg.guess_fraction)
-    if not res.get("applicable", False):
-        return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
-                "metrics": {}}
-    worst, nodes = res["worst"], res["nodes"]
-    top = max(nodes, key=lambda r: r["estimated_ratio"])
-    metrics = {"empirical_epsilon": max(r["one_run"]["epsilon_lb"] for r in nodes),
-               "empirical_epsilon_cap": res["cap"], "empirical_ratio": worst["ratio"],
-               "estimated_epsilon": top["estimate"]["epsilon"],
-               "estimated_ratio": top["estimated_ratio"]}
-    return {"kind": "canary", "status": "ok", "threat": res["threat"],
-            "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
-            "metrics": metrics,
-            "intervals": {"estimated_epsilon": top["estimate"]["epsilon_interval"]},
-            "canaries": res["canaries"], "canary_norm": res["canary_norm"],
-            "victim": worst["node"], "one_run": worst["one_run"],
-            "claimed_epsilon": worst["claimed_epsilon"], "p_star": res["p_star"],
-            "nodes": nodes}
-
-
-def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> dict[str, Any]:
-    """The mechanism audit of the cell's run (`privbench.audit.mechanism`): its measurements,
-    findings, and the measured ε against the claim."""
-    from privbench.audit.mechanism import audit_mechanism
-
-    res = audit_mechanism(built.ctx.run, built.defense, to_dict(built.trainer.cfg),
-                          audit.attack_cfg(attack).settings())
-    if not res.get("applicable", False):
-        return {"kind": "mechanism", "status": f"not applicable: {res.get('reason')}",
-                "uses": [], "metrics": {}}
-    eps = res["epsilon"]
-    metrics = ({"measured_epsilon": eps["epsilon"], "measured_ratio": eps["ratio"],
-                "measured_ratio_low": eps["ratio_interval"][0]} if eps["applicable"] else {})
-    return {"kind": "mechanism", "status": "ok", "uses": sorted(_data_kinds(built)),
-            "metrics": metrics, "mechanism": res}
-
-
-def _roc_cap(res: dict[str, Any]) -> float | None:
-    """The Clopper-Pearson bound a perfect attack reaches with this many members / non-members."""
-    from privbench.metrics.audit import roc_cap
-
-    n1, n0, emp = res.get("n_members"), res.get("n_nonmembers"), res.get("empirical_epsilon")
-    if not (n1 and n0 and isinstance(emp, dict)):
-        return None
-    claimed = res.get("claimed_epsilon") or {}
-    delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", 0.0)
-    return roc_cap(int(n1), int(n0), float(delta), float(emp["alpha"]))
-
-
-def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]:
-    """The data-dependent message kinds a membership attack's input is derived from: the
-    victim's gradient views (message-level attacks) or its observed model (model-level),
-    derived once more on a log that records which kinds are read."""
-    from attacks._mia import MessageAttack
-    from privbench.audit.membership import observed_model
-    from privbench.errors import NotApplicable
-
-    obs = observe(built, _audit_threat(built, audit))
-    reading = ReadingLog(obs.log.records)
-    obs = dataclasses.replace(obs, log=reading)
-    defense = view_source(type(built.trainer), obs)
-    try:
-        if issubclass(ATTACKS.get(attack), MessageAttack):
-            for t in reading.rounds():
-                try:
-                    if defense.gradient_views(obs, audit.victim, [t]):
-                        break
-                except NotApplicable:
-                    continue
-        else:
-            observed_model(obs, audit.victim)
-    except NotApplicable:
-        pass
-    return sorted(reading.read & _data_kinds(built))
-
-
-def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
-               views: dict[int, Built | str] | None = None) -> dict[str, Any]:
-    """Run one attack; a diverging or crashing attack is recorded as failed with its reason.
-
-    `views`: the inversion views (`run_inversion_attack`); membership attacks use `built`.
-    """
-    from privbench.seeding import derive_seed
-
-    gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
-    try:
-        level = getattr(ATTACKS.get(attack), "level", None)
-        if level == "training":
-            return run_canary_audit(built, attack, audit, gen)
-        if level == "mechanism":
-            return run_mechanism_audit(built, attack, audit)
-        if _is_membership(attack):
-            return run_membership_attack(built, attack, audit, gen)
-        return run_inversion_attack(built, attack, audit, gen, views)
-    except PrivbenchError:
-        raise
-    except Exception as exc:
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        where = f"{Path(last.filename).name}:{last.lineno}"
-        return {"status": f"failed: {type(exc).__name__}: {exc} ({where})".replace("\n", " "),
-                "uses": [], "metrics": {}}
-
-
-def _placed_extra(run: RunConfig, audit: AuditConfig) -> int:
-    """Rounds beyond an inversion target that a threat placed anywhere in the graph needs: its
-    gossip inversion identifies a victim H hops away from about H + 1 rounds (H < nodes)."""
-    return run.nodes if ":" in audit.threat else 0
-
-
-def _needed_rounds(run: RunConfig, audit: AuditConfig, defense: str) -> RecordPolicy:
-    """Rounds to record: up to the last inversion target (gossip views need round t+1, a placed
-    threat's gossip inversion more), the last rounds for model-level MIA, and for message-level
-    MIA the whole run, or its attacked rounds with the rounds a view of each reads when it
-    attacks a subset (`mia_message.rounds`: from t - `view_lookback` of the defense, for the
-    victim's pre-step model, to t + 1, gossip's next message; a placed threat's gossip
-    inversion still needs every round)."""
-    from attacks._mia import MessageAttack
-
-    rounds = set(range(max(audit.inversion_rounds, default=0) + 2 + _placed_extra(run, audit)))
-    rounds |= {run.rounds - 1, run.rounds - 2}
-    for name in (a for a in audit.attacks if issubclass(ATTACKS.get(a), MessageAttack)):
-        picked = ATTACKS.get(name)(audit.attack_cfg(name)).attacked_rounds(run.rounds)
-        if picked is None or _placed_extra(run, audit):
-            return RecordPolicy()
-        back = DEFENSES.get(defense).view_lookback
-        rounds |= {t + k for t in picked for k in range(-back, 2)}
-    return RecordPolicy(rounds=frozenset(r for r in rounds if 0 <= r < run.rounds))
-
-
 RESUME_MODES = ("check", "rerun-stale")
-
-
-class Laps:
-    """Consecutive laps of one clock: every instant since creation lands in exactly one lap."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.perf_counter()
-
-    def lap(self) -> float:
-        """Seconds since the previous lap (or creation)."""
-        now = time.perf_counter()
-        out, self.last = now - self.last, now
-        return out
-
-    def total(self) -> float:
-        """Seconds since creation."""
-        return time.perf_counter() - self.start
-
-
-def sensitivity_trace(built: Built) -> dict[str, Any] | None:
-    """Per round, a data-dependent sensitivity estimate vs the real value (DPPS / PartPSP's
-    `sensitivity_trace`: S_est, S_real, sync), non-finite values as None (strict JSON)."""
-    if not hasattr(built.trainer, "sensitivity_trace"):
-        return None
-    tr = built.trainer.sensitivity_trace()
-    if not tr.get("S_est"):
-        return None
-
-    def clean(xs: list[float]) -> list[float | None]:
-        return [float(x) if math.isfinite(x) else None for x in xs]
-
-    return {"S_est": clean(tr["S_est"]), "S_real": clean(tr["S_real"]), "sync": tr["sync"]}
 
 
 @dataclass
@@ -748,7 +345,7 @@ class Sweep:
             write_json(folder / "train.json", {**train_cell, "fingerprint": prints["train"]})
         attacks = [a for a in self.audit.attacks if a in todo]
         views = None
-        if train_cell["status"] == "ok" and any(_is_inversion(a) for a in attacks):
+        if train_cell["status"] == "ok" and any(is_inversion(a) for a in attacks):
             views = self._inversion_views(defense, run, overrides)
             measured["inversion_views_s"] = laps.lap()
         for attack in attacks:
@@ -898,112 +495,6 @@ class Sweep:
 TIMINGS = "timings.json"
 
 
-def _file_problem(path: Path, schema: Any) -> str | None:
-    """What is wrong with a cell file (unreadable, not strict JSON, off-schema), or None."""
-    try:
-        data = read_json_file(path, "cell file")
-    except DataError as exc:
-        return str(exc).split(f"{path} ", 1)[-1]
-    return schema(data)
-
-
-def _read_cell_file(path: Path, schema: Any) -> dict[str, Any]:
-    problem = _file_problem(path, schema)
-    if problem:
-        raise DataError(f"{path} is damaged ({problem}); rerun with --resume to recompute it")
-    return read_json_file(path, "cell file")
-
-
-PAPER = "paper"
-
-
-def _cell_key(eps: float | None, setting: str | None) -> str:
-    """A cell's name after "defense@": its ε ("none" without DP), "paper" (a fixed paper
-    setting) or "paper-eps8" (the paper's reading of ε = 8)."""
-    if not setting:
-        return _eps_key(eps)
-    return setting if eps is None else f"{setting}-eps{_eps_key(eps)}"
-
-
-def cell_key(cell: dict[str, Any]) -> str:
-    """`_cell_key` of a cell of results.json."""
-    setting = cell.get("setting") or {}
-    return str(setting["name"]) if setting else _eps_key(cell.get("epsilon"))
-
-
-def _setting_label(eps: float | None, setting: str | None) -> str:
-    if not setting:
-        return eps_text(eps)
-    return "at the paper's setting" if eps is None else f"at the paper's reading of {eps_text(eps)}"
-
-
-def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any], eps: float | None
-                   ) -> dict[str, Any]:
-    """The paper cell's description: its overrides, the ε the paper reads the run as (None for
-    a fixed setting) and the ε the run composes to."""
-    from privbench.results.store import claimed_eps
-
-    knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
-                      for k, v in sorted(overrides.items()))
-    label = f"paper {knobs}" if eps is None else f"paper {knobs}, {eps_text(eps)}"
-    out = {"name": _cell_key(eps, PAPER), "label": label, "overrides": overrides,
-           "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
-    return out if eps is None else {**out, "epsilon": eps}
-
-
-def _cell_device(name: str) -> torch.device:
-    """The device a cell's run trains on (`cpu` without probing CUDA)."""
-    return torch.device("cpu") if name == "cpu" else resolve_device(name)
-
-
-def _eps_column(cell: dict[str, Any]) -> str:
-    """A summary row's ε: "1", "-" (no DP), "paper" (a fixed paper setting) or "paper@8" (the
-    paper's reading of ε = 8)."""
-    setting = cell.get("setting") or {}
-    if setting:
-        return "paper" if setting.get("epsilon") is None else f"paper@{setting['epsilon']:g}"
-    return "-" if cell.get("epsilon") is None else f"{cell['epsilon']:g}"
-
-
-def summary_table(results: dict[str, Any]) -> str:
-    """The terminal summary: one row per (defense, ε), in the report's number format, with the
-    cell's verdict and what happened to its training (a diverged cell shows no attack result)."""
-    from privbench.report.verdicts import verdicts
-    from privbench.results.store import attack_interval, attack_metric, claimed_eps, fmt_num
-
-    judged = {id(c): v for name, d in verdicts(results).items()
-              for c, v in zip([c for c in results["cells"] if c["defense"] == name],
-                              d["cells"], strict=True)}
-
-    def f(v: float | None) -> str:
-        return fmt_num(v, missing="-")
-
-    def ci(c: dict[str, Any], key: str) -> str:
-        iv = attack_interval(c, key)
-        return "-" if iv is None else f"[{fmt_num(iv[0])},{fmt_num(iv[1])}]"
-
-    head = (f"{'defense':<12} {'eps':>9} {'acc':>6} {'PSNR':>6} {'SSIM':>8} {'label':>6} "
-            f"{'AUC':>6} {'95% CI':>15} {'TPR@1%':>7} {'95% CI':>15} {'eps_paper':>9} "
-            f"{'eps_cal':>8} {'eps_emp':>8} {'cap':>5}  {'verdict':<13} training")
-    lines = [head]
-    for c in results["cells"]:
-        v = judged[id(c)]
-        ran = v["state"]["kind"] != "diverged"
-
-        def m(key: str) -> str:
-            return f(attack_metric(c, key)) if ran else "-"  # noqa: B023 (used in this loop)
-
-        lines.append(
-            f"{c['defense']:<12} {_eps_column(c):>9} {f(c.get('accuracy')):>6} "
-            f"{m('psnr'):>6} {m('ssim'):>8} {m('label_accuracy'):>6} {m('auc'):>6} "
-            f"{ci(c, 'auc') if ran else '-':>15} {m('tpr_at_1%_fpr'):>7} "
-            f"{ci(c, 'tpr_at_1%_fpr') if ran else '-':>15} {f(claimed_eps(c, 'paper')):>9} "
-            f"{f(claimed_eps(c, 'calibrated')):>8} {m('empirical_epsilon'):>8} "
-            f"{m('empirical_epsilon_cap'):>5}  {v['level'].replace('_', '-'):<13} "
-            f"{v['state']['text']}")
-    return "\n".join(lines)
-
-
 def resolve_names(names: list[str] | None, default: tuple[str, ...],
                   registry: Any) -> tuple[str, ...]:
     """Expand "all", check every name against the registry (one-line error listing known ones)."""
@@ -1047,4 +538,3 @@ def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | Non
         attack_config=attack_config,
     )
     return replace_checked(cfg, sets, where="audit") if sets else cfg
-

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from privbench.audit.config import DEFAULT_DEFENSES
 from privbench.commands import tuning
-from privbench.commands.presets import DEFAULT_DEFENSES, PRESETS, TUNE_GRIDS
+from privbench.commands.presets import PRESETS, TUNE_GRIDS
 from privbench.config import RunConfig, to_dict
 from privbench.errors import ConfigError
 from privbench.plugins import load_plugins

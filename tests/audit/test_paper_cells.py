@@ -10,6 +10,7 @@ import pytest
 
 from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
+from privbench.report.summary import summary_table
 from privbench.report.verdicts import verdicts
 from privbench.results.store import claimed_eps
 from privbench.testing import TINY_RUN
@@ -77,7 +78,7 @@ def test_paper_reading_cells_are_named_apart_in_verdicts_and_the_summary(defl_vp
         "ε=1", "ε=8", "paper eps_mode = per_coordinate, ε=1",
         "paper eps_mode = per_coordinate, ε=8"]
     assert [v["level"] for v in per[2:]] == ["under_reports", "under_reports"]
-    rows = [line.split()[1] for line in sweep.summary_table(defl_vp_results).splitlines()[1:]]
+    rows = [line.split()[1] for line in summary_table(defl_vp_results).splitlines()[1:]]
     assert rows == ["1", "8", "paper@1", "paper@8"]
 
 

@@ -168,7 +168,7 @@ def _row(html: str, defense: str) -> str:
 
 
 def test_a_cell_with_non_finite_messages_is_diverged_everywhere():
-    from privbench.commands.sweep import summary_table
+    from privbench.report.summary import summary_table
 
     res = _with([_diverged_cell()])
     v = verdicts(res)["defl_vp"]

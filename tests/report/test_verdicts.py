@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from privbench.audit import dispatch
 from privbench.report import bounds
 from privbench.report.verdicts import cell_verdict, verdict_summary, verdicts
 from privbench.results.store import auc_interval, claimed_for_audit, fmt_num
@@ -212,7 +213,7 @@ def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
     for defense in ("defl_vp", "sgp"):
         built = build(run, defense, {}, policy=RecordPolicy())
         train(built.trainer)
-        res = sweep._invert_view(built, "idlg", audit, torch.Generator().manual_seed(0))
+        res = dispatch._invert_view(built, "idlg", audit, torch.Generator().manual_seed(0))
         uses[defense] = res["uses"]
     assert "control_variate" in uses["defl_vp"] and "update" not in uses["defl_vp"]
     assert uses["sgp"] == ["model"]
