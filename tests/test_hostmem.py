@@ -1,4 +1,4 @@
-"""The CLI keeps freed host memory in the heap (privbench.commands.hostmem): a large tensor is
+"""The CLI keeps freed host memory in the heap (privbench.engine.hostmem): a large tensor is
 served
 without mmap, and `PRIVBENCH_HOST_MALLOC=system` leaves glibc's defaults (its mmap)."""
 
@@ -17,7 +17,7 @@ from privbench.cli import main
 # blocks (mallinfo2().hblks) while a 256 MiB tensor is alive.
 _PROBE = """
 import ctypes, torch
-from privbench.commands.hostmem import describe, keep_freed_memory
+from privbench.engine.hostmem import describe, keep_freed_memory
 kept = keep_freed_memory()
 class Info(ctypes.Structure):
     _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd",

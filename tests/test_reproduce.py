@@ -1070,7 +1070,7 @@ def test_stopped_workers_leave_no_pool_thread_to_race_interpreter_exit():
 
 
 def test_a_row_label_holding_a_comma_is_one_row():
-    from privbench.cli import _row_labels
+    from privbench.commands.reproduce import _row_labels
 
     load()
     repro = REPRODUCTIONS.get("defl_vp")

@@ -192,16 +192,17 @@ def test_tune_names_a_key_the_defense_does_not_read(tmp_path, capsys):
 
 def test_user_settings_win_over_tuned_values_and_untuned_ignores_them(monkeypatch):
     from privbench import cli
+    from privbench.commands import attack as attack_cmd
 
     monkeypatch.setattr(tuning, "load_tuned", lambda: {"quick": {"dp_sgp": [_entry(0.5)]}})
     parse = cli.build_parser().parse_args
     args = parse(["attack", "--lr", "0.7"])
     args.sets = ["defense.clip=2"]
-    entry = cli._tuned_entries(args, {"clip": "2"})["dp_sgp"][0]
+    entry = attack_cmd._tuned_entries(args, {"clip": "2"})["dp_sgp"][0]
     assert entry["run"] == {} and entry["defense"] == {}
-    plain = cli._tuned_entries(parse(["attack"]), {})["dp_sgp"][0]
+    plain = attack_cmd._tuned_entries(parse(["attack"]), {})["dp_sgp"][0]
     assert plain["run"] == {"lr": 0.3} and plain["defense"] == {"clip": 0.5}
-    assert cli._tuned_entries(parse(["attack", "--untuned"]), {}) == {}
+    assert attack_cmd._tuned_entries(parse(["attack", "--untuned"]), {}) == {}
 
 
 def test_train_applies_the_entry_tuned_for_its_exact_settings(tmp_path, monkeypatch, capsys):
@@ -288,7 +289,7 @@ def test_a_non_private_or_fixed_setting_entry_holds_at_every_eps_and_fixed_value
 
 
 def test_a_sweep_cell_without_an_entry_at_its_eps_runs_the_defaults_and_says_so(tmp_path, capsys):
-    from privbench import cli
+    from privbench.commands import attack as attack_cmd
 
     audit = sweep.audit_config("quick", ["sgp", "dp_sgp"], [1.0, 8.0], ["mia_threshold"], None,
                                {})
@@ -314,7 +315,7 @@ def test_a_sweep_cell_without_an_entry_at_its_eps_runs_the_defaults_and_says_so(
     html = (tmp_path / "a" / "index.html").read_text()
     assert "none: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults" in html
     assert "not charged (12 candidates): the cell&#39;s ε covers one training run" in html
-    cli._print_tuned(res)
+    attack_cmd._print_tuned(res)
     out = capsys.readouterr().out
     assert "  dp_sgp@1: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults" in out
     assert ("  dp_sgp@8: lr=0.3 clip=0.5 (entry quick.dp_sgp at ε = 8; privacy cost not "

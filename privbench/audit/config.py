@@ -10,11 +10,6 @@ from typing import Any
 from privbench.config import replace_checked
 from privbench.errors import ConfigError
 from privbench.registry import ATTACKS
-from privbench.threat.observation import (
-    PLACEMENTS,
-    THREATS,
-    is_threat,
-)
 
 # The default grid: the non-private baselines and the five papers' algorithms (their variants
 # and ablations are registered too and run with `--defense all` or by name).
@@ -64,6 +59,8 @@ class AuditConfig:
     paper_readings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from privbench.threat.observation import PLACEMENTS, THREATS, is_threat
+
         if any(b < 1 for b in self.inversion_batch_sizes):
             raise ConfigError(f"inversion_batch_sizes must be >= 1, got "
                               f"{list(self.inversion_batch_sizes)}")

@@ -41,7 +41,7 @@ round that would not fit is reported as skipped instead of waking the OOM killer
 Times are medians over `--repeats` repeats after one untimed warm-up (a call slower than
 `--round-budget-s` is timed once). `--threads N` sets torch.set_num_threads(N) and
 OMP_NUM_THREADS (recorded in the JSON with the load average); without it the process's default
-applies. The header and the JSON say how host memory is allocated (`privbench.commands.hostmem`:
+applies. The header and the JSON say how host memory is allocated (`privbench.engine.hostmem`:
 the CLI
 keeps glibc's freed memory in the process unless `PRIVBENCH_HOST_MALLOC=system`), one setting for
 every method of a section. Benchmark code lives here and in `bench_rounds.py` and calls library
@@ -65,11 +65,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from privbench.commands import hostmem
 from privbench.commands.bench_rounds import METHODS, OPACUS_METHODS, RoundInputs, round_privbench
 from privbench.data.datasets import Dataset, load_dataset, load_digits, split_nodes
 from privbench.device import device_description, resolve_device
-from privbench.errors import ConfigError
+from privbench.engine import hostmem
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.models import FlatModel, build_model
 from privbench.registry import DATASETS
 from privbench.results.provenance import code_provenance
@@ -781,3 +781,33 @@ def run_bench(args: argparse.Namespace) -> int:
                                    "host_malloc": hostmem.describe(), **payload})
         print(f"wrote {args.json_out}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`privbench bench SECTION`: speed measurements (see privbench/bench.py)."""
+    from privbench.commands.bench import run_bench
+
+    _check_bench_args(args)
+    return run_bench(args)
+
+
+# bench option -> (smallest accepted value, what it is); checked before anything is timed.
+_BENCH_MINIMA = {"nodes": (2, "node counts"), "repeats": (1, "--repeats"),
+                 "batch_size": (1, "--batch-size"), "k": (1, "--k"), "steps": (1, "--steps"),
+                 "ranks": (1, "--ranks"), "threads": (1, "--threads"), "rounds": (1, "--rounds")}
+
+
+def _check_bench_args(args: argparse.Namespace) -> None:
+    import math
+
+    for key, (low, what) in _BENCH_MINIMA.items():
+        value = getattr(args, key, None)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and v < low:
+                raise PrivbenchError(f"bench {what} must be >= {low}, got {v}")
+    for key in ("max_stack_gib", "round_budget_s", "memory_limit_gib"):
+        v = getattr(args, key, None)
+        positive = key != "memory_limit_gib"  # 0 GiB = no memory cap
+        if v is not None and not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+            raise PrivbenchError(f"bench --{key.replace('_', '-')} must be a finite number "
+                                 f"{'> 0' if positive else '>= 0'}, got {v}")

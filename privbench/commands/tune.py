@@ -13,6 +13,8 @@ its cell is done, with the single-cell `privbench tune` command that gives the s
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
 import json
 import time
@@ -22,9 +24,17 @@ from typing import Any
 
 from privbench.audit.config import DEFAULT_DEFENSES
 from privbench.commands import tuning
+from privbench.commands.common import (
+    _check_writable,
+    _claim,
+    _command_line,
+    _ends_kept,
+    _on_interrupt,
+    run_config_from_args,
+)
 from privbench.commands.presets import PRESETS, TUNE_GRIDS
 from privbench.config import RunConfig, to_dict
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 
@@ -165,3 +175,99 @@ def _summary(cell: TuneCell, result: dict[str, Any], reused: bool, seconds: floa
             "validation_accuracy": None if best is None else best["validation_accuracy"],
             "untuned_test": result.get("untuned_test", {}).get("accuracy"),
             "tuned_test": result.get("tuned_test", {}).get("accuracy")}
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """`privbench tune`: grid search on a validation split carved from the members."""
+    from privbench.commands import sweep, tuning
+    from privbench.config import to_dict
+    from privbench.device import resolve_device
+    from privbench.engine.runner import environment
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
+    from privbench.results.store import write_json
+
+    load_plugins()
+    if args.all:
+        return _tune_preset(args)
+    run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
+    candidates = tuning.parse_grid(args.grid, args.defense)
+    out = Path(args.out or f"reports/tune-{args.preset}-{args.defense}-eps{run.epsilon:g}")
+    _on_interrupt(lambda: _ends_kept(args, out / "tune.json"))
+    with contextlib.ExitStack() as stack:  # the folder is this tune's until tune.json is in
+        if (problem := _claim(stack, out, "tune.json", args.overwrite)) is not None:
+            raise problem
+        print(f"tune {args.defense} at eps={run.epsilon:g}: {len(candidates)} candidates, "
+              f"validation = {args.validation:g} of each node's members")
+        result = tuning.tune(run, args.defense, candidates, args.validation, overrides,
+                             progress=not args.quiet, test=not args.skip_test)
+        command = _command_line(args)
+        write_json(out / "tune.json", {**result, "command": command, "preset": args.preset,
+                                       "run": to_dict(run), "defense_overrides": overrides,
+                                       "environment": environment(resolve_device(run.device))})
+    _print_tune(result)
+    if args.save and result["best"] is not None:
+        fixed = tuning.fixed_values(args.defense, overrides)
+        paper = tuning.fixed_values(args.defense, sweep.PRESETS[args.preset].get(
+            "paper_settings", {}).get(args.defense, {}))
+        eps_free = not DEFENSES.get(args.defense).private or (bool(paper) and fixed == paper)
+        text = tuning.toml_entry(args.preset, args.defense, run, result, command, fixed=fixed,
+                                 eps_free=eps_free)
+        tuning.save_entry(Path(args.save), text, args.preset, args.defense)
+        print(f"saved the best candidate to {args.save}")
+    print(f"wrote {out / 'tune.json'}")
+    return 0
+
+
+def _tune_preset(args: argparse.Namespace) -> int:
+    """`privbench tune --all`: every cell of the preset's default audit, resumable."""
+    import time
+
+    from privbench.commands import sweep
+    from privbench.commands import tune as tune_preset
+
+    given = [f for f in ("--defense", "--grid", "--eps") if any(
+        a == f or a.startswith(f + "=") for a in args._argv)]
+    given += ["--set defense.KEY"] * any(s.startswith("defense.") for s in args.sets)
+    if given:
+        raise PrivbenchError(f"--all tunes the preset's own cells with its grids "
+                             f"(privbench/audit_presets.py TUNE_GRIDS); drop {given[0]}, or "
+                             "tune one cell with --defense D --eps E --grid KEY=V1,V2")
+    run, _ = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
+    out = Path(args.out or f"reports/tune-{args.preset}")
+    _check_writable(out)
+    start = time.perf_counter()
+    rows = tune_preset.tune_preset(run, args.preset, out, _command_line(args), args.validation,
+                                   test=not args.skip_test,
+                                   save=Path(args.save) if args.save else None,
+                                   progress=not args.quiet)
+    for r in rows:
+        val = "-" if r["validation_accuracy"] is None else f"{r['validation_accuracy']:.4f}"
+        print(f"  {r['cell']:<22} {r['best'] or 'no candidate finished':<32} validation {val}"
+              f"{'  (reused)' if r['reused'] else ''}")
+    reused = sum(r["reused"] for r in rows)
+    print(f"tuned {len(rows) - reused} cell(s), reused {reused}, in "
+          f"{time.perf_counter() - start:.0f} s; wrote {out}/<cell>/tune.json"
+          + (f" and {args.save}" if args.save else ""))
+    return 0
+
+
+def _print_tune(result: dict[str, Any]) -> None:
+    def acc(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    if result["best"] is None:
+        print("no candidate finished (all diverged)")
+    else:
+        best = result["candidates"][result["best"]]
+        print(f"best on validation: {best['label']} ({acc(best['validation_accuracy'])})")
+    for key in result.get("inert", []):
+        print(f"note: {key} changed nothing: all candidates that differ in {key} alone trained "
+              f"identical models (this {result['defense']} setting does not read it)")
+    if "untuned_test" not in result:
+        print("test accuracy: not measured (--skip-test)")
+    else:
+        tuned = result.get("tuned_test", {}).get("accuracy")
+        print(f"test accuracy (not used for the choice): untuned "
+              f"{acc(result['untuned_test']['accuracy'])}, tuned {acc(tuned)}")
+    print(f"note: {result['privacy_note']}")

@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from privbench import __version__
-from privbench.commands.hostmem import keep_freed_memory
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.device import machine_kind
 from privbench.engine.checkpoint import prepare
+from privbench.engine.hostmem import keep_freed_memory
 from privbench.engine.messages import RecordPolicy
 from privbench.errors import PrivbenchError, Terminated
 from privbench.reproduce.spec import Method, Reproduction, Scale

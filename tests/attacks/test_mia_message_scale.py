@@ -18,8 +18,8 @@ import torch
 from attacks.mia_message import MIAMessage, MIAMessageConfig
 from privbench.audit.config import AuditConfig
 from privbench.audit.membership import candidates, membership_scores, run_membership, subsample
-from privbench.cli import _add_audit_sets
 from privbench.commands.cells import _needed_rounds
+from privbench.commands.common import _add_audit_sets
 from privbench.config import RunConfig
 from privbench.engine.grads import per_sample_grads
 from privbench.engine.loop import train

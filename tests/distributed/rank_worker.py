@@ -21,7 +21,8 @@ import sys
 import torch.distributed as dist
 
 import privbench.engine.loop
-from privbench.cli import EXIT_DIVERGED, main
+from privbench.cli import main
+from privbench.commands.common import EXIT_DIVERGED
 from privbench.engine.comm import exit_process, process_group
 
 

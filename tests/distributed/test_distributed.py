@@ -23,7 +23,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from privbench.cli import EXIT_DIVERGED, main
+from privbench.cli import main
+from privbench.commands.common import EXIT_DIVERGED
 from privbench.engine.messages import MessageLog
 from privbench.engine.truth import GroundTruth
 from privbench.plugins import load_plugins
