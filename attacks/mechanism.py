@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from privbench.audit.attack import Attack
-from privbench.audit.mechanism import MechanismSettings
+from privbench.audit.mechanism_replay import MechanismSettings
 from privbench.errors import ConfigError
 from privbench.registry import ATTACKS
 

@@ -47,7 +47,7 @@ the stronger on the audited candidates: an auditor's worst case, the attack's fu
 best-of-two is optimistic for the attacker, so its intervals and empirical epsilon are computed
 at the Bonferroni level 1 - 0.05 / 2 per statistic: the two intervals then hold together at
 95 %, and the graded one is a 95 % interval whichever was picked (privbench.audit.membership.grade).
-`select = "reference"` (privbench.audit.membership.choose_statistic) picks on two reference systems
+`select = "reference"` (privbench.audit.reference.choose_statistic) picks on two reference systems
 the attacker trains itself, with known membership, never reading the target's labels (a
 realistic attacker; on the quick preset it picked the weaker statistic for three of five DP
 defenses at eps = 8). Without reference systems

@@ -245,7 +245,7 @@ def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
                    help="tune every cell of the preset's default audit in one command: each "
                         "default defense at every ε of its grid, the non-private baselines, "
                         "the paper settings and readings, with the grids of "
-                        "privbench/audit_presets.py (TUNE_GRIDS); resumable: the same command "
+                        "privbench/commands/presets.py (TUNE_GRIDS); resumable: the same command "
                         "again reuses the cells already in --out (default reports/tune-<preset>)"
                         "; with --save each cell's entry is written as soon as it is done")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from privbench.cli import main
-from privbench.commands import bench
+from privbench.commands import bench, bench_measure
 
 
 @pytest.mark.parametrize("model", ["lenet", "cnn"])
@@ -52,11 +52,11 @@ def test_opacus_methods_say_when_opacus_is_absent(monkeypatch, capsys):
 def test_default_defenses_are_the_private_ones():
     from privbench.registry import DEFENSES
 
-    names = bench.resolve_defenses(None)
+    names = bench_measure.resolve_defenses(None)
     assert names and all(DEFENSES.get(n).private for n in names)
     assert set(names) == {n for n in DEFENSES.names() if DEFENSES.get(n).private}
-    assert bench.resolve_defenses(["none"]) == []
-    assert bench.resolve_defenses(["dp_sgp,dp_sgp", "dpps"]) == ["dp_sgp", "dpps"]
+    assert bench_measure.resolve_defenses(["none"]) == []
+    assert bench_measure.resolve_defenses(["dp_sgp,dp_sgp", "dpps"]) == ["dp_sgp", "dpps"]
 
 
 def test_engine_section_times_every_method_and_real_rounds(tmp_path, capsys):
@@ -85,7 +85,7 @@ def test_engine_section_times_every_method_and_real_rounds(tmp_path, capsys):
 def test_interleaving_rotates_the_order():
     calls = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
-    times = bench.time_interleaved(fns, 3, torch.device("cpu"))
+    times = bench_measure.time_interleaved(fns, 3, torch.device("cpu"))
     assert calls == list("abc") + list("abc") + list("bca") + list("cab")  # warm-up, 3 passes
     assert all(len(v) == 3 for v in times.values())
 
@@ -114,7 +114,8 @@ def test_scale_section_writes_plot(tmp_path):
 
 
 def test_scale_skips_a_defense_whose_stack_would_not_fit():
-    row = bench.bench_scale("lenet", 3, 2, 1, torch.device("cpu"), "dp_sgp", max_stack_gib=1e-9)
+    row = bench_measure.bench_scale("lenet", 3, 2, 1, torch.device("cpu"), "dp_sgp",
+                                    max_stack_gib=1e-9)
     assert row["defense_s"] is None and "GiB" in row["defense_skipped"]
     assert row["fused_s"] > 0 and row["stack_gib"] > 0
 
@@ -122,21 +123,22 @@ def test_scale_skips_a_defense_whose_stack_would_not_fit():
 def test_out_degree_keeps_large_random_graphs_drawable():
     from privbench.topology import build_topology
 
-    assert bench.out_degree(4) == 2 and bench.out_degree(256) == 8
+    assert bench_measure.out_degree(4) == 2 and bench_measure.out_degree(256) == 8
     for n in (64, 256):
-        build_topology("random_out", n, torch.Generator().manual_seed(0), k=bench.out_degree(n))
+        build_topology("random_out", n, torch.Generator().manual_seed(0),
+                       k=bench_measure.out_degree(n))
 
 
 def test_bench_data_gives_every_node_a_full_batch():
-    assert bench.bench_dataset(4, 32) == "digits"
-    name = bench.bench_dataset(64, 32)
-    assert name != "digits" and bench.bench_dataset(64, 32) == name  # registered once
-    _, params, x, y, _, _ = bench._engine_inputs("mlp", 64, 32, torch.device("cpu"))
+    assert bench_measure.bench_dataset(4, 32) == "digits"
+    name = bench_measure.bench_dataset(64, 32)
+    assert name != "digits" and bench_measure.bench_dataset(64, 32) == name  # registered once
+    _, params, x, y, _, _ = bench_measure._engine_inputs("mlp", 64, 32, torch.device("cpu"))
     assert y.shape == (64, 32) and x.shape[:2] == (64, 32) and params.shape[0] == 64
 
 
 def test_audit_bench_calls_the_sweep_and_reads_its_timings():
-    res = bench.bench_audit(torch.device("cpu"), "quick", ["sgp"], ["mia_threshold"],
+    res = bench_measure.bench_audit(torch.device("cpu"), "quick", ["sgp"], ["mia_threshold"],
                             {"rounds": 2, "nodes": 3})
     t = res["timings"]
     assert res["seconds"] > 0 and set(t["cells"]) == {"sgp@none"}
@@ -147,12 +149,12 @@ def test_audit_bench_calls_the_sweep_and_reads_its_timings():
 def test_audit_bench_times_the_audit_with_the_presets_tuned_values():
     # what `privbench attack` runs: the committed tuned values of the preset apply, each at
     # its own ε (DP-SGP has an entry at ε = 8 only: its ε = 1 cell runs the defaults)
-    res = bench.bench_audit(torch.device("cpu"), "quick", ["dp_sgp"], ["mia_threshold"])
+    res = bench_measure.bench_audit(torch.device("cpu"), "quick", ["dp_sgp"], ["mia_threshold"])
     assert res["tuned_cells"] == ["dp_sgp@8"]
 
 
 def test_audit_section_prints_the_breakdown(monkeypatch, tmp_path, capsys):
-    real = bench.bench_audit
+    real = bench_measure.bench_audit
 
     def small(device, preset, defenses):
         return real(device, preset, defenses, ["mia_threshold"], {"rounds": 2, "nodes": 3})
@@ -172,8 +174,8 @@ def test_bench_and_cli_import_no_circle():
 
     import privbench
 
-    root = Path(privbench.__file__).parent
-    for name in ("bench.py", "bench_rounds.py"):
+    root = Path(privbench.__file__).parent / "commands"
+    for name in ("bench.py", "bench_measure.py", "bench_rounds.py"):
         tree = ast.parse((root / name).read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -188,7 +190,7 @@ def test_allocation_failures_become_skipped_rows(monkeypatch):
 
     monkeypatch.setattr(bench, "_build_trainer", boom)
     before = resource.getrlimit(resource.RLIMIT_AS)
-    rows = bench.bench_engine("lenet", 3, 2, 1, torch.device("cpu"), ["dp_sgp"], ["floor"])
+    rows = bench_measure.bench_engine("lenet", 3, 2, 1, torch.device("cpu"), ["dp_sgp"], ["floor"])
     assert rows[-1]["median_s"] is None and "memory" in rows[-1]["skipped"]
     assert main(["bench", "engine", "--model", "lenet", "--nodes", "3", "--batch-size", "2",
                  "--repeats", "1", "--method", "floor", "--defense", "dp_sgp", "--device", "cpu",
@@ -200,7 +202,7 @@ def test_allocation_failures_become_skipped_rows(monkeypatch):
 
     monkeypatch.setattr(bench, "_build_trainer", other)
     with pytest.raises(RuntimeError, match="shape mismatch"):  # real bugs are never hidden
-        bench.bench_engine("lenet", 3, 2, 1, torch.device("cpu"), ["dp_sgp"], ["floor"])
+        bench_measure.bench_engine("lenet", 3, 2, 1, torch.device("cpu"), ["dp_sgp"], ["floor"])
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -221,7 +223,7 @@ def test_bench_bad_input_is_one_line_exit_2(args, needle, capsys):
 def test_clipped_grad_sum_equals_clip_then_masked_sum(model):
     from privbench.engine.grads import clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
 
-    fm, params, x, y, _, _ = bench._engine_inputs(model, 3, 5, torch.device("cpu"))
+    fm, params, x, y, _, _ = bench_measure._engine_inputs(model, 3, 5, torch.device("cpu"))
     gen = torch.Generator().manual_seed(1)
     params = params + 0.05 * torch.randn(params.shape, generator=gen)
     mask = torch.rand(y.shape, generator=gen) < 0.6
@@ -249,7 +251,7 @@ def test_distributed_section_times_local_and_torchrun_ranks(tmp_path, capsys):
 
 def test_bench_plans_times_both_composers_on_the_same_noise():
     from privbench.accounting.report import ApproximateAccountingWarning
-    from privbench.commands.bench import bench_plans
+    from privbench.commands.bench_measure import bench_plans
 
     # Dyn-D2P's plan carries its paper reading, the GDP CLT, which says it is no upper bound
     with pytest.warns(ApproximateAccountingWarning, match="central-limit"):

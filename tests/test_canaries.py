@@ -1,4 +1,5 @@
-"""White-box gradient canaries (privbench/canaries.py): what the engine adds for them, exactly."""
+"""White-box gradient canaries (privbench/engine/canaries.py): what the engine adds for them,
+exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Clipping without per-sample gradients (privbench/ghost.py) equals the per-sample reference.
+"""Clipping without per-sample gradients (privbench/engine/ghost.py) equals the per-sample
+reference.
 
 Reference: `masked_sum(clip_l2(per_sample_grads(...), bound), mask)`, i.e. vmap(vmap(grad)) per
 sample, clip, sum. Compared in float64 (both exact up to rounding: the relative error bound 1e-5

@@ -1,7 +1,7 @@
 """Golden numbers: every DP defense's calibrated epsilon, recomputed by an independent accountant.
 
 For each registered private defense at the quick preset's settings
-(privbench/audit_presets.py PRESETS["quick"]: 6 nodes, 60 rounds, batch 16, delta 1e-5, the
+(privbench/commands/presets.py PRESETS["quick"]: 6 nodes, 60 rounds, batch 16, delta 1e-5, the
 default dataset) and epsilon in {1, 8}, the trainer is built (which calibrates its noise), the
 noise it will DRAW is read off the trainer (per-step noise std / clip bound, per-node sampling
 rate), and its epsilon is recomputed without privbench's accounting code:

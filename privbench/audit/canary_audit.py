@@ -34,7 +34,7 @@ Choices:
   rounds is in S, so the differences between rounds carry the evidence; with fresh noise S is
   diagonal and the score is the per-round one. Views that observe only some coordinates (or
   signs) are scored per round, the sum of each release's subsampled-Gaussian log-likelihood
-  ratio (`privbench.audit.membership._view_llr`).
+  ratio (`privbench.audit.input_canary._view_llr`).
 * **"out" guesses**: an included canary is drawn in some round with probability
   1 - (1 - q)^T (0.9998 at q = 0.133, T = 60), so low scores mean "out".
 * **Estimate**: the μ-GDP fit of the scores, μ = (mean_in - mean_out) / pooled sd (the
@@ -190,7 +190,7 @@ def node_scores(obs: Any, cls: type, node: int, coords: Tensor, background: Tens
                 clip: float, rate: float, bank: Any) -> tuple[np.ndarray, str]:
     """(m,) scores of node `node`'s canaries and the scorer used ("joint" over rounds when every
     view is a whole gradient, else "per-round")."""
-    from privbench.audit.membership import _all_victim_views, _view_llr
+    from privbench.audit.input_canary import _all_victim_views, _view_llr
 
     views = _all_victim_views(obs, cls, node)
     if len(views) >= 2 and all(v.kind == "gradient" and v.mask is None for v in views):
@@ -236,7 +236,7 @@ def guesses(m: int, guess_fraction: float) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------- audit
 def audit_nodes(privacy: list[dict[str, Any]], n: int, nodes: str) -> list[int]:
     """The nodes to audit: all, or the one with the largest calibrated claim."""
-    from privbench.audit.membership import claims
+    from privbench.audit.candidates import claims
 
     if nodes not in NODE_CHOICES:
         raise ConfigError(f"canary nodes must be one of {', '.join(NODE_CHOICES)}, got {nodes!r}")
@@ -270,7 +270,8 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
         JSON-ready dict: applicable (or the reason), nodes (per node: claimed, one_run, estimate,
         ratio, sampling), the worst node's entries, cap, p_star.
     """
-    from privbench.audit.membership import _clip_or, _gradient_canaries, _sample_rate, claims
+    from privbench.audit.candidates import claims
+    from privbench.audit.input_canary import _clip_or, _gradient_canaries, _sample_rate
     from privbench.engine.canaries import inserted
     from privbench.engine.runner import build
     from privbench.plugins import load_plugins

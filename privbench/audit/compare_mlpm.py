@@ -34,12 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from privbench.audit.membership import (
-    candidates,
-    last_observed_round,
-    observed_model,
-    train_reference_models,
-)
+from privbench.audit.candidates import candidates, last_observed_round, observed_model
+from privbench.audit.reference import train_reference_models
 from privbench.config import RunConfig
 from privbench.engine.loop import train
 from privbench.engine.runner import build

@@ -237,7 +237,7 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     """The data-dependent message kinds a membership attack's input is derived from: the
     victim's gradient views (message-level attacks) or its observed model (model-level),
     derived once more on a log that records which kinds are read."""
-    from privbench.audit.membership import observed_model
+    from privbench.audit.candidates import observed_model
     from privbench.errors import NotApplicable
 
     obs = observe(built, _audit_threat(built, audit))

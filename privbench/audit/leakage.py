@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from privbench.audit.candidates import claims
 from privbench.audit.inversion import grade, invert_many
-from privbench.audit.membership import ci_level, claims, membership_scores
+from privbench.audit.membership import ci_level, membership_scores
 from privbench.audit.membership import grade as grade_membership
 from privbench.audit.network_dp import pairwise_epsilon
 from privbench.config import RunConfig, to_dict

@@ -3,7 +3,7 @@
 Used by `privbench bench engine`; every method computes the same update (tested without noise):
 
 * `privbench`: `engine.clipped_grad_sum`, all n nodes in one vmap, no per-sample gradients
-  (ghost norms / per-layer book-keeping, privbench/ghost.py);
+  (ghost norms / per-layer book-keeping, privbench/engine/ghost.py);
 * `opacus_hooks`: Opacus `GradSampleModule` (per-sample gradients by hooks) and
   `DPOptimizer.clip_and_accumulate`, looped over the nodes (one module, each node's parameters
   loaded in turn, as per-node Opacus code runs);

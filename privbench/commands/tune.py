@@ -231,7 +231,7 @@ def _tune_preset(args: argparse.Namespace) -> int:
     given += ["--set defense.KEY"] * any(s.startswith("defense.") for s in args.sets)
     if given:
         raise PrivbenchError(f"--all tunes the preset's own cells with its grids "
-                             f"(privbench/audit_presets.py TUNE_GRIDS); drop {given[0]}, or "
+                             f"(privbench/commands/presets.py TUNE_GRIDS); drop {given[0]}, or "
                              "tune one cell with --defense D --eps E --grid KEY=V1,V2")
     run, _ = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     out = Path(args.out or f"reports/tune-{args.preset}")

@@ -37,7 +37,7 @@ from privbench.config import RunConfig, read_toml, replace_checked
 from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 
-TUNED_FILE = Path(__file__).parent / "presets" / "tuned.toml"
+TUNED_FILE = Path(__file__).parents[1] / "presets" / "tuned.toml"
 PRIVACY_NOTE = ("the tuning's own privacy cost is not charged (as usual in the literature; see "
                 "Papernot & Steinke 2022, Hyperparameter Tuning with Renyi Differential Privacy)")
 # Run fields a tuned entry must match to apply (what the values were tuned for).

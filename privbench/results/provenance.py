@@ -65,7 +65,7 @@ def digest(root: Path) -> str:
 
 
 def _root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 @functools.lru_cache(maxsize=1)

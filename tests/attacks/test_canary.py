@@ -22,7 +22,7 @@ from privbench.audit.canary_audit import (
     joint_llr,
     with_canary_rows,
 )
-from privbench.audit.membership import _view_llr
+from privbench.audit.input_canary import _view_llr
 from privbench.config import RunConfig, replace_checked
 from privbench.errors import ConfigError
 from privbench.metrics.audit import canaries_for_cap, clopper_pearson, one_run_cap
@@ -194,7 +194,7 @@ def test_bad_canary_settings_are_refused():
 
 @pytest.mark.slow
 def test_dpdl_is_held_to_each_nodes_own_claim_in_the_audited_run():
-    from privbench.audit.membership import claims
+    from privbench.audit.candidates import claims
     from privbench.engine.loop import train
     from privbench.engine.runner import build
 

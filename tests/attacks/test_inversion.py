@@ -27,7 +27,7 @@ from attacks._inversion import (
     stack_views,
 )
 from privbench.audit.inversion import synthetic_views
-from privbench.commands.bench import bench_attacks
+from privbench.commands.bench_measure import bench_attacks
 from privbench.config import RunConfig
 from privbench.metrics import image as im
 from privbench.plugins import load_plugins

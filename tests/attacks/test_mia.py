@@ -15,16 +15,10 @@ import pytest
 import torch
 
 from attacks._mia import ModelMIAInput, Signals, model_signals
-from privbench.audit.membership import (
-    block_topology,
-    canary_audit,
-    candidates,
-    observed_model,
-    reference_data,
-    run_membership,
-    run_membership_saved,
-    with_extra_members,
-)
+from privbench.audit.candidates import candidates, observed_model
+from privbench.audit.input_canary import canary_audit, with_extra_members
+from privbench.audit.membership import run_membership, run_membership_saved
+from privbench.audit.reference import block_topology, reference_data
 from privbench.config import RunConfig
 from privbench.engine.loop import train
 from privbench.engine.runner import build

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from attacks.mia_message import MIAMessage, MIAMessageConfig
+from privbench.audit.candidates import candidates, subsample
 from privbench.audit.config import AuditConfig
-from privbench.audit.membership import candidates, membership_scores, run_membership, subsample
+from privbench.audit.membership import membership_scores, run_membership
 from privbench.commands.cells import _needed_rounds
 from privbench.commands.common import _add_audit_sets
 from privbench.config import RunConfig

@@ -424,7 +424,7 @@ def test_realized_epsilon_is_the_headline_and_non_finite_rounds_are_listed():
     6 rounds, goes non-finite: the realized ε is infinite and is what `claimed_eps` and the
     victim's claim read; the min ratio is taken over the finite rounds (not NaN) and the
     non-finite rounds are listed."""
-    from privbench.audit.membership import claims
+    from privbench.audit.candidates import claims
     from privbench.results.store import claimed_eps
 
     run = RunConfig(model="mlp", nodes=6, rounds=6, batch_size=16, lr=0.2, epsilon=1.0,

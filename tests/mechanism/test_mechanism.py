@@ -15,7 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from privbench.audit.mechanism import audit_mechanism, audited_rounds, gaussian_epsilon
+from privbench.audit.mechanism import audit_mechanism
+from privbench.audit.mechanism_epsilon import gaussian_epsilon
+from privbench.audit.mechanism_replay import audited_rounds
 from privbench.report import gate
 from privbench.seeding import noise_off
 from tests.mechanism.mutants import AUDITED, MUTANTS, RULES, cell, failed_rules, quick_run
