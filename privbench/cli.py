@@ -18,7 +18,7 @@ from privbench.commands.common import (
     _kept_text,
 )
 from privbench.engine.hostmem import keep_freed_memory
-from privbench.errors import PrivbenchError, Terminated
+from privbench.errors import PrivbenchError, Terminated, sigterm_raises
 
 
 class _Parser(argparse.ArgumentParser):
@@ -445,7 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(account=bool(given) and given[0] == "account").parse_args(given)
         _check_text(args)
         args._argv = given
-        return args._commands[args.command](args)
+        with sigterm_raises():  # a `kill` or a CI timeout stops as Ctrl-C does, said below
+            return args._commands[args.command](args)
     except PrivbenchError as exc:
         discard_created()  # a refused command leaves no empty output folder or lock file
         print(f"privbench: error: {exc}", file=sys.stderr)

@@ -1,6 +1,12 @@
-"""Errors that privbench reports to the user as one line (exit code 2), never as a traceback."""
+"""Errors that privbench reports to the user as one line (exit code 2), never as a traceback;
+the stop by SIGTERM (`Terminated`), reported as one line too."""
 
 from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class PrivbenchError(Exception):
@@ -27,9 +33,29 @@ class DataError(PrivbenchError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread where a command installs `sigterm_raises` (as Ctrl-C
-    raises KeyboardInterrupt), so that the command stops what it started, e.g. worker processes,
-    instead of ending alone. The CLI prints one line and exits with 128 + 15."""
+    """SIGTERM, raised in the main thread within `sigterm_raises` (as Ctrl-C raises
+    KeyboardInterrupt), so that a command stopped by a scheduler or a CI timeout ends as a
+    Ctrl-C does: what it started (worker processes, a folder's lock) is stopped or released,
+    what it finished stays written, and the CLI prints one line saying what was kept and how to
+    continue, exit code 128 + 15 = 143."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"stopped by signal {signum}")
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` in the main thread (a no-op in another
+    thread, where no signal handler can be set); the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:  # None: the previous handler was not set from Python; the default action then
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
 
 
 class NotApplicable(Exception):  # noqa: N818 - an outcome, not an error

@@ -194,7 +194,7 @@ def test_train_writes_a_heartbeat_line_to_a_log(tmp_path, capsys, monkeypatch):
     # stderr is not a terminal here: no bar, but a line every HEARTBEAT_SECONDS
     import time
 
-    from privbench.commands import progress
+    from privbench import progress
     from privbench.engine import loop as engine
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)

@@ -172,3 +172,52 @@ def test_a_new_data_root_is_accepted_with_download(tmp_path):
         datafiles.check_data_root(tmp_path / "new")
     datafiles.check_data_root(None)
     datafiles.check_data_root(tmp_path)
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "--rounds", "1", "--quiet", "--device", "cpu"],
+    ["attack", "--defense", "sgp", "--attack", "mia_threshold", "--rounds", "2", "--quiet",
+     "--device", "cpu"],
+    ["tune", "--defense", "sgp", "--grid", "lr=0.1", "--rounds", "1", "--quiet",
+     "--device", "cpu"],
+    ["leakage", "--defense", "sgp", "--rounds", "2", "--quiet"],
+], ids=["train", "attack", "tune", "leakage"])
+def test_a_privbench_data_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, monkeypatch,
+                                                                   no_data_places, command):
+    # the Debian package's copy is found next: it must not be trained on instead
+    deb = tmp_path / "deb"
+    write_mnist(deb)
+    monkeypatch.setattr(datafiles, "DEBIAN", {"fashion-mnist": ("dataset-fashion-mnist", deb)})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr("privbench.engine.loop.train", refuse)
+    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
+    monkeypatch.setattr("privbench.audit.leakage.train", refuse)
+    missing = tmp_path / "typo"
+    monkeypatch.setenv(datafiles.ENV_VAR, str(missing))
+    code = main([*command, "--dataset", "fashion-mnist", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"privbench: error: $PRIVBENCH_DATA={missing} does not exist; "
+                          "accepted: an existing folder holding mnist / fashion-mnist idx "
+                          "files"), err
+    assert err.rstrip().endswith("or unset PRIVBENCH_DATA"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_privbench_data_that_is_not_a_folder_is_refused_where_data_loads(tmp_path,
+                                                                            monkeypatch):
+    folder = tmp_path / "data"
+    write_mnist(folder)
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv(datafiles.ENV_VAR, str(tmp_path / "afile"))
+    with pytest.raises(DataError, match=r"^\$PRIVBENCH_DATA=.*afile is not a folder; accepted"):
+        load_dataset("mnist", folder)  # any command that loads data: reproduce, bench
+    monkeypatch.setenv(datafiles.ENV_VAR, str(tmp_path / "new"))
+    datafiles.check_data_env(None, download=True)  # the download creates it and goes there
+    with pytest.raises(DataError, match="does not exist"):
+        datafiles.check_data_env(folder, download=True)  # the download goes to --data-root
+    monkeypatch.setenv(datafiles.ENV_VAR, "")  # set but empty: as unset
+    assert load_dataset("mnist", folder).x_train.shape == (40, 1, 28, 28)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from privbench.commands.progress import Phase
+from privbench.progress import Phase
 
 
 class _Terminal(io.StringIO):
@@ -48,3 +48,68 @@ def test_quiet_shows_nothing():
         time.sleep(0.05)
         phase.update(5)
     assert log.getvalue() == "" and phase.done == 5
+
+
+def _slow_rounds(monkeypatch, module: str) -> None:
+    """`module`'s `train` takes 30 ms a round and heartbeats come every 10 ms."""
+    import importlib
+
+    from privbench import engine, progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
+    real = engine.train
+
+    def slow_train(trainer, progress=None, **kwargs):
+        def step(n):
+            time.sleep(0.03)
+            if progress is not None:
+                progress(n)
+
+        return real(trainer, progress=step, **kwargs)
+
+    monkeypatch.setattr(importlib.import_module(module), "train", slow_train)
+
+
+def test_tune_shows_each_candidates_training_in_a_log(tmp_path, capsys, monkeypatch):
+    from privbench.cli import main
+
+    _slow_rounds(monkeypatch, "privbench.engine")  # tune imports it when it trains
+    assert main(["tune", "--defense", "dp_sgp", "--eps", "8", "--grid", "lr=0.1,0.2",
+                 "--nodes", "3", "--rounds", "4", "--device", "cpu",
+                 "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    for what in ("candidate 1 of 2 (lr=0.1)", "candidate 2 of 2 (lr=0.2)",
+                 "test accuracy of the untuned defaults",
+                 "test accuracy of the chosen lr="):
+        head = f"privbench: tune dp_sgp ε=8: {what}"
+        lines = [x for x in err if x.startswith(head)]
+        assert lines and all(" of 4, " in x and " so far" in x for x in lines), (what, err)
+
+
+def test_leakage_shows_each_cells_phases_in_a_log(tmp_path, capsys, monkeypatch):
+    from privbench.audit import leakage
+    from privbench.cli import main
+
+    _slow_rounds(monkeypatch, "privbench.audit.leakage")
+    real = leakage._membership
+
+    def slow_membership(*args, **kwargs):
+        time.sleep(0.03)
+        return real(*args, **kwargs)
+
+    def no_inversion(built, cfg):  # the real one: 20 s of iDLG here, its phase the same
+        time.sleep(0.05)
+        return {spec: {"status": "not applicable: not run in this test", "victims": 0,
+                       "attack": "idlg"} for _, spec, _, _ in leakage.placements(cfg)}
+
+    monkeypatch.setattr(leakage, "_membership", slow_membership)
+    monkeypatch.setattr(leakage, "_inversions", no_inversion)
+    assert main(["leakage", "--defense", "d_psgd", "--distances", "1", "--sizes", "2",
+                 "--victims", "2", "--inversion-victims", "1", "--rounds", "3", "--members", "2",
+                 "--out", str(tmp_path / "l")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    cell = "privbench: cell 1 of 1 (d_psgd no DP): "
+    for what in ("train (batch-1 run): round ", "train (membership run, 2 members per node): "
+                 "round ", "inversion of every placement's views: ",
+                 "membership attack and network DP: placement "):
+        assert any(x.startswith(cell + what) and " so far" in x for x in err), (what, err)

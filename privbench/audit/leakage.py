@@ -43,6 +43,7 @@ from privbench.engine.loop import train
 from privbench.engine.runner import Built, build, environment
 from privbench.errors import ConfigError, NotApplicable, PrivbenchError
 from privbench.plugins import load_plugins
+from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.threat.gossip_inversion import BestViews
 from privbench.threat.observation import ThreatModel, observe, placed
@@ -128,9 +129,11 @@ def _threat(spec: str, built: Built, victim: int) -> ThreatModel:
         placed(spec, built.ctx.topology, victim)
 
 
-def _train(cfg: LeakageConfig, defense: str, eps: float, members: int, batch: int) -> Built:
-    built = build(cfg.run(eps, members, batch), defense)
-    train(built.trainer)
+def _train(cfg: LeakageConfig, defense: str, eps: float, members: int, batch: int,
+           phase: Phase) -> Built:
+    with phase as bar:
+        built = build(cfg.run(eps, members, batch), defense)
+        train(built.trainer, progress=bar.update)
     return built
 
 
@@ -255,7 +258,10 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
     """The leakage map of every (defense, epsilon): JSON-ready results (format LEAKAGE_FORMAT).
 
     Args:
-        progress: optional callable taking one line of text per finished (defense, epsilon).
+        progress: optional callable taking one line of text per finished (defense, epsilon);
+            given, every phase (the checks, each run's training, the inversions, the
+            placements' attacks) also shows as a bar on a terminal, a heartbeat line in a log
+            (`privbench.progress`).
     """
     load_plugins()
     for d in cfg.defenses:
@@ -265,16 +271,23 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
     grid = [(d, eps) for d in cfg.defenses
             for eps in (cfg.eps if getattr(DEFENSES.get(d), "private", False)
                         else (float("inf"),))]
-    for d, eps in grid:  # every run built (data, graph, privacy calibration) before any trains
-        for members, batch in ((1, 1), (cfg.members, cfg.members)):
-            try:
-                build(cfg.run(eps, members, batch), d)
-            except PrivbenchError as exc:  # name the run: the grid may hold many
-                raise type(exc)(f"{d} eps={eps:g}: {exc}") from None
+    show = progress is not None
+    # every run built (data, graph, privacy calibration) before any trains
+    with Phase(f"checking {len(grid)} cell(s) before training", len(grid), "cell",
+               enabled=show) as bar:
+        for d, eps in grid:
+            for members, batch in ((1, 1), (cfg.members, cfg.members)):
+                try:
+                    build(cfg.run(eps, members, batch), d)
+                except PrivbenchError as exc:  # name the run: the grid may hold many
+                    raise type(exc)(f"{d} eps={eps:g}: {exc}") from None
+            bar.update()
     cells = []
-    for d, eps in grid:
+    for k, (d, eps) in enumerate(grid, 1):
         start = time.perf_counter()
-        cells.append(_cell(cfg, d, eps))
+        setting = "no DP" if np.isinf(eps) else f"ε={eps:g}"
+        cells.append(_cell(cfg, d, eps, f"cell {k} of {len(grid)} ({d} {setting})"
+                           if show else None))
         if progress:
             progress(f"{d} eps={eps:g}: {time.perf_counter() - start:.0f} s")
     return {"format": LEAKAGE_FORMAT, "config": to_dict(cfg),
@@ -284,16 +297,29 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
             "cells": cells}
 
 
-def _cell(cfg: LeakageConfig, defense: str, eps: float) -> dict[str, Any]:
-    """One (defense, epsilon): both runs, then every placement."""
-    inv_run = _train(cfg, defense, eps, 1, 1)
-    mia_run = _train(cfg, defense, eps, cfg.members, cfg.members)
-    inversions, rows = _inversions(inv_run, cfg), []
-    for label, spec, h, m in placements(cfg):
-        rows.append({"placement": label, "spec": spec, "distance": h, "size": m,
-                     "inversion": inversions[spec],
-                     "membership": _membership(mia_run, cfg, spec),
-                     "network_dp": _network(mia_run, cfg, spec)})
+def _cell(cfg: LeakageConfig, defense: str, eps: float, where: str | None = None
+          ) -> dict[str, Any]:
+    """One (defense, epsilon): both runs, then every placement; `where` names the cell in its
+    phases' progress (None: no progress shown)."""
+    def phase(what: str, total: int | None = None, unit: str = "it") -> Phase:
+        return Phase(f"{where}: {what}", total, unit, enabled=where is not None)
+
+    inv_run = _train(cfg, defense, eps, 1, 1,
+                     phase("train (batch-1 run)", cfg.rounds, "round"))
+    mia_run = _train(cfg, defense, eps, cfg.members, cfg.members,
+                     phase(f"train (membership run, {cfg.members} members per node)",
+                           cfg.rounds, "round"))
+    with phase("inversion of every placement's views"):
+        inversions = _inversions(inv_run, cfg)
+    rows = []
+    spots = placements(cfg)
+    with phase("membership attack and network DP", len(spots), "placement") as bar:
+        for label, spec, h, m in spots:
+            rows.append({"placement": label, "spec": spec, "distance": h, "size": m,
+                         "inversion": inversions[spec],
+                         "membership": _membership(mia_run, cfg, spec),
+                         "network_dp": _network(mia_run, cfg, spec)})
+            bar.update()
     return {"defense": defense, "epsilon": None if np.isinf(eps) else eps,
             "claimed_epsilon": _epsilons(mia_run) if np.isfinite(eps) else {},
             "topology": mia_run.ctx.topology.graphs.any(dim=0).int().tolist(),

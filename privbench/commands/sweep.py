@@ -43,7 +43,6 @@ from privbench.commands.cells import (
     sensitivity_trace,
 )
 from privbench.commands.presets import PRESETS  # plain data, no torch
-from privbench.commands.progress import Phase
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
@@ -53,6 +52,7 @@ from privbench.engine.runner import Built, build, check_split, environment, stru
 from privbench.engine.truth import GroundTruth
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
+from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import fingerprint as fp
 from privbench.results.schema import ATTACK_FILE, TRAIN_FILE

@@ -98,11 +98,11 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
 def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
                 device: Any, tuned: dict[str, Any] | None, out: Path) -> int:
     """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
-    from privbench.commands.progress import Phase
     from privbench.engine.checkpoint import prepare
     from privbench.engine.loop import train
     from privbench.engine.messages import parse_record_spec
     from privbench.engine.runner import build, save_run
+    from privbench.progress import Phase
 
     rank0 = comm is None or comm.rank == 0
     every = _checkpoint_seconds(args.checkpoint_every, default=0.0)

@@ -95,18 +95,22 @@ def parse_grid(items: list[str], defense: str) -> list[Candidate]:
 
 
 def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
-               validation: float) -> dict[str, Any]:
+               validation: float, label: str | None = None) -> dict[str, Any]:
     """Train one configuration; its average-model accuracy on the validation split (validation
-    > 0) or on the test set (validation == 0), with its status and time."""
+    > 0) or on the test set (validation == 0), with its status and time. With `label`, its
+    rounds show as a bar on a terminal, a heartbeat line in a log (`privbench.progress`)."""
     from privbench.engine.loop import train
     from privbench.engine.messages import RecordPolicy
     from privbench.engine.runner import build
     from privbench.engine.trainer import node_models
+    from privbench.progress import Phase
     from privbench.results.fingerprint import tensors_sha256
 
     start = time.perf_counter()
-    built = build(run, defense, overrides, policy=RecordPolicy.none(), validation=validation)
-    res = train(built.trainer)
+    with Phase(label or "", run.rounds, "round", enabled=label is not None) as bar:
+        built = build(run, defense, overrides, policy=RecordPolicy.none(),
+                      validation=validation)
+        res = train(built.trainer, progress=bar.update)
     status = "ok" if res.diverged_round is None else f"diverged at round {res.diverged_round}"
     acc = res.average_accuracy if res.diverged_round is None else None
     # the (n, d) final models, hashed: two candidates with the same digest trained the same models
@@ -146,10 +150,17 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
     if not 0 < validation < 1:
         raise ConfigError(f"--validation must be in (0, 1), got {validation}")
     base_overrides = dict(base_overrides or {})
+    private = getattr(DEFENSES.get(defense), "private", False)
+    where = f"tune {defense}" + (f" ε={run.epsilon:g}" if private else "")
+
+    def label(what: str) -> str | None:  # a phase's label, None without progress
+        return f"{where}: {what}" if progress else None
+
     rows = []
-    for cand in candidates:
+    for i, cand in enumerate(candidates, 1):
         cand_run = replace_checked(run, cand.run, where="run")
-        res = train_once(cand_run, defense, {**base_overrides, **cand.defense}, validation)
+        res = train_once(cand_run, defense, {**base_overrides, **cand.defense}, validation,
+                         label(f"candidate {i} of {len(candidates)} ({cand.label()})"))
         rows.append({"run": cand.run, "defense": cand.defense, "label": cand.label(),
                      "validation_accuracy": res["accuracy"], "status": res["status"],
                      "seconds": res["seconds"], "models_sha256": res["models_sha256"]})
@@ -165,11 +176,13 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
                            "privacy_note": PRIVACY_NOTE}
     if not test:
         return out
-    out["untuned_test"] = train_once(run, defense, base_overrides, 0.0)
+    out["untuned_test"] = train_once(run, defense, base_overrides, 0.0,
+                                     label("test accuracy of the untuned defaults"))
     if best is not None:
         chosen = rows[best]
         out["tuned_test"] = train_once(replace_checked(run, chosen["run"], where="run"), defense,
-                                       {**base_overrides, **chosen["defense"]}, 0.0)
+                                       {**base_overrides, **chosen["defense"]}, 0.0,
+                                       label(f"test accuracy of the chosen {chosen['label']}"))
     return out
 
 

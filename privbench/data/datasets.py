@@ -88,6 +88,7 @@ def _idx_loader(name: str) -> Callable[..., Dataset]:
     """An MNIST-format dataset found by `datafiles.locate_idx` (no torchvision needed)."""
 
     def load(root: str | Path | None = None, download: bool = False) -> Dataset:
+        datafiles.check_data_env(root, download)
         folder = datafiles.locate_idx(name, root)
         if folder is None and download:
             folder = _download(name, root)
@@ -130,6 +131,7 @@ _CIFAR_EXPECTED = "cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}
 @DATASETS.register("cifar10")
 def load_cifar10(root: str | Path | None = None, download: bool = False) -> Dataset:
     """CIFAR-10 through torchvision (python batches) from --data-root, then $PRIVBENCH_DATA."""
+    datafiles.check_data_env(root, download)
     places = datafiles.search_places("cifar10", root)
     given = [p for _, p in places if p is not None]
     found = next((p for p in given if (p / "cifar-10-batches-py").is_dir()), None)

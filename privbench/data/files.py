@@ -3,7 +3,8 @@
 Where a dataset is looked for, in order (the first place holding any of its files is used):
 
 1. `--data-root DIR` (the run's `data_root`),
-2. the folder named by the environment variable `PRIVBENCH_DATA`,
+2. the folder named by the environment variable `PRIVBENCH_DATA` (set, it must name a folder,
+   as a given `--data-root` must: one that does not exist is an error, never skipped),
 3. the Debian package's folder (`apt-get install dataset-fashion-mnist` installs Fashion-MNIST's
    four original files in /usr/share/datasets/fashion-mnist; Debian ships no MNIST or CIFAR-10
    package, checked with `apt-cache search mnist` / `cifar`).
@@ -74,20 +75,38 @@ ACCEPTED_ROOT = ("an existing folder holding mnist / fashion-mnist idx files (fl
 
 
 def check_data_root(root: str | Path | None, download: bool = False) -> None:
-    """A `--data-root` that is given must be an existing folder (with `--download` a new one,
-    which the download creates): never skipped in favour of a dataset found elsewhere.
+    """A `--data-root` that is given, and a `$PRIVBENCH_DATA` that is set, must each be an
+    existing folder (with `--download` a new one where the download goes, which creates it):
+    never skipped in favour of a dataset found elsewhere.
 
     Raises:
-        DataError: `root` names no folder.
+        DataError: `root` or the variable names no folder.
     """
-    if root is None or str(root) == "":
-        return
-    path = Path(root)
-    if path.is_dir() or (download and not path.exists()):
+    if root is not None and str(root) != "":
+        _check_folder(f"--data-root {root}", Path(root), download,
+                      "or a new folder with --download")
+    check_data_env(root, download)
+
+
+def check_data_env(root: str | Path | None = None, download: bool = False) -> None:
+    """A `$PRIVBENCH_DATA` that is set names an existing folder, or a new one that `download`
+    creates where no `root` is given (the download then goes there).
+
+    Raises:
+        DataError: the variable names no folder.
+    """
+    env = os.environ.get(ENV_VAR)
+    if env:
+        _check_folder(f"${ENV_VAR}={env}", Path(env), download and not root,
+                      f"or a new folder with --download and no --data-root; or unset {ENV_VAR}")
+
+
+def _check_folder(named: str, path: Path, new_ok: bool, alternative: str) -> None:
+    """`path` (`named` so in the message) is a folder, or absent where `new_ok`."""
+    if path.is_dir() or (new_ok and not path.exists()):
         return
     what = "is not a folder" if path.exists() else "does not exist"
-    raise DataError(f"--data-root {root} {what}; accepted: {ACCEPTED_ROOT}, or a new folder "
-                    "with --download")
+    raise DataError(f"{named} {what}; accepted: {ACCEPTED_ROOT}, {alternative}")
 
 
 def describe_places(places: list[tuple[str, Path | None]]) -> str:

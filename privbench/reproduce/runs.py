@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ from privbench.device import machine_kind
 from privbench.engine.checkpoint import prepare
 from privbench.engine.hostmem import keep_freed_memory
 from privbench.engine.messages import RecordPolicy
-from privbench.errors import PrivbenchError, Terminated
+from privbench.errors import PrivbenchError, sigterm_raises
 from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results.fingerprint import (
     dataset_identity,
@@ -550,30 +550,6 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         # interpreter exit writes to that pipe without the pool's lock (CPython 3.11's
         # `_python_exit`), so a close racing that write printed an OSError traceback at exit
         manager.join(timeout=10)
-
-
-@contextmanager
-def _handling(signum: int, handler: Callable[[int, Any], None] | int) -> Iterator[None]:
-    """`handler` for `signum` within the block (a no-op outside the main thread, where no
-    signal handler can be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signum, handler)
-    try:
-        yield
-    finally:  # None: the previous handler was not set from Python; the default action then
-        signal.signal(signum, signal.SIG_DFL if old is None else old)
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated(f"stopped by signal {signum}")
-
-
-def sigterm_raises() -> AbstractContextManager[None]:
-    """Within the block, SIGTERM raises `Terminated` in the main thread: the default action
-    would end this process alone and leave the workers it started training."""
-    return _handling(signal.SIGTERM, _raise_terminated)
 
 
 @contextmanager

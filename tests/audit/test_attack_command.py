@@ -198,7 +198,8 @@ def test_long_phases_write_heartbeat_lines_to_a_log(tmp_path, capsys, monkeypatc
     # and its progress (the training's round, an attack's time)
     import time
 
-    from privbench.commands import progress, sweep
+    from privbench import progress
+    from privbench.commands import sweep
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
     real_train, real_attack = sweep.train, sweep.run_attack
