@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses.dp_sgp import (
+from defenses._plans import (
     model_message_kinds,
     node_plans,
     plan_reports,

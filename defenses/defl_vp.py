@@ -262,7 +262,7 @@ class DeFLVPConfig:
         return "rr_vr" if self.protect_control_variate else "vr_rr"
 
 
-def _kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
+def message_kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
     """The message kinds sent under `cfg`, with their DP coverage (Alg. 1; Sec. 4.2).
 
     Without VR no control variate is sent, so none is declared (nor flagged uncovered).
@@ -288,13 +288,13 @@ class DeFLVP(Trainer):
     """DeFL-VP (and, by its switches, the paper's baselines and ablations) on gossip."""
 
     Config: ClassVar[type] = DeFLVPConfig
-    kinds = _kinds(DeFLVPConfig())
+    kinds = message_kinds(DeFLVPConfig())
     mixing = "doubly"
     private = True
 
     def __init__(self, cfg: DeFLVPConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        self.kinds = _kinds(cfg)  # per-instance coverage (what results.json reports)
+        self.kinds = message_kinds(cfg)  # per-instance coverage (what results.json reports)
         self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
         self.x = self.init_params()  # (n, d) models, x^0 shared and public
         self.h = torch.zeros_like(self.x)  # (n, d) control variates, h^0 = 0

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from defenses.dp_sgp import DPSGP, DPSGPConfig, model_message_kinds
+from defenses._plans import model_message_kinds
+from defenses.dp_sgp import DPSGP, DPSGPConfig
 from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 from privbench.threat.observation import Observation

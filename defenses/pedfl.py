@@ -48,7 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from defenses.dpps import DPPS, DPPSConfig, mixing_into, rates, real_sensitivity
+from defenses._push_sum_schedule import mixing_into, rates, real_sensitivity
+from defenses.dpps import DPPS, DPPSConfig
 from privbench.engine.grads import batch_grads, clip_l1
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import push_sum

@@ -41,7 +41,7 @@ import numpy as np
 import pytest
 import torch
 
-from defenses.dpdl import RDP_OPTIONS, calibrate_sigmas
+from defenses._node_dp import RDP_OPTIONS, calibrate_sigmas
 from privbench.accounting import AccountantOptions, gaussian
 from privbench.accounting.plans import PRIVACY_PLANS, make_plan
 from privbench.device import machine_kind

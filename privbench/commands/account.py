@@ -407,7 +407,8 @@ def _plan_dpdl(req: Request, mode: str, cfg: Any) -> PrivacyPlan:
     """DPDL on the run's graph by the trainer's own `plan_privacy`: the worst node."""
     import torch
 
-    from defenses.dpdl import DPDL, default_alpha, graph_periods, plan_privacy, privacy_reports
+    from defenses._graph import graph_periods
+    from defenses.dpdl import DPDL, default_alpha, plan_privacy, privacy_reports
     from privbench.accounting import PrivacyPlan
 
     run, topo = _graph(req, DPDL)
@@ -432,8 +433,8 @@ def _plan_dp_cga(req: Request, mode: str, cfg: Any) -> PrivacyPlan:
     mean (sigma C / B) does not."""
     import torch
 
+    from defenses._graph import graph_periods
     from defenses.dp_cga import DPCGA, plan_privacy, privacy_reports
-    from defenses.dpdl import graph_periods
     from privbench.accounting import PrivacyPlan
 
     run, topo = _graph(req, DPCGA)
@@ -462,8 +463,7 @@ def _gaussian_releases(req: Request, cfg: Any, releases: int, note: str,
                        ) -> tuple[float, tuple[EpsilonReport, ...]]:
     """(sigma, [paper, calibrated] reports) of `releases` releases at rate q, as DP-DPSGD's and
     MUFFLIATO's trainers calibrate (`calibrate_sigmas`) and report (`gaussian_node_reports`)."""
-    from defenses.dp_dpsgd import gaussian_node_reports
-    from defenses.dpdl import RDP_OPTIONS, calibrate_sigmas
+    from defenses._node_dp import RDP_OPTIONS, calibrate_sigmas, gaussian_node_reports
 
     opts = RDP_OPTIONS if req.accountant == "rdp" else req.options
     sigma = float(calibrate_sigmas(cfg.sigma_rule, req.epsilon, req.delta, releases,
@@ -490,7 +490,7 @@ def _plan_muffliato(req: Request, mode: str, cfg: Any) -> PrivacyPlan:
     """MUFFLIATO: ceil(T / K) releases, K the accelerated mixing time of the run's graph."""
     import torch
 
-    from defenses.dpdl import graph_periods
+    from defenses._graph import graph_periods
     from defenses.muffliato import Muffliato, gossip_constants
     from privbench.accounting import PrivacyPlan
 

@@ -15,15 +15,8 @@ import pytest
 import torch
 from scipy.optimize import nnls
 
-from defenses.dp_cga import (
-    DPCGA,
-    DPCGAConfig,
-    block_grams,
-    cga_direction,
-    segments,
-    solve_dual_qp,
-    unit_ratios,
-)
+from defenses._cga_direction import block_grams, cga_direction, segments, solve_dual_qp
+from defenses.dp_cga import DPCGA, DPCGAConfig, unit_ratios
 from privbench.config import RunConfig
 from privbench.engine.grads import batch_grads
 from privbench.engine.loop import train

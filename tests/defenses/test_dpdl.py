@@ -11,15 +11,10 @@ import math
 import pytest
 import torch
 
+from defenses._graph import cga_two_hub_weights, mixing_matrix
+from defenses._node_dp import RDP_OPTIONS
 from defenses.dp_dpsgd import DPDPSGD
-from defenses.dpdl import (
-    DPDL,
-    RDP_OPTIONS,
-    calibration_weight,
-    cga_two_hub_weights,
-    cross_coefficient,
-    mixing_matrix,
-)
+from defenses.dpdl import DPDL, calibration_weight, cross_coefficient
 from privbench.accounting import plan_dpdl
 from privbench.config import RunConfig
 from privbench.engine.grads import batch_grads, clip_l2, per_sample_grads

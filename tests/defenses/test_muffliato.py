@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from defenses.dp_dpsgd import gaussian_node_reports
+from defenses._node_dp import gaussian_node_reports
 from defenses.muffliato import (
     Muffliato,
     MuffliatoConfig,

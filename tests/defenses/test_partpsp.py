@@ -13,7 +13,8 @@ import math
 import pytest
 import torch
 
-from defenses.dpps import laplace, rates, sensitivity_step, shared_mask
+from defenses._push_sum_schedule import rates
+from defenses.dpps import laplace, sensitivity_step, shared_mask
 from privbench.cli import main as cli_main
 from privbench.config import RunConfig
 from privbench.engine.grads import batch_grads

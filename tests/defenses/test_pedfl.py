@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from defenses.dpps import real_sensitivity
+from defenses._push_sum_schedule import real_sensitivity
 from privbench.accounting import make_plan
 from privbench.cli import main as cli_main
 from privbench.config import RunConfig
