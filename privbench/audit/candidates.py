@@ -122,9 +122,9 @@ def _victim_views(defense: Any, obs: Observation, victim: int,
     """The victim's gradient views in every recorded round (of `rounds` only, when given), and
     why the other rounds gave none (a source with `all_views`, e.g. gossip inversion, gives them
     all at once)."""
-    if hasattr(defense, "all_views"):
-        return [v for v in defense.all_views(obs, victim)
-                if rounds is None or v.round in rounds], []
+    every = defense.all_views(obs, victim)
+    if every is not None:
+        return [v for v in every if rounds is None or v.round in rounds], []
     views, reasons = [], []
     for t in obs.log.rounds():
         if rounds is not None and t not in rounds:

@@ -84,17 +84,16 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
 def _invert_view(built: Built, attack: str, audit: AuditConfig,
                  gen: torch.Generator) -> dict[str, Any]:
     """The attack on one run's released gradients of the victim, graded."""
-    from privbench.audit.inversion import grade, invert
+    from privbench.audit.inversion import graded_inversions
 
     threat = _audit_threat(built, audit)
     obs = observe(built, threat)
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
-    inv = invert(obs, view_source(type(built.trainer), obs), [audit.victim],
-                 list(audit.inversion_rounds), attack, audit.attack_config.get(attack), gen,
-                 built.ctx.device,
-                 input_shape=built.ctx.data.input_shape)
-    graded = grade(inv, built.ctx.data, built.ctx.truth)
+    targets = [(obs, audit.victim, t) for t in audit.inversion_rounds]
+    inv, graded = graded_inversions(targets, view_source(type(built.trainer), obs), attack,
+                                    audit.attack_config.get(attack), gen, built.ctx.data,
+                                    built.ctx.truth, built.ctx.device)
     statuses = [p["status"] for p in graded["per_target"]]
     ok = graded["n_graded"] > 0
     metrics = {k: graded.get(k) for k in ("mse", "psnr", "ssim", "lpips", "label_accuracy")}

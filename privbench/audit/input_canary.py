@@ -20,7 +20,7 @@ from privbench.audit.candidates import (
 from privbench.config import RunConfig, replace_checked
 from privbench.data.datasets import NodeData, load_dataset
 from privbench.engine.messages import MessageBus
-from privbench.engine.trainer import Context
+from privbench.engine.trainer import Context, provides
 from privbench.engine.truth import GroundTruth
 from privbench.errors import ConfigError, NotApplicable
 from privbench.plugins import load_plugins
@@ -119,7 +119,7 @@ CANARY_KINDS = ("input",)
 def _reference_free_attack(attack: str, attack_cfg: dict[str, Any] | None) -> Any:
     cls_atk = ATTACKS.get(attack)
     atk = cls_atk(replace_checked(cls_atk.Config(), attack_cfg or {}, where="attack"))
-    if getattr(atk, "needs_reference", False):
+    if "reference_systems" in atk.needs:
         raise ConfigError(f"the canary audit runs one training: attack {attack!r} needs reference "
                           "models (use mia_threshold or mia_message)")
     return atk
@@ -211,7 +211,7 @@ def _sample_rate(privacy: list[dict[str, Any]], victim: int, ctx: Context) -> fl
 def _all_victim_views(obs: Observation, cls: type, victim: int) -> list[Any]:
     """Every gradient view of the victim the observation supports (`_victim_views`), or
     NotApplicable when there is none."""
-    if not hasattr(cls, "gradient_views"):
+    if not provides(cls, "gradient_views"):
         raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
     views, _ = _victim_views(cls, obs, victim)
     if not views:

@@ -107,8 +107,6 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
     for o, v, t in targets:
         run.targets.append({"victim": v, "round": t})
         try:
-            if not hasattr(defense_cls, "gradient_views"):
-                raise NotApplicable(f"defense {o.defense!r} provides no gradient views")
             got = defense_cls.gradient_views(o, v, [t], **(view_options or {}))
             if not got:
                 raise NotApplicable(f"no gradient view of node {v} in round {t}")
@@ -168,6 +166,17 @@ def true_batch(data: NodeData, truth: GroundTruth, victim: int, t: int,
     slots, mask = truth.batches[t]
     sel = slots[victim][mask[victim]].to(data.x.device)
     return data.x[victim, sel].cpu(), data.y[victim, sel].cpu()
+
+
+def graded_inversions(targets: list[tuple[Observation, int, int]], source: Any, attack: str,
+                      config: Any, gen: torch.Generator, data: NodeData, truth: GroundTruth,
+                      device: torch.device | str = "cpu",
+                      use_lpips: bool = True) -> tuple[InversionRun, dict[str, Any]]:
+    """One inversion attack on (observation, victim, round) targets of a trained run, graded
+    against its ground truth: the path of every inversion, in the audit sweep
+    (`privbench.audit.dispatch`) and the leakage map alike."""
+    inv = invert_many(targets, source, attack, config, gen, device, data.input_shape)
+    return inv, grade(inv, data, truth, use_lpips=use_lpips)
 
 
 def grade(run: InversionRun, data: NodeData, truth: GroundTruth,

@@ -34,9 +34,8 @@ import numpy as np
 import torch
 
 from privbench.audit.candidates import claims
-from privbench.audit.inversion import grade, invert_many
-from privbench.audit.membership import ci_level, membership_scores
-from privbench.audit.membership import grade as grade_membership
+from privbench.audit.inversion import graded_inversions
+from privbench.audit.membership import graded_membership
 from privbench.audit.network_dp import pairwise_epsilon
 from privbench.config import RunConfig, to_dict
 from privbench.engine.loop import train
@@ -151,10 +150,11 @@ def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, dict[str, Any]]:
             except ConfigError as exc:
                 refused[spec].append(str(exc))
     attack = cfg.inversion if cfg.inversion != "auto" else \
-        ("geiping" if getattr(type(built.trainer), "private", False) else "idlg")
-    inv = invert_many(targets, source, attack, gen=torch.Generator().manual_seed(cfg.seed),
-                      input_shape=built.ctx.data.input_shape)
-    graded = grade(inv, built.ctx.data, built.ctx.truth, use_lpips=False)["per_target"]
+        ("geiping" if type(built.trainer).private else "idlg")
+    inv, graded_all = graded_inversions(targets, source, attack, None,
+                                        torch.Generator().manual_seed(cfg.seed), built.ctx.data,
+                                        built.ctx.truth, built.ctx.device, use_lpips=False)
+    graded = graded_all["per_target"]
     out = {}
     for spec, reasons in refused.items():
         rows, sources, diag = [], set(), []
@@ -208,16 +208,15 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any]:
         return {"status": f"not applicable: {reasons[0]}"}
     source = BestViews(type(built.trainer))
     gen = torch.Generator().manual_seed(cfg.seed)
+    claimed = claims(built.privacy(), next(iter(observations)))
     try:
-        scores, labels, info = membership_scores(observations, built.ctx.data, "mia_message",
-                                                 None, gen, built.ctx.device, source=source)
+        _, labels, info, g = graded_membership(observations, built.ctx.data, "mia_message", None,
+                                               gen, built.ctx.device, claimed,
+                                               built.ctx.run.delta, source=source)
     except NotApplicable as exc:
         return {"status": f"not applicable: {exc}"}
-    if not np.isfinite(scores).all():
+    if g is None:
         return {"status": "not applicable: non-finite scores (the run diverged)"}
-    claimed = claims(built.privacy(), next(iter(observations)))
-    g = grade_membership(scores, labels, claimed, built.ctx.run.delta,
-                         ci_level(info.get("selected_of", 1)))
     emp = g.get("empirical_epsilon")
     keep = ("auc", "auc_ci", "tpr_at_1%_fpr", "tpr_at_1%_fpr_ci", "tpr_at_10%_fpr")
     return {"status": "ok", **{k: g.get(k) for k in keep}, "statistic": info.get("statistic"),
@@ -229,10 +228,12 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any]:
 def _network(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any] | None:
     """Mean over the victims of the pairwise network-DP epsilon (linear-gossip DP defenses)."""
     trainer = built.trainer
-    if not hasattr(trainer, "release_noise") or not hasattr(type(trainer), "linear_gossip"):
+    z, out = trainer.release_noise(), []
+    if z is None:
         return None
     gossip = type(trainer).linear_gossip(observe(built))
-    z, out = trainer.release_noise(), []
+    if gossip is None:
+        return None
     for v in range(cfg.victims):
         try:
             th = _threat(spec, built, v)
@@ -269,7 +270,7 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
     if cfg.inversion != "auto":
         ATTACKS.get(cfg.inversion)
     grid = [(d, eps) for d in cfg.defenses
-            for eps in (cfg.eps if getattr(DEFENSES.get(d), "private", False)
+            for eps in (cfg.eps if DEFENSES.get(d).private
                         else (float("inf"),))]
     show = progress is not None
     # every run built (data, graph, privacy calibration) before any trains

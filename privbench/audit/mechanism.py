@@ -250,7 +250,7 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     findings = [*probe_findings, *fresh["findings"],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]
-    release = trainer.release_noise() if hasattr(trainer, "release_noise") else None
+    release = trainer.release_noise()
     eps = measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds,
                            bool(probe_findings or fresh["findings"] or inexact), settings.level)
     return {"applicable": True, "rounds": [r.round for r in rec.replays],

@@ -48,6 +48,7 @@ from privbench.audit.reference import (
 )
 from privbench.config import RunConfig, replace_checked
 from privbench.data.datasets import NodeData
+from privbench.engine.trainer import provides
 from privbench.errors import ConfigError, NotApplicable
 from privbench.metrics.audit import eps_lower_bound_roc
 from privbench.metrics.roc import CI_LEVEL, roc_curve, roc_steps, roc_summary
@@ -97,7 +98,7 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
     regression fit its label-free rule read (`attacks.mia_message`)."""
     obs = observations[next(iter(observations))]
     defense = source or view_source(DEFENSES.get(obs.defense), obs)
-    if not hasattr(defense, "gradient_views"):
+    if isinstance(defense, type) and not provides(defense, "gradient_views"):
         raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
     parts: list[dict[str, np.ndarray]] = []
     used, reasons, explained, chance = 0, [], [], []
@@ -227,6 +228,30 @@ def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
     return np.concatenate(scores), info
 
 
+def graded_membership(observations: dict[int, Observation], data: NodeData, attack: str,
+                      attack_cfg: dict[str, Any] | None, gen: torch.Generator,
+                      device: torch.device, claimed: dict[str, Any], delta: float,
+                      reference_models: int = DEFAULT_REFERENCE_MODELS, source: Any = None
+                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], dict[str, Any] | None]:
+    """One membership attack scored (`membership_scores`) and graded against who was a member:
+    the path of every membership attack, in the audit sweep (`run_membership`) and the leakage
+    map alike.
+
+    Returns:
+        scores, labels, info and the grade (`grade`, at the level the statistic's selection
+        needs), None when a score is not finite (the observed run diverged).
+
+    Raises:
+        NotApplicable: when the threat model cannot observe what the attack needs.
+    """
+    scores, labels, info = membership_scores(observations, data, attack, attack_cfg, gen, device,
+                                             reference_models, source)
+    if not np.isfinite(scores).all():
+        return scores, labels, info, None
+    level = ci_level(info.get("selected_of", 1))
+    return scores, labels, info, grade(scores, labels, claimed, delta, level)
+
+
 def run_membership(built: Any, victims: int | list[int], attack: str,
                    attack_cfg: dict[str, Any] | None = None, gen: torch.Generator | None = None,
                    threat: ThreatModel | None = None,
@@ -266,11 +291,12 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
                        for v, th in threats.items()],
             "claimed_per_victim": per_victim}
     try:
-        scores, labels, info = membership_scores(observations, ctx.data, attack, attack_cfg, gen,
-                                                 ctx.device, reference_models)
+        scores, labels, info, graded = graded_membership(
+            observations, ctx.data, attack, attack_cfg, gen, ctx.device, claimed, ctx.run.delta,
+            reference_models)
     except NotApplicable as exc:
         return {**head, "applicable": False, "reason": str(exc), "claimed_epsilon": claimed}
-    if not np.isfinite(scores).all():
+    if graded is None:
         return {**head, "applicable": False, "claimed_epsilon": claimed, **info,
                 "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
                           "model or messages are not finite (training diverged)"}
@@ -278,8 +304,7 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
     level = ci_level(info.get("selected_of", 1))
     if by_stat is not None and len(by_stat) > 1:
         info["statistics"] = {k: _brief(v, labels, level) for k, v in by_stat.items()}
-    return {**head, "applicable": True, **info,
-            **grade(scores, labels, claimed, ctx.run.delta, level)}
+    return {**head, "applicable": True, **info, **graded}
 
 
 BRIEF_KEYS = ("auc", "auc_ci", "tpr_at_0.1%_fpr", "tpr_at_0.1%_fpr_ci", "tpr_at_1%_fpr",

@@ -76,10 +76,8 @@ class Laps:
 def sensitivity_trace(built: Built) -> dict[str, Any] | None:
     """Per round, a data-dependent sensitivity estimate vs the real value (DPPS / PartPSP's
     `sensitivity_trace`: S_est, S_real, sync), non-finite values as None (strict JSON)."""
-    if not hasattr(built.trainer, "sensitivity_trace"):
-        return None
     tr = built.trainer.sensitivity_trace()
-    if not tr.get("S_est"):
+    if not tr or not tr.get("S_est"):
         return None
 
     def clean(xs: list[float]) -> list[float | None]:

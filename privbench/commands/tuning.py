@@ -150,7 +150,7 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
     if not 0 < validation < 1:
         raise ConfigError(f"--validation must be in (0, 1), got {validation}")
     base_overrides = dict(base_overrides or {})
-    private = getattr(DEFENSES.get(defense), "private", False)
+    private = DEFENSES.get(defense).private
     where = f"tune {defense}" + (f" ε={run.epsilon:g}" if private else "")
 
     def label(what: str) -> str | None:  # a phase's label, None without progress

@@ -15,6 +15,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -23,6 +24,7 @@ from privbench.data.datasets import NodeData
 from privbench.engine.comm import Comm
 from privbench.engine.messages import MessageBus, MessageKind
 from privbench.engine.truth import GroundTruth
+from privbench.errors import NotApplicable
 from privbench.models import FlatModel
 from privbench.seeding import Streams
 from privbench.topology import Topology
@@ -94,26 +96,37 @@ class Context:
 class Trainer(abc.ABC):
     """A decentralized learning algorithm: one round = local step -> messages out -> combine.
 
-    The contract (what tests/test_contract.py, test_sampling_contract.py, test_dp_selfcheck.py,
-    test_plan_is_the_noise.py and tests/distributed/ check for every registered defense):
+    The whole contract is declared here; tests/test_contract.py, test_sampling_contract.py,
+    test_dp_selfcheck.py, test_plan_is_the_noise.py and tests/distributed/ check it for every
+    registered defense.
 
-    * declare `Config` (a frozen dataclass; every setting the paper leaves open is a field,
-      with a documented default),
-      `kinds` (every message kind it sends, with `covered` / `data_dependent`), `mixing`, and
-      `private`;
-    * keep all node state stacked (n, d) and implement `round(t)` and `models()`;
-    * draw batches only through `ctx.draw` / `ctx.draw_epoch` (or `sample_batch`): the one path
-      that records the ground truth attacks are graded against;
-    * send every payload through `ctx.bus` (`privbench.engine.mixing.push_sum` / `gossip`), reading
-    other
-      nodes' values only through what the bus delivers (then it runs distributed unchanged);
-    * a private trainer draws its noise from its privacy plan's `schedule`, with random numbers
-      for all n rows from `ctx.streams`, and `privacy()` returns the reports composed from that
-      same schedule, with the sampling model it draws;
-    * optionally `gradient_views(obs, victim, rounds)` (classmethod): what an observer can derive
-      of a victim's released gradient; without it the gradient attacks say "not applicable";
-    * optionally extend `structure(fm, cfg)` (classmethod) with what part of the model it sends
-      (DPPS's shared coordinates): audit fingerprints and reproduction lines hold it.
+    Required:
+
+    | member | what |
+    |---|---|
+    | `Config` | a frozen dataclass; every setting the paper leaves open a field with a default |
+    | `kinds` | every message kind it sends (`MessageKind`, with `covered` / `data_dependent`) |
+    | `round(t)` | one round for all nodes, state stacked (n, d), batches drawn only through |
+    |  | `ctx.draw` / `ctx.draw_epoch` / `sample_batch`, payloads sent only through `ctx.bus` |
+    | `models()` | (n, d) the models evaluated |
+
+    Declared with defaults (override as the algorithm needs):
+
+    | member | default | what it enables |
+    |---|---|---|
+    | `mixing` | "column" | push-sum ("column") or gossip ("doubly") |
+    | `private` | False | a DP defense: ε grid, calibration, the privacy verdicts |
+    | `privacy()` | [] | per-node ε reports composed from the noise schedule it draws |
+    | `default_topology` | "random_out" | the graph of a run with topology "auto" |
+    | `samples_in(t)` | True | rounds that draw no data (the sampling contract) |
+    | `structure(fm, cfg)` | sizes | what part of the model it sends (fingerprints) |
+    | `gradient_views(obs, victim, rounds)` | NotApplicable | gradient inversion and |
+    |  |  | message-level membership attacks |
+    | `view_lookback` | 1 | rounds before t that `gradient_views` reads |
+    | `all_views(obs, victim)` | None | views derived jointly for all rounds |
+    | `linear_gossip(obs)` | None | gossip inversion beyond the neighbours |
+    | `release_noise()` | None | network DP in the leakage map, the mechanism audit's ε |
+    | `sensitivity_trace()` | None | the estimated vs real sensitivity check (report) |
 
     The README ("Adding a defense") has a complete minimal example, tested from its text.
     """
@@ -171,7 +184,57 @@ class Trainer(abc.ABC):
         """Per-node ε reports (empty for non-private trainers)."""
         return []
 
+    @classmethod
+    def gradient_views(cls, obs: Any, victim: int, rounds: list[int],
+                       **options: Any) -> list[Any]:
+        """What an observer derives of the victim's released gradient in each of `rounds`: a
+        list of `privbench.threat.GradientView` from the `Observation` `obs` (the message
+        itself, a difference of parameter messages over the public step size, or de-momentumized
+        momentum messages).
+
+        Raises:
+            NotApplicable: the defense derives no view (the default), or the threat model does
+                not observe what the view needs; the attacks then say "not applicable".
+        """
+        raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
+
+    @classmethod
+    def all_views(cls, obs: Any, victim: int) -> list[Any] | None:
+        """Every gradient view of the victim at once, where a source derives them jointly (gossip
+        inversion solves all rounds together); None (the default): ask `gradient_views` round by
+        round."""
+        return None
+
+    @classmethod
+    def linear_gossip(cls, obs: Any) -> Any | None:
+        """The linear system relating a gossip's releases over rounds
+        (`privbench.threat.gossip_inversion.LinearGossip`), which gossip inversion solves for a
+        victim beyond the observers' neighbours; None (the default): the messages are not a
+        linear gossip of the releases (compressed, per-edge or partial)."""
+        return None
+
+    def release_noise(self) -> np.ndarray | None:
+        """(T, n) the noise multiplier of every node's release in every round, read by network
+        DP and the mechanism audit; None (the default): no Gaussian release per round."""
+        return None
+
+    def sensitivity_trace(self) -> dict[str, Any] | None:
+        """Per round, a data-dependent sensitivity estimate vs its real value (`S_est`,
+        `S_real`, `sync` lists) for the report's check; None (the default): the noise does not
+        rest on an estimate."""
+        return None
+
 
 def node_models(trainer: Trainer) -> Tensor:
     """(n, d) every node's current model, each row from the rank that runs the node."""
     return trainer.ctx.comm.gather_rows(trainer.models())
+
+
+def provides(cls: type, member: str) -> bool:
+    """Whether a trainer class provides an optional member of the contract itself (not
+    `Trainer`'s default), e.g. `provides(cls, "gradient_views")`."""
+    def code(owner: type) -> Any:
+        attr = getattr(owner, member)
+        return getattr(attr, "__func__", attr)
+
+    return code(cls) is not code(Trainer)

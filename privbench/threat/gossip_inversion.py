@@ -299,11 +299,11 @@ class GossipViews:
         return self._cache[key]
 
     def _estimate(self, obs: Observation, victim: int) -> Estimate:
-        if not hasattr(self.defense_cls, "linear_gossip"):
+        spec = self.defense_cls.linear_gossip(obs)
+        if spec is None:
             raise NotApplicable(f"defense {obs.defense!r} is not a linear gossip of its releases "
                                 "(its messages are compressed, per-edge or partial), so no "
                                 "linear system over rounds relates them")
-        spec = self.defense_cls.linear_gossip(obs)
         attackers = set(obs.threat.observers)
         if victim in attackers:
             raise ConfigError(f"node {victim} is one of the attackers; choose another victim")
@@ -450,8 +450,6 @@ class BestViews:
         self.gossip = GossipViews(defense_cls, window, horizon)
 
     def _own(self, obs: Observation, victim: int, rounds: list[int]) -> list[GradientView]:
-        if not hasattr(self.defense_cls, "gradient_views"):
-            raise NotApplicable(f"defense {obs.defense!r} provides no gradient views")
         return self.defense_cls.gradient_views(obs, victim, rounds)
 
     def gradient_views(self, obs: Observation, victim: int, rounds: list[int]
