@@ -19,6 +19,7 @@ from privbench.engine.messages import MessageLog
 from privbench.engine.runner import Built
 from privbench.errors import PrivbenchError
 from privbench.registry import ATTACKS
+from privbench.results.records import AttackResult
 from privbench.threat.gossip_inversion import view_source
 from privbench.threat.observation import (
     ThreatModel,
@@ -59,7 +60,7 @@ def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
 
 def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
                          gen: torch.Generator,
-                         views: dict[int, Built | str] | None = None) -> dict[str, Any]:
+                         views: dict[int, Built | str] | None = None) -> AttackResult:
     """One inversion attack on the victim's released gradients, graded against ground truth.
 
     Args:
@@ -77,8 +78,8 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
                else {"status": run, "metrics": {}, "gallery": None})
         out.append({"batch_size": b, **res})
     head = next((v for v in out if v["status"] == "ok"), out[0])
-    return {"kind": "inversion", **{k: v for k, v in head.items() if k != "gallery"},
-            "views": out}
+    return AttackResult.from_json({"kind": "inversion", "views": out,
+                                   **{k: v for k, v in head.items() if k != "gallery"}})
 
 
 def _invert_view(built: Built, attack: str, audit: AuditConfig,
@@ -132,7 +133,7 @@ def _threat(t: ThreatModel) -> dict[str, Any]:
 
 
 def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
-                          gen: torch.Generator) -> dict[str, Any]:
+                          gen: torch.Generator) -> AttackResult:
     """One membership attack on the victim, with ROC, TPR at low FPR and the empirical ε."""
     from privbench.audit.membership import run_membership
 
@@ -143,25 +144,23 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
                          threat=threat, reference_models=audit.reference_models)
     if not res.get("applicable", False):
-        return {"kind": "membership", "status": f"not applicable: {res.get('reason')}",
-                "uses": [], "metrics": {}}
+        return AttackResult(f"not applicable: {res.get('reason')}", kind="membership")
     emp = res.get("empirical_epsilon")
     emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
     rates = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
     metrics = {**{k: res.get(k) for k in rates}, "empirical_epsilon": emp_value,
                "empirical_epsilon_cap": _roc_cap(res)}
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
-    return {"kind": "membership", "status": "ok",
-            "threat": res.get("threat"),
-            "uses": _membership_uses(built, attack, audit),
-            "metrics": metrics, "intervals": {k: res.get(f"{k}_ci") for k in rates},
-            "roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
-            "empirical_epsilon_detail": emp,
-            "n_members": res.get("n_members"), "n_nonmembers": res.get("n_nonmembers"),
-            "tpr_at_0.1%_fpr_resolved": res.get("tpr_at_0.1%_fpr_resolved"),
-            "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved"),
-            "attack_config": res.get("attack_config_resolved"),
-            **{k: res[k] for k in MEMBERSHIP_DETAIL if k in res}}
+    return AttackResult(
+        "ok", tuple(_membership_uses(built, attack, audit)), metrics, "membership",
+        res.get("threat"), {k: res.get(f"{k}_ci") for k in rates},
+        {"roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
+         "empirical_epsilon_detail": emp,
+         "n_members": res.get("n_members"), "n_nonmembers": res.get("n_nonmembers"),
+         "tpr_at_0.1%_fpr_resolved": res.get("tpr_at_0.1%_fpr_resolved"),
+         "tpr_at_1%_fpr_resolved": res.get("tpr_at_1%_fpr_resolved"),
+         "attack_config": res.get("attack_config_resolved"),
+         **{k: res[k] for k in MEMBERSHIP_DETAIL if k in res}})
 
 
 # What a membership result adds when it has it: the message attack's statistics and rule, the
@@ -172,7 +171,7 @@ MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc
 
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
-                     gen: torch.Generator) -> dict[str, Any]:
+                     gen: torch.Generator) -> AttackResult:
     """The one-run white-box gradient-canary audit (`attacks/canary.py`) of every node (or the
     worst): the defense retrained with m canaries per node; the worst node's ε lower bound, the
     cap a perfect guesser reaches, the μ-GDP estimate with its interval, and the bound over the
@@ -185,25 +184,22 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                                 threat=audit.threat, norm_factor=cfg.norm_factor,
                                 nodes=cfg.nodes, guess_fraction=cfg.guess_fraction)
     if not res.get("applicable", False):
-        return {"kind": "canary", "status": f"not applicable: {res.get('reason')}", "uses": [],
-                "metrics": {}}
+        return AttackResult(f"not applicable: {res.get('reason')}", kind="canary")
     worst, nodes = res["worst"], res["nodes"]
     top = max(nodes, key=lambda r: r["estimated_ratio"])
     metrics = {"empirical_epsilon": max(r["one_run"]["epsilon_lb"] for r in nodes),
                "empirical_epsilon_cap": res["cap"], "empirical_ratio": worst["ratio"],
                "estimated_epsilon": top["estimate"]["epsilon"],
                "estimated_ratio": top["estimated_ratio"]}
-    return {"kind": "canary", "status": "ok", "threat": res["threat"],
-            "uses": sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds())),
-            "metrics": metrics,
-            "intervals": {"estimated_epsilon": top["estimate"]["epsilon_interval"]},
-            "canaries": res["canaries"], "canary_norm": res["canary_norm"],
-            "victim": worst["node"], "one_run": worst["one_run"],
-            "claimed_epsilon": worst["claimed_epsilon"], "p_star": res["p_star"],
-            "nodes": nodes}
+    return AttackResult(
+        "ok", tuple(sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds()))), metrics,
+        "canary", res["threat"], {"estimated_epsilon": top["estimate"]["epsilon_interval"]},
+        {"canaries": res["canaries"], "canary_norm": res["canary_norm"],
+         "victim": worst["node"], "one_run": worst["one_run"],
+         "claimed_epsilon": worst["claimed_epsilon"], "p_star": res["p_star"], "nodes": nodes})
 
 
-def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> dict[str, Any]:
+def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> AttackResult:
     """The mechanism audit of the cell's run (`privbench.audit.mechanism`): its measurements,
     findings, and the measured ε against the claim."""
     from privbench.audit.mechanism import audit_mechanism
@@ -211,13 +207,12 @@ def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> dict[s
     res = audit_mechanism(built.ctx.run, built.defense, to_dict(built.trainer.cfg),
                           audit.attack_cfg(attack).settings())
     if not res.get("applicable", False):
-        return {"kind": "mechanism", "status": f"not applicable: {res.get('reason')}",
-                "uses": [], "metrics": {}}
+        return AttackResult(f"not applicable: {res.get('reason')}", kind="mechanism")
     eps = res["epsilon"]
     metrics = ({"measured_epsilon": eps["epsilon"], "measured_ratio": eps["ratio"],
                 "measured_ratio_low": eps["ratio_interval"][0]} if eps["applicable"] else {})
-    return {"kind": "mechanism", "status": "ok", "uses": sorted(_data_kinds(built)),
-            "metrics": metrics, "mechanism": res}
+    return AttackResult("ok", tuple(sorted(_data_kinds(built))), metrics, "mechanism",
+                        detail={"mechanism": res})
 
 
 def _roc_cap(res: dict[str, Any]) -> float | None:
@@ -260,7 +255,7 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
 
 # An attack's `run`, by its declared kind (`privbench.audit.attack.KINDS`): (built, attack,
 # audit, generator, inversion views) -> its result.
-RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
+RUNNERS: dict[str, Callable[..., AttackResult]] = {
     "inversion": lambda built, attack, audit, gen, views: run_inversion_attack(
         built, attack, audit, gen, views),
     "membership": lambda built, attack, audit, gen, views: run_membership_attack(
@@ -271,7 +266,7 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
-               views: dict[int, Built | str] | None = None) -> dict[str, Any]:
+               views: dict[int, Built | str] | None = None) -> AttackResult:
     """Run one attack by its kind; a diverging or crashing attack is recorded as failed with
     its reason.
 
@@ -287,5 +282,4 @@ def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
     except Exception as exc:
         last = traceback.extract_tb(exc.__traceback__)[-1]
         where = f"{Path(last.filename).name}:{last.lineno}"
-        return {"status": f"failed: {type(exc).__name__}: {exc} ({where})".replace("\n", " "),
-                "uses": [], "metrics": {}}
+        return AttackResult(f"failed: {type(exc).__name__}: {exc} ({where})".replace("\n", " "))

@@ -55,6 +55,7 @@ from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import fingerprint as fp
+from privbench.results.records import AttackResult, TrainedCell
 from privbench.results.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.results.store import (
     SCHEMA_VERSION,
@@ -333,33 +334,31 @@ class Sweep:
         folder = self.cell_dir(defense, eps, setting)
         run, overrides, used = self.cell_run(defense, eps, setting)
         measured: dict[str, float] = {}
-        built, train_cell = self._train(defense, run, overrides, measured, laps)
-        train_cell.pop("seconds", None)
-        self.eval_seconds[folder.name] = train_cell.pop("eval_seconds", 0.0)  # within train_s
+        built, cell = self._train(defense, run, overrides, measured, laps)
+        self.eval_seconds[folder.name] = cell.detail.get("eval_seconds", 0.0)  # within train_s
+        cell = cell.without("seconds", "eval_seconds")
         if used is not None:
-            train_cell["tuned"] = used
+            cell = cell.with_detail(tuned=used)
         if setting:
-            train_cell.update(epsilon=None, setting=_paper_setting(
-                self.paper_overrides(defense, eps), train_cell, eps))
+            paper = _paper_setting(self.paper_overrides(defense, eps), cell.to_json(), eps)
+            cell = dataclasses.replace(cell, epsilon=None).with_detail(setting=paper)
         if "train" in todo:
-            write_json(folder / "train.json", {**train_cell, "fingerprint": prints["train"]})
+            write_json(folder / "train.json", {**cell.to_json(), "fingerprint": prints["train"]})
         attacks = [a for a in self.audit.attacks if a in todo]
         views = None
-        if train_cell["status"] == "ok" and any(is_inversion(a) for a in attacks):
+        if cell.ok and any(is_inversion(a) for a in attacks):
             views = self._inversion_views(defense, run, overrides)
             measured["inversion_views_s"] = laps.lap()
         for attack in attacks:
-            if train_cell["status"] != "ok":
-                result = {"status": f"skipped: training {train_cell['status']}", "uses": [],
-                          "metrics": {}}
+            if not cell.ok:
+                result = AttackResult(f"skipped: training {cell.status}")
             else:
                 with self.phase(f"attack {attack} ({attacks.index(attack) + 1} of "
                                 f"{len(attacks)})"):
                     result = run_attack(built, attack, self.audit, run.seed, views)
-            result.pop("seconds", None)  # timings live in timings.json, not in results
-            for view in result.get("views", []):
-                view.pop("seconds", None)
-            write_json(folder / f"{attack}.json", {**result, "fingerprint": prints[attack]})
+            result = result.without("seconds")  # timings live in timings.json, not in results
+            write_json(folder / f"{attack}.json",
+                       {**result.to_json(), "fingerprint": prints[attack]})
             measured[f"{attack}_s"] = laps.lap()
         write_json(folder / TIMINGS, {**self._read_timings(defense, eps, setting), **measured})
         return measured
@@ -402,7 +401,7 @@ class Sweep:
         return apply_tuned(self.tuned.get(defense, []), run, eps, defense, fixed)
 
     def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
-               timing: dict[str, float], laps: Laps) -> tuple[Built, dict[str, Any]]:
+               timing: dict[str, float], laps: Laps) -> tuple[Built, TrainedCell]:
         if self.messages_dir is not None:
             built, cell = self._load_messages(defense, run)
             timing["build_s"] = laps.lap()
@@ -416,19 +415,19 @@ class Sweep:
         status = ("ok" if res.diverged_round is None
                   else diverged_text(res.diverged_round, run.rounds))
         full = train_result(built, res)
-        cell = {"defense": defense, "epsilon": run.epsilon if built.trainer.private else None,
-                "status": status, "accuracy": res.average_accuracy,
-                "node_accuracy": res.node_accuracy, "privacy": full["privacy"],
-                "messages": full["messages"], "defense_config": full["defense_config"],
-                "history": res.history, "sampling_drawn": sorted(drawn),
-                "seconds": res.seconds, "eval_seconds": res.eval_seconds}
+        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None, status,
+                           res.average_accuracy, tuple(full["privacy"]), tuple(full["messages"]),
+                           {"node_accuracy": res.node_accuracy,
+                            "defense_config": full["defense_config"], "history": res.history,
+                            "sampling_drawn": sorted(drawn), "seconds": res.seconds,
+                            "eval_seconds": res.eval_seconds})
         trace = sensitivity_trace(built)
         if trace is not None:
-            cell["sensitivity_trace"] = trace
+            cell = cell.with_detail(sensitivity_trace=trace)
         timing["summary_s"] = laps.lap()
         return built, cell
 
-    def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, dict[str, Any]]:
+    def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, TrainedCell]:
         """Rebuild a saved training run's context and attach its logged messages; the
         member/non-member split rebuilt from the saved run config must be the one the run
         trained on (its digest is stored with the ground truth), or the attack is refused."""
@@ -439,12 +438,14 @@ class Sweep:
         check_split(built, self.messages_dir)  # type: ignore[arg-type]
         privacy = saved.get("privacy", [])
         built.saved_privacy = privacy  # the claims the saved run made, read by the attacks
-        cell = {"defense": defense, "epsilon": run.epsilon if built.trainer.private else None,
-                "status": "ok" if saved.get("diverged_round") is None else "diverged",
-                "accuracy": saved["accuracy"]["average_model"],
-                "node_accuracy": saved["accuracy"]["per_node"], "privacy": privacy,
-                "messages": saved["messages"], "defense_config": saved.get("defense_config", {}),
-                "history": saved.get("history", []), "source": str(self.messages_dir)}
+        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None,
+                           "ok" if saved.get("diverged_round") is None else "diverged",
+                           saved["accuracy"]["average_model"], tuple(privacy),
+                           tuple(saved["messages"]),
+                           {"node_accuracy": saved["accuracy"]["per_node"],
+                            "defense_config": saved.get("defense_config", {}),
+                            "history": saved.get("history", []),
+                            "source": str(self.messages_dir)})
         return built, cell
 
     def assemble(self) -> dict[str, Any]:
@@ -452,15 +453,15 @@ class Sweep:
         cells, prints = [], []
         for defense, eps, setting in self.grid():
             folder = self.cell_dir(defense, eps, setting)
-            cell = _read_cell_file(folder / "train.json", TRAIN_FILE)
-            cell["fingerprint"] = cell["fingerprint"]["sha256"]
-            prints.append(cell["fingerprint"])
+            trained = TrainedCell.from_json(_read_cell_file(folder / "train.json", TRAIN_FILE))
+            prints.append(trained.detail["fingerprint"]["sha256"])
+            cell = trained.with_detail(fingerprint=prints[-1]).to_json()
             cell["attacks"] = {}
             for a in sorted(self.audit.attacks):
-                att = _read_cell_file(folder / f"{a}.json", ATTACK_FILE)
-                att["fingerprint"] = att["fingerprint"]["sha256"]
-                prints.append(att["fingerprint"])
-                cell["attacks"][a] = att
+                att = AttackResult.from_json(_read_cell_file(folder / f"{a}.json", ATTACK_FILE))
+                prints.append(att.detail["fingerprint"]["sha256"])
+                cell["attacks"][a] = dataclasses.replace(
+                    att, detail={**att.detail, "fingerprint": prints[-1]}).to_json()
             cells.append(cell)
         import hashlib
 

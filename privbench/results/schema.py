@@ -4,12 +4,17 @@ Every file is checked when read, before anything uses it, so a truncated, hand-e
 file is reported in one line (which file, which field, what is wrong) instead of being merged into
 an aggregate or ending in a traceback deep inside the report or the gate. A schema is a small tree
 of checkers: each takes a value and returns None when it fits, or what is wrong with it.
+
+The fields a cell file must carry are the typed fields of its record
+(`privbench.results.records`: `TrainedCell`, `AttackResult`), each with its checker here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from privbench.results.records import AttackResult, TrainedCell, required_fields
 
 Checker = Callable[[Any], str | None]
 
@@ -93,10 +98,15 @@ ROC = record({"fpr": array(NUM), "tpr": array(NUM)})
 GALLERY = record({"true": array(ANY), "reconstructed": array(ANY)})
 # Metric values are read through `finite_or_none` (anything not a finite number is "not
 # measured"), so a metric may also be a structure (an interval, a detail record).
-_ATTACK_FIELDS = {"status": STR, "uses": array(STR), "metrics": mapping(ANY)}
+# The checker of each typed field of a record (a typed field without one fails at import).
+FIELD_CHECKS: dict[str, Checker] = {
+    "status": STR, "uses": array(STR), "metrics": mapping(ANY), "defense": STR,
+    "epsilon": optional(NUM), "accuracy": optional(NUM), "privacy": array(PRIVACY),
+    "messages": array(MESSAGE),
+}
+_ATTACK_FIELDS = {k: FIELD_CHECKS[k] for k in required_fields(AttackResult)}
 _ATTACK_OPTIONAL = {"roc": optional(ROC), "gallery": optional(GALLERY), "kind": STR}
-_CELL_FIELDS = {"defense": STR, "epsilon": optional(NUM), "status": STR,
-                "accuracy": optional(NUM), "privacy": array(PRIVACY), "messages": array(MESSAGE)}
+_CELL_FIELDS = {k: FIELD_CHECKS[k] for k in required_fields(TrainedCell)}
 _CELL_OPTIONAL = {"node_accuracy": array(optional(NUM)), "defense_config": mapping(ANY),
                   "history": array(ANY)}
 # The files of one audit cell, as `privbench attack` writes them under cells/<defense>@<ε>/:
