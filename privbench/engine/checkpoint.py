@@ -15,7 +15,7 @@ A checkpoint is resumed only by the run that wrote it: same `key` (the caller's 
 of everything that determines the result, the code's digest and the kind of machine: the GPU,
 or the CPU's model and vector kernels, which alone move the numbers), else `load`
 raises `StaleCheckpointError` saying which differs (or that the file is damaged), and the
-caller starts over. A checkpoint is a pickle: load only your own. `tests/test_checkpoint.py`
+caller starts over. A checkpoint is a pickle: load only your own. `tests/engine/test_checkpoint.py`
 trains every registered defense (and every model) in one go and stopped-and-resumed in a
 fresh build, and requires bit-equal models and equal histories, privacy reports, message
 logs and ground truth.

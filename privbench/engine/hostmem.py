@@ -12,7 +12,8 @@ below set the same through glibc's MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ env
 variables): about a quarter less CPU time. The arithmetic is the same (torch aligns every
 tensor to 64 bytes whatever malloc returns): the DeFL-VP reduced D-PSGD+RR run (eta_sign 0.003,
 epsilon 4, seed 0) wrote the same line in every field but its seconds both ways (493 s kept,
-510 s with glibc's defaults), and every pinned privacy plan (`tests/test_plan_pinned.py`,
+510 s with glibc's defaults), and every pinned privacy plan
+(`tests/accounting/test_plans_pinned.py`,
 numpy's side) composed to the same 392 numbers.
 
 `keep_freed_memory` serves every block from the heap (`M_MMAP_MAX` = 0) and keeps up to 2 GiB of

@@ -56,7 +56,8 @@ class Context:
         Samples (Poisson at `rates`, else uniform fixed-size batches without replacement of
         `batch_size`, default the run's), records the drawn slots in `truth` (what the attacks
         are graded against) and gathers them. A trainer that samples any other way trains but
-        cannot be graded; the contract test (tests/test_sampling_contract.py) fails for it.
+        cannot be graded; the contract test (tests/contracts/test_sampling_contract.py) fails for
+        it.
 
         Args:
             rates: (n, 1) per-node Poisson sampling rates, or None for fixed-size batches.
@@ -96,9 +97,9 @@ class Context:
 class Trainer(abc.ABC):
     """A decentralized learning algorithm: one round = local step -> messages out -> combine.
 
-    The whole contract is declared here; tests/test_contract.py, test_sampling_contract.py,
-    test_dp_selfcheck.py, test_plan_is_the_noise.py and tests/distributed/ check it for every
-    registered defense.
+    The whole contract is declared here; the contract tests (tests/contracts/: the defense
+    contract, sampling, DP self-check, plan-is-the-noise) and tests/distributed/ check it for
+    every registered defense.
 
     Required:
 

@@ -18,7 +18,10 @@ reference model on the candidates and on the population (test split), then score
 Prints AUC with 95 % bootstrap intervals and the paired interval of each difference.
 
     git clone https://github.com/privacytrustlab/ml_privacy_meter /tmp/mlpm   (or any checkout)
-    python -m privbench.audit.compare_mlpm --mlpm /tmp/mlpm [--rounds 300] [--refs 16]
+    python -m tests.cross_check.mlpm --mlpm /tmp/mlpm [--rounds 300] [--refs 16]
+
+`tests/cross_check/test_mlpm.py` runs it as an opt-in test (with $PRIVBENCH_MLPM naming the
+checkout).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from privbench.engine.messages import MessageLog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "my_dp_gossip"
 TRAIN = ["--nodes", "6", "--rounds", "4", "--record", "all", "--device", "cpu", "--eps", "2",
          "--batch-size", "8", "--set", "eval_every=2", "--quiet"]
@@ -46,7 +46,8 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
 def test_the_example_passes_the_contract_tests(plugin_env):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/test_contract.py", "tests/test_sampling_contract.py", "-k", NAME],
+         "tests/contracts/test_defense_contract.py", "tests/contracts/test_sampling_contract.py",
+         "-k", NAME],
         cwd=ROOT, env=plugin_env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     passed = re.search(r"(\d+) passed", proc.stdout)

@@ -19,7 +19,7 @@ from privbench.reproduce.runs import RUNS_FILE, read_runs, reproduce
 from privbench.reproduce.table import UNTESTED, claim_verdict, render, summary_row, verdict_at
 from privbench.results.provenance import code_provenance
 
-REPORTS = Path(__file__).resolve().parents[1] / "reports" / "reproduce"
+REPORTS = Path(__file__).resolve().parents[2] / "reports" / "reproduce"
 # Re-makes of a committed table in progress (another code version or machine), kept apart from
 # the tables the README and the summary quote until they are whole.
 REMAKES = REPORTS.parent / "remake"
