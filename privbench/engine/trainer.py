@@ -1,12 +1,9 @@
-"""The node stack and the round loop.
+"""What a trainer works with (`Context`) and the `Trainer` contract.
 
-All n nodes' parameters are one `(n, d)` tensor. Gradients for every node (and, for DP, every
-sample) come from one `torch.func` call: `vmap(vmap(grad(loss)))` over `functional_call`, so there
-is no Python loop over nodes or samples, with one measured exception: the non-private batch step
-of a convolutional model on the CPU (`looped_batch_grads`), where vmap's grouped convolution is
-the slower way. Clipping is a norm over per-sample rows; gossip is a mixing-matrix product done
-by each trainer. The round loop (`train`) exists once; a defense is a
-`Trainer` that implements one round as: local step -> messages out (through the bus) -> combine.
+All n nodes' parameters are one `(n, d)` tensor; a defense is a `Trainer` that implements one
+round as: local step (gradients and clipped sums: `privbench.engine.grads`) -> messages out
+through the bus -> combine (`privbench.engine.mixing`). The round loop (`train`,
+`privbench.engine.loop`) exists once.
 """
 
 from __future__ import annotations
