@@ -20,13 +20,13 @@ from privbench.reproduce.table import UNTESTED, claim_verdict, render, summary_r
 from privbench.results.provenance import code_provenance
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports" / "reproduce"
-# Re-makes of a committed table in progress (another code version or machine), kept apart from
-# the tables the README and the summary quote until they are whole.
+# Lines of a committed table trained again by one code version on one kind of machine, kept
+# apart from the tables the write-ups and the summary quote until they are whole.
 REMAKES = REPORTS.parent / "remake"
 
 
 def committed_runs_files() -> list[Path]:
-    """Every committed runs.jsonl: the tables under reports/reproduce, then the re-makes."""
+    """Every committed runs.jsonl: the tables under reports/reproduce, then those under remake/."""
     return sorted(REPORTS.rglob(RUNS_FILE)) + sorted(REMAKES.rglob(RUNS_FILE))
 
 
@@ -606,24 +606,27 @@ def test_a_remake_holds_lines_of_a_committed_table_made_by_a_named_code_and_mach
         assert len(made_by) == 1, f"{path}: lines of several codes or machines: {made_by}"
 
 
-def test_the_readme_quotes_the_committed_tables():
-    """Each committed table.md appears in the README whole (title, setting line, every table),
-    so a README copy whose rows were updated but whose setting line (seeds, runs) was not fails."""
-    readme = (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
+def test_each_paper_write_up_quotes_its_committed_tables():
+    """Each committed table.md appears whole (title, setting line, every table) in its paper's
+    write-up, reports/reproduce/<paper>/README.md, so a write-up whose rows were updated but whose
+    setting line (seeds, runs) was not fails."""
     folders = sorted(p.parent for p in REPORTS.rglob(RUNS_FILE))
     assert folders
     for folder in folders:
+        paper = REPORTS / folder.relative_to(REPORTS).parts[0]
+        write_up = (paper / "README.md").read_text(encoding="utf-8")
         table = (folder / "table.md").read_text(encoding="utf-8").rstrip("\n")
-        stale = [ln for ln in table.splitlines() if ln and ln not in readme]
-        assert not stale, f"README lacks {folder}'s committed table.md lines: {stale[:2]}"
-        assert table in readme, f"README's copy of {folder}/table.md is not the file, verbatim"
+        stale = [ln for ln in table.splitlines() if ln and ln not in write_up]
+        assert not stale, f"{paper}/README.md lacks {folder}'s table.md lines: {stale[:2]}"
+        assert table in write_up, f"{paper}/README.md's copy of {folder}/table.md is not verbatim"
 
 
-def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it(
+def test_the_summary_re_renders_from_the_committed_runs_and_the_write_ups_quote_it(
         tmp_path, monkeypatch, capsys):
     """`privbench reproduce --summary` over a copy of the committed runs files (their folders
     kept, from a copy of the repository's root) gives the committed summary.md and
-    missing.md byte for byte, one entry per table, and the README holds both."""
+    missing.md byte for byte, one entry per table; the reproductions' index
+    (reports/reproduce/README.md) quotes both and the README the summary."""
     paths = sorted(REPORTS.rglob(RUNS_FILE))
     root = tmp_path / "reports" / "reproduce"
     for path in paths:
@@ -638,13 +641,14 @@ def test_the_summary_re_renders_from_the_committed_runs_and_the_readme_quotes_it
     text = (root / "summary.md").read_text(encoding="utf-8")
     assert text == (REPORTS / "summary.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) == 2 + len(paths)
-    readme = (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
-    assert text in readme
-    # and what is not yet run: the README's list is the one the committed lines give
+    index = (REPORTS / "README.md").read_text(encoding="utf-8")
+    assert text in index
+    assert text in (REPORTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    # and what is not yet run: the index's list is the one the committed lines give
     lacking = (root / "missing.md").read_text(encoding="utf-8")
     assert lacking == (REPORTS / "missing.md").read_text(encoding="utf-8")
     assert lacking.count("**, scale '") == len(paths)
-    assert lacking in readme
+    assert lacking in index
     capsys.readouterr()
 
 
