@@ -165,7 +165,7 @@ def _spd_solve(system: Tensor, rhs: Tensor) -> Tensor:
     runs LAPACK's getrf concurrently over the batch, and once `torch.set_num_threads(k > 1)` has
     been called (as `privbench bench --threads 2` does) MKL then fails or silently returns
     garbage (measured with torch 2.14: residual 1e18 for a (60, 200, 200) batch;
-    pytorch/pytorch#142815, fix proposed in #181570). Cholesky is also half the work.
+    pytorch/pytorch#142815, fix proposed in pytorch/pytorch#181570). Cholesky is also half the work.
     """
     chol, info = torch.linalg.cholesky_ex(system)
     if bool((info != 0).any()):  # not numerically positive definite: the general solve

@@ -263,11 +263,16 @@ class DPDLPrivacy:
         sigma: (n,) noise multipliers sigma_i (noise std sigma_i C on each clipped sum).
         sample_rates: (n,) q_i.
         multipliers: per node and reading, the release's noise multiplier z.
+        probe_multipliers: the same against one sample's direct effect on the release (kappa =
+            0): the part of the sensitivity C (coef_ii + alpha kappa) that one round's
+            replay reaches (the calibration term alpha kappa C is a bound over every state,
+            eq. (53)); what the mechanism audit measures the drawn noise against.
     """
 
     sigma: tuple[float, ...]
     sample_rates: tuple[float, ...]
     multipliers: tuple[dict[str, float], ...]
+    probe_multipliers: tuple[dict[str, float], ...] = ()
 
 
 def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
@@ -308,9 +313,11 @@ def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_siz
                     break
                 sigma = sigma * np.maximum(z_star / z, 1.0)
             sigma = sigma * max(1.0, float(np.max(z_star / z)))  # never under target
-    mult = (tuple({r: 0.0 for r in READINGS} for _ in range(n)) if not sigma.all() else
-            tuple(worst_multipliers(ws, sigma, alpha, cfg.kappa, cfg.cross_coef)))
-    return DPDLPrivacy(tuple(float(s) for s in sigma), rates, mult)
+    zero = tuple({r: 0.0 for r in READINGS} for _ in range(n))
+    mult, probe = ((zero, zero) if not sigma.all() else
+                   (tuple(worst_multipliers(ws, sigma, alpha, k, cfg.cross_coef))
+                    for k in (cfg.kappa, 0.0)))
+    return DPDLPrivacy(tuple(float(s) for s in sigma), rates, mult, probe)
 
 
 def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
@@ -341,7 +348,9 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                               or reading == "full")
             out.append({**rep.to_dict(), "node": i, "reading": reading,
                         "sigma": plan.sigma[i], "sample_rate": q,
-                        "noise_multiplier": m[reading]})
+                        "noise_multiplier": m[reading],
+                        **({"probe_multiplier": plan.probe_multipliers[i][reading]}
+                           if plan.probe_multipliers else {})})
     return out
 
 

@@ -222,7 +222,8 @@ class DPPSConfig:
 
 
 def noise_feedback(d_shared: int, eps_round: float, mix: Tensor) -> dict[str, float]:
-    """The sensitivity the noise itself creates (README, "Why no calibrated ε can work").
+    """The sensitivity the noise itself creates ("Why no calibrated ε can work" in
+    reports/reproduce/dpps/README.md).
 
     A round's Laplace noise n_k, scale S / eps_round on each of the d_shared coordinates, is mixed
     by `mix` (n, n; row i = what node i receives) into the next round's vectors, so nodes i and j

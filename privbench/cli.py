@@ -316,7 +316,7 @@ def _add_reproduce_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side in separate "
                    "processes (default 1; e.g. one per core, or 8-16 sharing one GPU); set "
                    "OMP_NUM_THREADS=1 so they do not fight over cores")
-    p.add_argument("--verify", action="store_true", help="re-make the folder's lines (those "
+    p.add_argument("--verify", action="store_true", help="train the folder's lines again (those "
                    "--seeds, --rows and --eps choose; default all) that this machine writes "
                    "with the same fingerprint, with this code, and compare every number the "
                    "table shows, exactly, and the table rendered with them; writes nothing, "

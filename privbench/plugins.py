@@ -14,7 +14,7 @@ BUILTIN = ("defenses", "attacks")
 
 PLUGINS_ENV = "PRIVBENCH_PLUGINS"
 """Comma-separated importable module names loaded with the built-in defenses and attacks: a
-user's own defense (README, "Adding a defense") registers itself without editing privbench."""
+user's own defense (README, "Extending") registers itself without editing privbench."""
 
 
 def load_plugins() -> None:

@@ -434,7 +434,8 @@ def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_r
               "the noise is in the next round's node differences: S grows about 1.13 d_s / "
               f"epsilon_round per round (d_s shared coordinates; 1.13 on the one-peer graph, less "
               f"on denser ones), so this budget stays bounded only for d_s below about "
-              f"{eps_round / 1.13:.3g} (README: \"Why no calibrated ε can work\")")
+              f"{eps_round / 1.13:.3g} (reports/reproduce/dpps/README.md: \"Why no calibrated ε "
+              "can work\")")
     if q < 1:
         notes += ("no subsampling amplification: node-level unit",)
     return _plan(defense, noise, reports, calibrate_with, req, notes, eps_round,

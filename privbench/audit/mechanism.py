@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from privbench.audit.mechanism_epsilon import (
@@ -51,13 +52,16 @@ from privbench.audit.mechanism_epsilon import (
     node_ledgers,
     sampling_rows,
 )
+from privbench.audit.mechanism_node import node_level_epsilon
 from privbench.audit.mechanism_replay import (
     MechanismSettings,
     Messages,
     Recorder,
     RoundReplays,
+    _flows,
     _sent,
     audited_rounds,
+    node_level,
 )
 from privbench.config import RunConfig
 from privbench.engine.messages import RecordPolicy
@@ -88,7 +92,7 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
             for key, noisy in _sent(rep.noisy, i).items():
                 if key not in clean:
                     continue
-                diff = noisy - clean[key]
+                diff = _difference(noisy, clean[key])
                 sq = float(diff.pow(2).sum())
                 # where both messages carry a value (a zero sign has none to keep, and a
                 # compressor may send other coordinates)
@@ -101,6 +105,13 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
                              "changed_live": int((diff[live] != 0).sum()), "live": int(live.sum()),
                              "size": diff.numel(), "_noise": _pattern(diff)})
     return rows
+
+
+def _difference(noisy: Tensor, clean: Tensor) -> Tensor:
+    """noisy - clean, 0 where both hold the same non-finite value (a diverged run's state is
+    sent alike by both replays: no noise reached it)."""
+    same = (noisy == clean) | (noisy.isnan() & clean.isnan())
+    return torch.where(same, torch.zeros_like(noisy), noisy - clean)
 
 
 def _pattern(diff: Tensor) -> Tensor:
@@ -160,9 +171,12 @@ def _noise_groups(keys: list[tuple[str, int]], noise: Messages) -> list[list[tup
 
 
 def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
-               scale_ratio: float) -> tuple[list[dict[str, Any]], list[str]]:
+               scale_ratio: float, sample_level: bool = True
+               ) -> tuple[list[dict[str, Any]], list[str]]:
     """Per probed (node, round): one sample's contribution to each message, whether it is
-    bounded, and the effective noise multiplier of everything the node sent."""
+    bounded, and the effective noise multiplier of everything the node sent. Under a node-level
+    ledger (the records are nodes, the sensitivity a whole node's) an unbounded sample
+    contribution is reported, not a finding."""
     rows, findings = [], []
     for rep in replays:
         i = rep.probed
@@ -178,16 +192,13 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
         contrib = {k: low[k] - base[k] for k in base if k in low}
         growth = {k: float((high[k] - base[k]).norm()) / max(float(contrib[k].norm()), 1e-300)
                   for k in contrib if k in high}
-        # data-dependent kinds the defense declares covered (an uncovered kind is reported as
-        # such by the coverage bound) that this sample reaches
-        flows = [k for k in contrib if kinds[k[0]].data_dependent and kinds[k[0]].covered
-                 and float(contrib[k].norm()) > 1e-6 * (float(clean[k].norm()) + 1e-12)]
+        flows = _flows(contrib, clean, kinds)
         mu2, unnoised, unbounded, detail = 0.0, [], [], {}
         for k in flows:
             std = math.sqrt(float(noise[k].pow(2).mean())) if k in noise else 0.0
             if std == 0:
                 unnoised.append(k)
-            if growth.get(k, 1.0) > 2.0:
+            if growth.get(k, 1.0) > 2.0 and sample_level:
                 unbounded.append(k)
             detail[f"{k[0]}" + (f"->{k[1]}" if k[1] >= 0 else "")] = {
                 "contribution": float(contrib[k].norm()), "std": std,
@@ -224,7 +235,7 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
                     settings: MechanismSettings | None = None) -> dict[str, Any]:
     """Train the run again to its last audited round, replaying each audited round; the
     measurements, findings and measured ε (see the module docstring)."""
-    from privbench.engine.loop import train
+    from privbench.engine import train
     from privbench.engine.runner import build
 
     settings = settings or MechanismSettings()
@@ -242,8 +253,9 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     kinds = {k.name: k for k in trainer.kinds}
     noise = noise_rows(rec.replays, n, settings.level)
     fresh = freshness(noise)
+    nodes = node_level(trainer.privacy())
     probes, probe_findings = probe_rows(rec.replays, kinds, settings.level,
-                                        settings.scales[1] / settings.scales[0])
+                                        settings.scales[1] / settings.scales[0], not nodes)
     sampling, sampling_findings = sampling_rows(rec.sizes, built.ctx.data.counts.tolist(),
                                                 ledgers, settings.level)
     inexact = [r.round for r in rec.replays if r.exact is False]
@@ -251,8 +263,11 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]
     release = trainer.release_noise()
-    eps = measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds,
-                           bool(probe_findings or fresh["findings"] or inexact), settings.level)
+    voided = bool(probe_findings or fresh["findings"] or inexact)
+    eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
+           if nodes else
+           measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
+                            settings.level))
     return {"applicable": True, "rounds": [r.round for r in rec.replays],
             "diverged_round": res.diverged_round,
             "replay_exact": not inexact if any(r.exact is not None for r in rec.replays) else None,

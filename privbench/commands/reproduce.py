@@ -98,14 +98,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _reproduce_verify(args: argparse.Namespace, repro: Any, out: Path) -> int:
-    """`privbench reproduce NAME --verify`: re-make the chosen committed lines here and compare;
-    exit 1 when the table, with the re-made lines in place, reads otherwise (a line that
-    differs below what the table prints is reported, with exit 0)."""
+    """`privbench reproduce NAME --verify`: train the chosen committed lines again here and
+    compare; exit 1 when the table, with the retrained lines in place, reads otherwise (a line
+    that differs below what the table prints is reported, with exit 0)."""
     from privbench.reproduce.runs import HEARTBEAT_SECONDS
     from privbench.reproduce.verify import summary, verify
 
     _takes_only(args, "--verify", ("name", "scale", "verify", "seeds", "rows", "eps", "jobs"),
-                "it re-makes the folder's lines and writes nothing")
+                "it retrains the folder's lines and writes nothing")
     scale = repro.scale(args.scale)
     found = verify(
         repro, scale, out, tuple(_ints(args.seeds, "--seeds") or ()),

@@ -11,7 +11,7 @@ from privbench.models import FlatModel
 
 # Samples per evaluation forward. On CPU, 64 images keep a CNN's activations (~6 MB) close to the
 # cache: 1 thread, the FedAvg CNN on 28x28 images, CPU time per image: 0.48 ms at 64 vs 0.54 ms
-# at 256 (channels-last; 0.63 / 0.74 ms in the default layout); README, "Evaluation".
+# at 256 (channels-last; 0.63 / 0.74 ms in the default layout).
 EVAL_SAMPLES_CPU = 64
 
 
@@ -25,7 +25,7 @@ def accuracy(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
 
     The rows are evaluated one at a time with the plain module (no vmap: a vmapped conv and
     max-pool over 9 CNNs ran up to 1.8x slower on CPU, and no faster in any chunking we
-    measured, than one model at a time; README "Evaluation"), over
+    measured, than one model at a time), over
     chunks of `chunk` samples, so memory stays bounded whatever m and N are. Images and conv
     kernels are put in channels-last layout (oneDNN's fast path for conv and max-pool on CPU;
     same logical tensors, so the model computes the same function).

@@ -185,7 +185,7 @@ def looped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     The engine's one loop over nodes, taken for convolutional models on the CPU only (by
     `batch_grads`): there `vmap` over m stacked conv weights becomes one grouped convolution
     (groups = m), which oneDNN runs slower than m ordinary channels-last convolutions (the
-    FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: README "Performance";
+    FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: reports/performance/README.md;
     `privbench bench engine --method floor,floor_vmap`). A row's step takes tens of
     milliseconds, so the loop's own cost is nothing. The same loss as `vmapped_batch_grads`,
     equal to float rounding (tests/engine/test_engine.py); on a GPU the vmap stays. It returns plain

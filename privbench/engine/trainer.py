@@ -126,7 +126,7 @@ class Trainer(abc.ABC):
     | `release_noise()` | None | network DP in the leakage map, the mechanism audit's ε |
     | `sensitivity_trace()` | None | the estimated vs real sensitivity check (report) |
 
-    The README ("Adding a defense") has a complete minimal example, tested from its text.
+    The README ("Extending") has a complete minimal example, tested from its text.
     """
 
     Config: ClassVar[type]

@@ -112,7 +112,7 @@ def lpips_status() -> tuple[bool, str]:
     if not hub.is_file():
         return False, (f"LPIPS unavailable: torchvision's AlexNet weights ({ALEXNET_FILE}) are "
                        "not in the torch hub cache ($TORCH_HOME/hub/checkpoints/); privbench "
-                       "never downloads them (README: LPIPS offline)")
+                       "never downloads them (reports/attacks/README.md: LPIPS offline)")
     lin = Path(os.path.dirname(lpips.__file__)) / "weights" / "v0.1" / "alex.pth"
     if not lin.is_file():
         return False, ("LPIPS unavailable: the lpips package lacks its own linear weights "

@@ -265,6 +265,7 @@ def measured_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Chec
     why = (f"noise multiplier x{_num(eps['z_ratio'])}, sampling rate {_num(eps['rate'])} vs "
            f"{_num(eps['ledger_rate'])}" if "z_ratio" in eps else
            f"flip rate {_num(eps['flip_rate'])} vs {_num(eps['ledger_flip_rate'])}"
+           + (f"; {eps['note']}" if eps.get("note") else "")
            if "flip_rate" in eps else eps.get("basis", ""))
     detail = (f"node {eps['node']}: measured ε {_num(eps['epsilon'])} "
               f"[{_num(eps['interval'][0])}, {_num(eps['interval'][1])}] vs claimed "

@@ -238,6 +238,10 @@ def mechanism_row(cell: dict[str, Any], notes: Notes) -> dict[str, Any] | None:
         measured = Markup("{} [{}, {}] vs claimed {} (ratio {} [{}, {}])").format(
             fmt_num(eps["epsilon"]), fmt_num(lo), fmt_num(hi), fmt_num(eps["claimed"]),
             fmt_num(eps["ratio"]), fmt_num(rlo), fmt_num(rhi))
+        if eps.get("basis") and "rounds" in eps:  # node-level: the sensitivity beside the realized
+            measured += Markup("; {}").format(eps["basis"])
+        if eps.get("note"):
+            measured += notes.mark(str(eps["note"]), "")
     else:
         measured = notes.mark(str(eps.get("reason")), "not applicable")
     return {"measured": measured, "findings": list(mech.get("findings") or [])}

@@ -6,8 +6,8 @@ groups them into `privbench reproduce` commands (rows lacking the same grid valu
 for the same seeds share one), each training into a folder of its own, and the `--merge` that
 adds their lines to the table's folder afterwards (on another machine, e.g. a lent GPU, the
 lines are merged here). `privbench reproduce --summary` writes them for every committed table
-to `missing.md`, which the README quotes and a test regenerates: the list of what is not run
-cannot drift from the committed lines.
+to `missing.md`, which reports/reproduce/README.md quotes and a test regenerates: the list of
+what is not run cannot drift from the committed lines.
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ resume and merge: a code change that makes another model or split of an unchange
 before structures were recorded have none, and are checked by their fingerprint alone.
 A line names the code that made it (`code`: the git commit, whether privbench's code differed
 from it, and a digest of the code; `privbench.results.provenance`), outside the fingerprint: a
-change of
-meaning that keeps both the configuration and the structure is still withdrawn by hand, and the
-code says which lines predate it. It names the kind of machine too (`machine`: the GPU, or the
+change of meaning that keeps both the configuration and the structure leaves old lines matching,
+and the
+code names which lines it made. It names the kind of machine too (`machine`: the GPU, or the
 CPU's model and the vector kernels torch uses on it; `privbench.device.machine_kind`), also
 outside the fingerprint (a table joins lines of several machines), because the same code, torch
 build and thread count give other numbers on other kernels: `verify` says so beside a
-difference. Lines written before 2026-11-28 do not name it.
+difference. A line that names no machine is counted as possibly another's.
 A running job saves a checkpoint of its whole state every `CHECKPOINT_SECONDS` (10 minutes)
 into `checkpoints/<fingerprint>.ckpt` beside runs.jsonl (`privbench.engine.checkpoint`); a job
 stopped midway (a kill, a session's or a lease's end) continues from it when the same run is

@@ -1,20 +1,18 @@
 """Is a committed table still what the code gives? Retrain chosen lines and compare.
 
-A line's fingerprint hashes its configuration and the machine's torch build and thread count,
-not the code (`runs` says why), so a change in what a trainer computes leaves an old line
-matching: a table can go stale without anything saying so. `verify` retrains the chosen lines
-of a runs file that this machine would write with the same fingerprint (a GPU's line is not
-re-made on a CPU: its numbers would differ for that reason alone), with today's code, and compares
-every number the table shows (the accuracies, both epsilons, the round it diverged in) and the
-structure the code built (model and split sizes), exactly. The same seed and configuration give
-bit-equal results on the same torch build, thread count and kind of machine
-(`privbench.device.machine_kind`: the CPU's model and the vector kernels torch uses on it); on
-another kind they need not (measured: ADP-VRSGP reduced lines made on 2026-11-26 are not what
-the code that wrote them gives on today's machine, and forcing its kernels down from AVX-512 to
-AVX2 alone moves such a line by 0.06 to 0.1 points). So a difference is the code's only where
-both lines name the same kind of machine: each differing line says what made it and where, and
-the summary counts the differences that may be the machine's. The dataset's digest is in the
-fingerprint. It writes nothing (no line, no checkpoint).
+A line's fingerprint hashes its configuration and the machine's torch build and thread count, not
+the code (`runs` says why), so a change in what a trainer computes leaves an old line matching: a
+table can go stale without anything saying so. `verify` retrains the chosen lines of a runs file
+that this machine would write with the same fingerprint (a GPU's line is not retrained on a CPU:
+its numbers would differ for that reason alone), with the code at hand, and compares every number
+the table shows (the accuracies, both epsilons, the round it diverged in) and the structure the
+code built (model and split sizes), exactly. The same seed and configuration give bit-equal results
+on the same torch build, thread count and kind of machine (`privbench.device.machine_kind`: the
+CPU's model and the vector kernels torch uses on it); on another kind they need not (forcing a
+CPU's kernels down from AVX-512 to AVX2 alone moves an ADP-VRSGP reduced line by 0.06 to 0.1
+points). So a difference is the code's only where both lines name the same kind of machine: each
+differing line says what made it and where, and the summary counts the differences that may be the
+machine's. The dataset's digest is in the fingerprint. It writes nothing (no line, no checkpoint).
 """
 
 from __future__ import annotations
@@ -92,18 +90,18 @@ def _difference(key: str, a: Any, b: Any) -> str:
 
 
 def _machine(rec: dict[str, Any]) -> str:
-    return rec.get("machine") or "a machine not recorded (a line from before 2026-11-28)"
+    return rec.get("machine") or "a machine not recorded (the line names none)"
 
 
 def _code(rec: dict[str, Any]) -> str:
     code = rec.get("code")
-    return code["revision"] if code else "code not recorded (a line from before 2026-11-27)"
+    return code["revision"] if code else "code not recorded (the line names none)"
 
 
 @dataclass(frozen=True)
 class Verification:
-    """The verdicts (in grid order), the chosen lines not re-made here (each with why), and
-    the table's rendered lines that change with the re-made lines in place of the committed
+    """The verdicts (in grid order), the chosen lines not retrained here (each with why), and
+    the table's rendered lines that change with the retrained lines in place of the committed
     ones (a unified diff, empty when the table reads the same)."""
 
     verdicts: list[Verdict]
@@ -112,7 +110,7 @@ class Verification:
 
     @property
     def stale(self) -> bool:
-        """Whether any re-made line differs from its committed one."""
+        """Whether any retrained line differs from its committed one."""
         return any(v.differences for v in self.verdicts)
 
 
@@ -147,21 +145,21 @@ def summary(found: Verification, folder: Path) -> str:
             text += (f"; {elsewhere} of the {len(differ)} made on another kind of machine or one "
                      "not recorded, where other kernels alone can move a number")
     if skipped:
-        text += (f"; {len(skipped)} chosen made elsewhere, not re-made here (the first: "
+        text += (f"; {len(skipped)} chosen made elsewhere, not retrained here (the first: "
                  f"{skipped[0]})")
     if not differ:
         return text
     if not found.table_diff:
-        return text + ("\nwith the re-made lines in place of the committed ones, "
+        return text + ("\nwith the retrained lines in place of the committed ones, "
                        f"{folder / 'table.md'} reads the same")
-    return "\n".join([text + f"\nwith the re-made lines in place of the committed ones, "
+    return "\n".join([text + f"\nwith the retrained lines in place of the committed ones, "
                       f"{folder / 'table.md'} changes:", *found.table_diff])
 
 
 def verifiable(repro: Reproduction, scale: Scale, records: dict[tuple, dict[str, Any]],
                seeds: tuple[int, ...], rows: tuple[str, ...], columns: tuple[float, ...]
                ) -> tuple[list[Job], list[str]]:
-    """(the chosen committed runs this machine can re-make with their fingerprint, and why
+    """(the chosen committed runs this machine can retrain with their fingerprint, and why
     each other chosen line cannot be)."""
     todo, skipped = [], []
     for job in chosen(jobs(repro.at(scale), seeds), rows, columns):
@@ -187,7 +185,7 @@ def verify(repro: Reproduction, scale: Scale, folder: Path, seeds: tuple[int, ..
     `reproduce`.
 
     Raises:
-        PrivbenchError: the folder holds no runs, or none of the chosen ones can be re-made
+        PrivbenchError: the folder holds no runs, or none of the chosen ones can be retrained
             here (a check that checks nothing does not pass).
     """
     records = index(read_runs(folder / RUNS_FILE), repro, scale)
@@ -198,7 +196,7 @@ def verify(repro: Reproduction, scale: Scale, folder: Path, seeds: tuple[int, ..
     if not todo:
         why = f": {'; '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''}" if skipped \
             else " (no committed line of these rows, grid values and seeds)"
-        raise PrivbenchError(f"no line of {folder / RUNS_FILE} chosen can be re-made here{why}")
+        raise PrivbenchError(f"no line of {folder / RUNS_FILE} chosen can be retrained here{why}")
     verdicts: list[Verdict] = []
 
     def keep(k: int, job: Job, now: dict[str, Any]) -> None:
@@ -207,7 +205,7 @@ def verify(repro: Reproduction, scale: Scale, folder: Path, seeds: tuple[int, ..
             progress(f"[{k}/{len(todo)}] {verdicts[-1].line()}")
 
     if progress is not None:
-        progress(f"{len(todo)} of the chosen lines to re-make here, {len(skipped)} made "
+        progress(f"{len(todo)} of the chosen lines to retrain here, {len(skipped)} made "
                  "elsewhere")
     if workers == 1:  # no checkpoints, no lines: nothing is written
         for k, job in enumerate(todo, 1):
@@ -219,5 +217,5 @@ def verify(repro: Reproduction, scale: Scale, folder: Path, seeds: tuple[int, ..
     now = {**records, **{job.key: v.now for job, v in zip(todo, verdicts, strict=True)}}
     before = render(repro, scale, list(records.values())).splitlines()
     after = render(repro, scale, list(now.values())).splitlines()
-    diff = list(difflib.unified_diff(before, after, "committed", "re-made", n=0, lineterm=""))
+    diff = list(difflib.unified_diff(before, after, "committed", "retrained", n=0, lineterm=""))
     return Verification(verdicts, skipped, diff)

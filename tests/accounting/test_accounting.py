@@ -572,7 +572,7 @@ def test_functions_reject_bad_input() -> None:
         assert "\n" not in str(err.value)
 
 
-# ============================================================== sampling models (issue 27)
+# ============================================================== sampling models
 
 
 def test_fixed_batches_are_accounted_without_replacement_with_twice_the_sensitivity() -> None:

@@ -16,9 +16,10 @@ rate), and its epsilon is recomputed without privbench's accounting code:
   arithmetic (basic composition, the bound privbench claims).
 - Laplace (DPPS, PartPSP): dp-accounting PLD of T Laplace releases (tighter than basic).
 
-privbench's number must be at least 99% of the independent one (within 1% or above: privbench may
-be conservative, never optimistic). `python -m tests.test_golden_epsilon` prints the README table
-("Sampling and golden epsilon"). The fast subset runs by default; the full grid is `slow`.
+privbench's number must be at least 99% of the independent one (within 1% or above: privbench may be
+conservative, never optimistic). `python -m tests.test_golden_epsilon` prints the table of
+reports/accounting/README.md ("Sampling and golden ε"). The fast subset runs by default; the full
+grid is `slow`.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def test_calibrated_epsilon_is_not_below_an_independent_accountant(name, eps):
 
 
 def table() -> str:
-    """The README table: every DP defense x epsilon in {1, 8}."""
+    """The golden table (reports/accounting/README.md): every DP defense x epsilon in {1, 8}."""
     lines = ["| defense | target ε | privbench ε | independent ε | independent accountant | "
              "sampling |", "|---|---|---|---|---|---|"]
     for name in PRIVATE:
@@ -229,5 +230,5 @@ def table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the README table
+if __name__ == "__main__":  # pragma: no cover - prints the golden table
     print(table())

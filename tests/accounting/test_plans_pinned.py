@@ -1,18 +1,17 @@
 """The noise every privacy plan calibrates, pinned to its last digits.
 
-A committed result (a reproduction's `runs.jsonl` line, an audit's `results.json`) is re-made bit
-for bit only by code whose plans give the same noise. Commit 68c3145 (a faster PLD composition,
-equal to dp-accounting's `PLDAccountant` to 1e-12 per PMF) moved ADP-VRSGP's calibrated sigma-hat
-by 5e-10 relative, and 1,000 rounds turned that into 0.02 points of accuracy in a committed
-line: nothing noticed until `privbench reproduce --verify` and a `git bisect` (README, "What
-privbench guarantees"). Here every registered plan, at epsilon 1 and 8, in both calibration
-modes, is compared with `plans.json` beside this file to 1e-12 relative: its noise parameters,
-its per-round schedule (first, last, smallest, largest, sum, sum of squares) and every report's
-epsilon; so are the noise multipliers `calibrate_sigmas` gives DPDL, DP-DPSGD, DP-CGA and
-Muffliato (both rules, both accountants). A change that moves one fails here, naming the plan
-and both numbers. Then the committed lines made with that plan are no longer re-made bit for
-bit: say so where they are quoted (`privbench reproduce NAME --verify` shows which cells
-move), and pin the new values:
+A committed result (a reproduction's `runs.jsonl` line, an audit's `results.json`) is trained again
+bit for bit only by code whose plans give the same noise: a faster PLD composition, equal to
+dp-accounting's `PLDAccountant` to 1e-12 per PMF, can move ADP-VRSGP's calibrated sigma-hat by
+5e-10 relative, and 1,000 rounds turn that into 0.02 points of accuracy in a committed line, which
+only `privbench reproduce --verify` would show. Here every registered plan, at epsilon 1 and 8, in
+both calibration modes, is compared with `plans.json` beside this file to 1e-12 relative: its noise
+parameters, its per-round schedule (first, last, smallest, largest, sum, sum of squares) and every
+report's epsilon; so are the noise multipliers `calibrate_sigmas` gives DPDL, DP-DPSGD, DP-CGA and
+Muffliato (both rules, both accountants). A change that moves one fails here, naming the plan and
+both numbers. Then the committed lines made with that plan are no longer reproduced bit for bit:
+say so where they are quoted (`privbench reproduce NAME --verify` shows which cells move), and pin
+the new values:
 
     python -m tests.test_plan_pinned --write
 
@@ -139,7 +138,7 @@ def test_every_plan_calibrates_the_pinned_noise(pin):
     assert pin["request"] == REQUEST and pin["nodes"] == NODES and pin["rtol"] == RTOL
     diff = moved(here["plans"], compute())
     assert not diff, ("the calibrated noise moved, so committed results made with these plans "
-                      "are no longer re-made bit for bit:\n" + "\n".join(diff))
+                      "are no longer reproduced bit for bit:\n" + "\n".join(diff))
 
 
 @pytest.mark.parametrize("kind", sorted(json.loads(PINNED.read_text())["machines"]))

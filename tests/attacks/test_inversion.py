@@ -2,7 +2,7 @@
 
 Fast tests use synthetic exact views (the gradient of a known digits batch at a random sigmoid
 LeNet) and a tiny non-private SGP run; the regression baselines (tests/attacks/baselines.json)
-are re-measured by the slow test.
+are measured again by the slow test.
 """
 
 from __future__ import annotations

@@ -339,7 +339,7 @@ def refresh_mia_baselines() -> None:  # pragma: no cover - run by hand after an 
                     spec[key] = r[key]
             spec["empirical_epsilon_lb"] = r["empirical_epsilon"]["epsilon_lb"]
     base["seconds"] = round(time.perf_counter() - start, 1)
-    base["source"] = ("measured by privbench (issues 10, 28) on the 2-core CPU dev machine, torch "
+    base["source"] = ("measured by privbench on a CPU, torch "
                       f"{torch.__version__}; regenerate with python -c 'from tests.attacks."
                       "test_mia import refresh_mia_baselines as r; r()'; re-checked by "
                       "tests/attacks/test_mia.py::test_mia_regression_baselines (slow)")

@@ -1,5 +1,5 @@
 """`privbench bench`: every section runs, prints its table and writes JSON (functional only: no
-timing is asserted here, timings belong to the README "Performance" section)."""
+timing is asserted here, timings belong to reports/performance/README.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from privbench.commands import bench, bench_measure
 def test_every_round_method_computes_the_same_update(model):
     # Honest baselines: same clipped sums, same mixing (noise off). 16 x 16 inputs: on digits'
     # 8 x 8 the 5 x 5 kernels exceed the later feature maps and Opacus 1.6's conv per-sample
-    # gradients are wrong there (measured: up to 100% of the largest entry), see README.
+    # gradients are wrong there (measured: up to 100% of the largest entry).
     from privbench.commands.bench_rounds import METHODS, RoundInputs
     from privbench.models import build_model
 

@@ -358,7 +358,7 @@ def test_save_entry_keys_on_eps_and_fixed_values(tmp_path):
 
 
 # The calibrated PartPSP cells: every candidate of their tune diverges (its noise grows the
-# next round's sensitivity; README, The default audit), so they have no entry.
+# next round's sensitivity; reports/default-audit/README.md), so they have no entry.
 PARTPSP_DIVERGES = ("partpsp@eps1", "partpsp@eps8")
 
 SMALL_GRIDS = {"sgp": ("lr=0.1,0.3",), "d_psgd": ("lr=0.2",), "adp_vrsgp": ("clip=1,3",),

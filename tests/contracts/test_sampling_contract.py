@@ -115,7 +115,7 @@ def test_fixed_size_batches_are_accounted_without_replacement(name, over, monkey
 
 
 def test_a_trainer_drawing_fixed_batches_under_a_poisson_ledger_is_caught(monkeypatch):
-    # the pre-fix DPDL: fixed-size batches accounted as Poisson add/remove with sensitivity C
+    # a DPDL whose ledger is wrong: fixed-size batches accounted as Poisson add/remove, bound C
     monkeypatch.setitem(dpdl_module.SAMPLING_MODELS, "fixed", "poisson")
     built, draws = _draw("dpdl", {"sampling": "fixed"}, monkeypatch)
     assert any("trainer drew sample" in m for m in sampling_mismatches(built, draws))

@@ -11,9 +11,9 @@ reference model on the candidates and on the population (test split), then score
 * ML Privacy Meter, read from a checkout of privacytrustlab/ml_privacy_meter (never copied into
   privbench): v2 `attacks.py::run_rmia` (imported from its file; numpy + scikit-learn only) at
   the same `a`, and the 2024 RMIA research code's LiRA scoring (`research/2024_rmia/main.py::
-  aggregate_signals`, signal "loss_logit_rescaled", at commit d327341; only that function and
-  `str2bool` are loaded from the file, since the module imports plotting and profiling packages
-  the scoring does not use).
+  aggregate_signals`, signal "loss_logit_rescaled", at the commit `RESEARCH_COMMIT` pins; only
+  that function and `str2bool` are loaded from the file, since the module imports plotting and
+  profiling packages the scoring does not use).
 
 Prints AUC with 95 % bootstrap intervals and the paired interval of each difference.
 

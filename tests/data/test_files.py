@@ -1,6 +1,6 @@
 """Finding and checking real dataset files (privbench.data.files), on small files written in the
 real idx format: search order, accepted layouts, and one-line errors (exit 2) for truncated,
-corrupt or missing files; a truncated .gz leaves nothing behind (issue 26)."""
+corrupt or missing files; a truncated .gz leaves nothing behind."""
 
 from __future__ import annotations
 

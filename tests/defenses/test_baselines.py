@@ -14,7 +14,7 @@ from privbench.threat.observation import Observation, ThreatModel
 
 
 def test_sgp_reaches_90_percent_on_digits_with_defaults():
-    # Issue 2 acceptance: 8 nodes, random directed out-degree-2 graph, default settings.
+    # SGP's baseline: 8 nodes, random directed out-degree-2 graph, default settings.
     run = RunConfig(device="cpu")
     assert (run.nodes, run.topology, run.out_degree, run.dataset) == (8, "auto", 2, "digits")
     built = build(run, "sgp", policy=RecordPolicy.none())

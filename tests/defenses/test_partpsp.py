@@ -287,14 +287,14 @@ D_S = 64 * 128 + 128  # the digits MLP's first layer: PartPSP-1's shared coordin
     ("exponential", {}, 6, 1.1 * D_S / 2.0, 2.0), ("exponential", {}, 6, 1.1 * D_S / 8.0, 8.0),
     ("circulant", {"out_degree": 7}, 10, 1000.0, 2.3)])
 def test_noise_feeds_the_next_rounds_sensitivity(topology, extra, nodes, eps_round, gain):
-    """Why DPPS diverges at a calibrated epsilon (README, DPPS): the Laplace noise of scale
-    gamma_n S / b = S / eps_round on d_s coordinates is in the next round's node differences, so
-    without syncs S grows by about c d_s / eps_round per round, c = (2 / sqrt(pi)) max_ij
-    ||w_i - w_j||_2 for the mixing rows w (1.13 on the one-peer graph, whose nodes can have
-    disjoint senders; 0.28 on 10 nodes' 8-Out, where every pair shares 6 of its 8), and is
-    stable only for a per-round epsilon above about c d_s. On the one-peer graph eps_round is
-    set, as in the README's measurement, for a growth of 1.1 d_s / eps_round = gain; on 8-Out it
-    is 1,000 (the trainer predicts 2.35)."""
+    """Why DPPS diverges at a calibrated epsilon (reports/reproduce/dpps/README.md): the Laplace
+    noise of scale gamma_n S / b = S / eps_round on d_s coordinates is in the next round's node
+    differences, so without syncs S grows by about c d_s / eps_round per round, c = (2 / sqrt(pi))
+    max_ij ||w_i - w_j||_2 for the mixing rows w (1.13 on the one-peer graph, whose nodes can have
+    disjoint senders; 0.28 on 10 nodes' 8-Out, where every pair shares 6 of its 8), and is stable
+    only for a per-round epsilon above about c d_s. On the one-peer graph eps_round is set, as in
+    the write-up's measurement, for a growth of 1.1 d_s / eps_round = gain; on 8-Out it is 1,000
+    (the trainer predicts 2.35)."""
     run = RunConfig(dataset="digits", model="mlp", nodes=nodes, topology=topology, rounds=10,
                     batch_size=16, lr=0.1, eval_every=10, device="cpu", seed=0, **extra)
     built = build(run, "partpsp", dict(b=eps_round * 1e-3, sensitivity_mode="oracle", sync=False),
@@ -312,8 +312,9 @@ def test_noise_feeds_the_next_rounds_sensitivity(topology, extra, nodes, eps_rou
 
 
 def test_a_calibrated_run_that_diverges_is_told_why():
-    """The default audit's PartPSP cells (README): calibrated to epsilon = 8 the noise's growth of
-    its own sensitivity is ~1e4 per round, the run goes non-finite and the verdict says so."""
+    """The default audit's PartPSP cells (reports/default-audit/README.md): calibrated to
+    epsilon = 8 the noise's growth of its own sensitivity is ~1e4 per round, the run goes non-finite
+    and the verdict says so."""
     from privbench.report.verdicts import cell_verdict
 
     run = RunConfig(dataset="digits", model="mlp", nodes=6, topology="exponential", rounds=8,

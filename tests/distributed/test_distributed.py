@@ -1,4 +1,4 @@
-"""The distributed backend equals the single-process engine (issue 14).
+"""The distributed backend equals the single-process engine.
 
 One torchrun launch per world size (2 and 4 gloo processes on loopback) trains every registered
 defense through `privbench train --backend distributed` (tests/distributed/rank_worker.py). Each
@@ -37,9 +37,9 @@ WORKER = Path(__file__).with_name("rank_worker.py")
 TRAIN = ["--nodes", "6", "--rounds", "4", "--record", "all", "--device", "cpu", "--eps", "2",
          "--batch-size", "8", "--set", "eval_every=2"]
 NAMES = DEFENSES.names()
-# PartPSP calibrated to a real epsilon diverges (README, DPPS / PartPSP), so no attack would run
-# on it: it is also trained with the paper's noise knob b = 1 and the oracle sensitivity (the
-# README reproduction setting), which stays finite and exercises the oracle path.
+# PartPSP calibrated to a real epsilon diverges (reports/reproduce/dpps/README.md), so no attack
+# would run on it: it is also trained with the paper's noise knob b = 1 and the oracle sensitivity
+# (the reproduction's setting), which stays finite and exercises the oracle path.
 # DeFL-VP's default G2 message is a local epoch's pseudo-gradient, which iDLG does not invert
 # ("not applicable"): it is also trained with G1 (one mini-batch gradient per round).
 EXTRA = {"partpsp-b1": "partpsp@defense.b=1@defense.sensitivity_mode=oracle",

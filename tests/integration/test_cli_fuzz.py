@@ -1,4 +1,4 @@
-"""Property-based CLI fuzz (issues 22 and 26): no input makes privbench print a traceback or
+"""Property-based CLI fuzz: no input makes privbench print a traceback or
 damage a good file.
 
 Every command gets random and adversarial option values, paths (a directory, missing, empty,

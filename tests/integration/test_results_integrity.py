@@ -1,4 +1,4 @@
-"""Results are never silently stale, mixed or lost (issue 26): fingerprints checked on --resume,
+"""Results are never silently stale, mixed or lost: fingerprints checked on --resume,
 one writer per folder, lossless cell names, a damaged cell never replaces a good aggregate,
 strict JSON, results independent of the output folder's name."""
 

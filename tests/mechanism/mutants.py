@@ -1,28 +1,39 @@
 """Broken defenses for the mechanism audit's mutation tests (test code only, never the library).
 
 Each mutant breaks a registered DP defense in one way while its ledger keeps the claim, by
-patching what every defense shares (the "noise" streams' draws, the context's sampling path, the
-clipped sum) or, for an unnoised message kind, by a subclass:
+patching what the defense calls (its noise draws, the context's sampling path, its clipping
+function) or, for an unnoised message kind, by a subclass. A class is defined per mechanism
+family (`MECHANISMS`: Gaussian, Laplace or randomized response):
 
-| mutant | break |
-|---|---|
-| noise x0.5 | every noise draw halved |
-| clip x2 | per-sample clip bound doubled, the noise left at the old bound |
-| rate x2 | Poisson batches drawn at twice the rate the ledger accounts |
-| reused noise | the first round's noise drawn again in every round |
-| node unnoised | node 0's noise rows zero |
-| kind unnoised | the clean clipped gradient also sent, as a kind declared covered |
+* noise x0.5: Gaussian, every draw of `torch.randn` / `torch.normal` on a "noise" stream
+  halved; Laplace, every exponential draw halved (the scale halved); randomized response, the
+  flip probability halved (keep' = 1 - (1 - keep) / 2);
+* clip x2: the bound the defense clips with doubled, the noise left at the old bound;
+* rate x2: Poisson rates doubled, fixed-size batches doubled, the ledger's rate kept;
+* reused noise: round 0's noise draws drawn again, in the same order, in every round;
+* node unnoised: the first row of every noise draw noiseless (node 0's noise; for per-edge
+  noise, the first edge's);
+* kind unnoised: each node's clean batch gradient also sent, as a kind declared covered.
 
-`python -m tests.mechanism.mutants [defense ...]` prints the mutation table (defense x ε x mutant
--> the rules that caught it, measured vs claimed) of the README's gate section.
+A class that does not apply to a defense (no clip bound, no sampling amplification in the ledger,
+a full local epoch each round) raises `NotApplicableError` with the reason, which the table prints.
+
+`python -m tests.mechanism.mutants [defense ...] [--seeds N] [--out FILE]` prints the mutation
+table (one row per defense and ε: each mutant caught by which rule, measured vs claimed) of the
+README's gate section.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
+import inspect
+import math
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -41,90 +52,230 @@ from privbench.seeding import is_noise_generator
 
 load_plugins()
 
-# DP defenses whose ledger the audit recomposes (they declare `release_noise`) and that draw
-# Poisson batches and clip through `privbench.engine.clipped_grad_sum`
-AUDITED = ("dp_sgp", "adp_vrsgp", "dyn_d2p")
 RULES = {"max_measured_ratio": 1.0, "require_mechanism": True, "require_sampling_rate": True}
+EPSILONS = (1.0, 8.0)
+
+
+class NotApplicableError(Exception):
+    """A mutant class that does not apply to a defense; the message says why."""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """What a DP defense's mutants patch.
+
+    Attributes:
+        family: "gaussian", "laplace" or "rr" (randomized response): how its noise is drawn.
+        clip: "module:function" the defense clips with (its bound argument is doubled), or
+            None with `no_clip` the reason there is no clip bound to double.
+        epoch: each round reads every member (a local epoch): no sampling rate to double.
+        sampled: the ledger claims amplification by sampling (a node-level ledger does not:
+            doubling the batch breaks no claim).
+    """
+
+    family: str
+    clip: str | None
+    no_clip: str = ""
+    epoch: bool = False
+    sampled: bool = True
+
+
+_SIGN = ("the message is a randomized sign vector: its sensitivity is fixed by the sign, not "
+         "by a clip bound")
+_NODE_LAPLACE = ("no clip bound by default: the Laplace noise is scaled to the node-level "
+                 "sensitivity S(t) ({}), not to a clip")
+MECHANISMS: dict[str, Mechanism] = {
+    "adp_vrsgp": Mechanism("gaussian", "defenses.adp_vrsgp:clipped_grad_sum"),
+    "const_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
+    "d_psgd_rr": Mechanism("rr", None, _SIGN, epoch=True),
+    "defl_vp": Mechanism("rr", None, _SIGN, epoch=True),
+    "dp_cga": Mechanism("gaussian", "defenses.dp_cga:clip_l2"),  # batch-level clipping
+    "dp_dfedsam": Mechanism("gaussian", "defenses.dp_sgp:clipped_grad_sum"),
+    "dp_dpsgd": Mechanism("gaussian", "defenses._node_dp:clipped_grad_sum"),
+    "dp_sgp": Mechanism("gaussian", "defenses.dp_sgp:clipped_grad_sum"),
+    "dpdl": Mechanism("gaussian", "defenses.dpdl:clipped_grad_sum"),
+    "dpps": Mechanism("laplace", None, _NODE_LAPLACE.format("estimated by Eq. 22"),
+                      sampled=False),
+    "dyn_c_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
+    "dyn_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
+    "dyn_mu_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
+    "muffliato": Mechanism("gaussian", "defenses._node_dp:clipped_grad_sum"),
+    "partpsp": Mechanism("laplace", None, _NODE_LAPLACE.format("estimated by Eq. 22"),
+                         sampled=False),
+    "pedfl": Mechanism("laplace", None, _NODE_LAPLACE.format("the models' real distance"),
+                       sampled=False),
+}
+DP_DEFENSES = tuple(sorted(MECHANISMS))
+
+
+def dp_defenses() -> list[str]:
+    """Every registered defense that claims privacy."""
+    return [d for d in DEFENSES.names() if getattr(DEFENSES.get(d), "private", False)]
+
+
+# ------------------------------------------------------------------ noise draws by family
+
+# the patched call of each family: (owner, attribute); the draw is changed after it is made
+_DRAWS: dict[str, tuple[tuple[Any, str], ...]] = {
+    "gaussian": ((torch, "randn"), (torch, "normal")),
+    "laplace": ((torch.Tensor, "exponential_"),),
+    "rr": ((torch, "rand"),),
+}
 
 
 @contextlib.contextmanager
-def _noise_draws(change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
-    randn = torch.randn
-
-    def patched(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out = randn(*args, **kwargs)
-        return change(out) if is_noise_generator(kwargs.get("generator")) else out
-
-    with mock.patch("torch.randn", patched):
+def _noise_draws(family: str, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """Every draw of `family` from a "noise" stream passed through `change` (in place for the
+    in-place exponential draw)."""
+    with contextlib.ExitStack() as stack:
+        for owner, name in _DRAWS[family]:
+            stack.enter_context(mock.patch.object(owner, name, _changed(
+                getattr(owner, name), change, in_place=owner is torch.Tensor)))
         yield
 
 
-def scaled_noise(_: str) -> contextlib.AbstractContextManager[None]:
-    return _noise_draws(lambda u: u * 0.5)
+def _changed(draw: Callable[..., torch.Tensor], change: Callable[[torch.Tensor], torch.Tensor],
+             in_place: bool) -> Callable[..., torch.Tensor]:
+    def patched(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = draw(*args, **kwargs)
+        if not is_noise_generator(kwargs.get("generator")):
+            return out
+        new = change(out)
+        return out.copy_(new) if in_place else new
+
+    return patched
 
 
-def reused_noise(_: str) -> contextlib.AbstractContextManager[None]:
-    first: dict[tuple[int, ...], torch.Tensor] = {}
-    return _noise_draws(lambda u: first.setdefault(tuple(u.shape), u).clone())
+def _family(defense: str) -> str:
+    return MECHANISMS[defense].family
 
 
-def node_unnoised(_: str) -> contextlib.AbstractContextManager[None]:
-    def zero_first(u: torch.Tensor) -> torch.Tensor:
-        u[0] = 0
+def scaled_noise(defense: str) -> contextlib.AbstractContextManager[Any]:
+    """Gaussian / Laplace noise scale x0.5; randomized response flips half as often."""
+    if _family(defense) == "rr":
+        module = importlib.import_module("defenses.defl_vp")
+        respond = module.randomized_response
+
+        def halved(s: torch.Tensor, keep_prob: float, gen: torch.Generator) -> torch.Tensor:
+            return respond(s, 1 - (1 - keep_prob) / 2, gen)
+
+        return mock.patch.object(module, "randomized_response", halved)
+    return _noise_draws(_family(defense), lambda u: u * 0.5)
+
+
+@contextlib.contextmanager
+def reused_noise(defense: str) -> Iterator[None]:
+    """The k-th noise draw of every round is the k-th draw of the first round run."""
+    first: list[torch.Tensor] = []
+    at = [0]
+    cls = DEFENSES.get(defense)
+    play = cls.round
+
+    def round_(self: Any, t: int) -> None:
+        at[0] = 0
+        play(self, t)
+
+    def again(u: torch.Tensor) -> torch.Tensor:
+        k, at[0] = at[0], at[0] + 1
+        if k == len(first):
+            first.append(u.clone())
+        return first[k].clone() if first[k].shape == u.shape else u
+
+    with mock.patch.object(cls, "round", round_), _noise_draws(_family(defense), again):
+        yield
+
+
+def node_unnoised(defense: str) -> contextlib.AbstractContextManager[None]:
+    """The first row of every noise draw noiseless (a Laplace draw is a difference of two
+    exponentials: both 1 there; a uniform 0 never flips a randomized response)."""
+    silent = {"gaussian": 0.0, "laplace": 1.0, "rr": 0.0}[_family(defense)]
+
+    def first_row(u: torch.Tensor) -> torch.Tensor:
+        u = u.clone()
+        u[0] = silent
         return u
 
-    return _noise_draws(zero_first)
+    return _noise_draws(_family(defense), first_row)
 
 
-def doubled_rate(_: str) -> contextlib.AbstractContextManager[None]:
+def doubled_rate(defense: str) -> contextlib.AbstractContextManager[Any]:
+    """Poisson rates x2 (at most 1), fixed-size batches x2; the ledger keeps its rate."""
+    if MECHANISMS[defense].epoch:
+        raise NotApplicableError("each round reads every member (a local epoch): no sampling "
+                                 "rate to double")
+    if not MECHANISMS[defense].sampled:
+        raise NotApplicableError("the node-level ledger claims no amplification by sampling")
     draw = Context.draw
 
     def patched(self: Context, t: int, rates: torch.Tensor | None = None,
                 batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
-        return draw(self, t, rates=None if rates is None else (2 * rates).clamp(max=1.0),
-                    batch_size=batch_size)
+        if rates is not None:
+            return draw(self, t, rates=(2 * rates).clamp(max=1.0))
+        return draw(self, t, batch_size=2 * (batch_size or self.run.batch_size))
 
     return mock.patch.object(Context, "draw", patched)
 
 
-def doubled_clip(defense: str) -> contextlib.AbstractContextManager[None]:
-    module = importlib.import_module(f"defenses.{defense}")
-    clipped = module.clipped_grad_sum
+def doubled_clip(defense: str) -> contextlib.AbstractContextManager[Any]:
+    """The bound argument of the defense's clipping function doubled (its noise is drawn for
+    the configured bound)."""
+    spec = MECHANISMS[defense]
+    if spec.clip is None:
+        raise NotApplicableError(spec.no_clip)
+    path, name = spec.clip.split(":")
+    module = importlib.import_module(path)
+    clip = getattr(module, name)
+    signature = inspect.signature(clip)
 
-    def patched(fm: Any, params: Any, x: Any, y: Any, mask: Any, bound: Any,
-                *args: Any, **kwargs: Any) -> Any:
-        return clipped(fm, params, x, y, mask, bound * 2, *args, **kwargs)
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["bound"] = bound.arguments["bound"] * 2
+        return clip(*bound.args, **bound.kwargs)
 
-    return mock.patch.object(module, "clipped_grad_sum", patched)
+    return mock.patch.object(module, name, patched)
 
 
 def _leaky(cls: type) -> type:
-    """`cls` that also sends each node's clean batch gradient, as a kind it declares covered."""
+    """`cls` that also sends each node's clean batch gradient (the first batch of a local
+    epoch), as a kind it declares covered."""
 
     class Leaky(cls):  # type: ignore[misc, valid-type]
         kinds = (*cls.kinds, MessageKind("clean_step", covered=True,
                                          description="the batch gradient without noise"))
 
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.kinds = (*self.kinds, *([] if "clean_step" in {k.name for k in self.kinds}
+                                         else [Leaky.kinds[-1]]))
+
         def round(self, t: int) -> None:
             ctx, at, seen = self.ctx, self.models().clone(), []
-            own = vars(ctx).get("draw")  # an audit's hook on the context, if any
-            draw = ctx.draw
+            hooks = {name: vars(ctx).get(name) for name in ("draw", "draw_epoch")}
+            draw, draw_epoch = ctx.draw, ctx.draw_epoch
 
             def grab(t: int, rates: Any = None, batch_size: Any = None) -> Any:
                 seen.append(draw(t, rates=rates, batch_size=batch_size))
                 return seen[-1]
 
-            vars(ctx)["draw"] = grab
+            def grab_epoch(t: int) -> Any:
+                perm, members = draw_epoch(t)
+                b = ctx.run.batch_size
+                seen.append((*ctx.data.gather(perm[:, :b]), members[:, :b]))
+                return perm, members
+
+            vars(ctx).update(draw=grab, draw_epoch=grab_epoch)
             try:
                 cls.round(self, t)
             finally:
-                if own is None:
-                    del vars(ctx)["draw"]
-                else:
-                    vars(ctx)["draw"] = own
-            x, y, mask = seen[0]
-            ctx.bus.broadcast(t, "clean_step", batch_grads(ctx.fm, at, x, y, mask),
-                              ctx.topology.adjacency(t))
+                for name, own in hooks.items():  # an audit's hook on the context, if any
+                    if own is None:
+                        del vars(ctx)[name]
+                    else:
+                        vars(ctx)[name] = own
+            if seen:  # a round that drew no batch releases nothing new
+                x, y, mask = seen[0]
+                ctx.bus.broadcast(t, "clean_step", batch_grads(ctx.fm, at, x, y, mask),
+                                  ctx.topology.adjacency(t))
 
     Leaky.__name__ = Leaky.__qualname__ = f"Leaky_{cls.__name__}"
     globals()[Leaky.__name__] = Leaky  # module level, so a copy of its state can be pickled
@@ -136,11 +287,22 @@ def kind_unnoised(defense: str) -> contextlib.AbstractContextManager[Any]:
     return mock.patch.dict(DEFENSES._items, {defense: leaky})  # type: ignore[attr-defined]
 
 
-MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[None]]] = {
+MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[Any]]] = {
     "noise x0.5": scaled_noise, "clip x2": doubled_clip, "rate x2": doubled_rate,
     "reused noise": reused_noise, "node unnoised": node_unnoised,
     "kind unnoised": kind_unnoised,
 }
+EXPECTED = {  # the rule each mutant of a Gaussian defense must fail, at least
+    "noise x0.5": "max_measured_ratio", "clip x2": "max_measured_ratio",
+    "rate x2": "require_sampling_rate", "reused noise": "require_mechanism",
+    "node unnoised": "require_mechanism", "kind unnoised": "require_mechanism",
+}
+
+
+def expected_rule(defense: str, mutant: str) -> str | None:
+    """The rule `mutant` of `defense` must fail (None: any rule, for the Laplace and
+    randomized-response families, whose measured ε the audit reads differently)."""
+    return EXPECTED[mutant] if MECHANISMS[defense].family == "gaussian" else None
 
 
 def quick_run(eps: float, seed: int = 0) -> RunConfig:
@@ -155,9 +317,15 @@ def cell(defense: str, eps: float, mechanism: dict[str, Any]) -> dict[str, Any]:
             "attacks": {"mechanism": {"status": "ok", "mechanism": mechanism}}}
 
 
+def amplified(res: dict[str, Any]) -> bool:
+    """Whether a correct run's ledger claims amplification by sampling (a rate to double)."""
+    return any("note" not in row for row in res.get("sampling", []))
+
+
 def failed_rules(defense: str, eps: float, mutant: str | None, seed: int = 0
                  ) -> tuple[list[gate.Check], dict[str, Any]]:
-    """The shipped mechanism rules that fail on the (mutated) defense's quick run."""
+    """The shipped mechanism rules that fail on the (mutated) defense's quick run; raises
+    `NotApplicableError` where the mutant class does not apply to the defense."""
     ctx = MUTANTS[mutant](defense) if mutant else contextlib.nullcontext()
     with ctx:
         res = audit_mechanism(quick_run(eps, seed), defense, {})
@@ -165,21 +333,141 @@ def failed_rules(defense: str, eps: float, mutant: str | None, seed: int = 0
     return [c for c in checks if not c.passed], res
 
 
-def table(defenses: tuple[str, ...] = AUDITED) -> str:
-    """The mutation table, markdown."""
-    lines = ["| defense | ε | mutant | caught by | measured ε vs claimed |",
-             "|---|---|---|---|---|"]
+# ------------------------------------------------------------------ the table
+
+def rule_name(check: gate.Check) -> str:
+    return check.name.split(" ", 1)[1]
+
+
+def _g(x: Any) -> str:
+    return gate._num(x)
+
+
+def measured(res: dict[str, Any]) -> str:
+    """The measured ε [interval] vs claimed ε, or why there is none."""
+    e = res.get("epsilon", {})
+    if not res.get("applicable"):
+        return f"audit n/a: {res.get('reason')}"
+    if not e.get("applicable"):
+        return f"ε not measured: {e.get('reason')}"
+    lo, hi = e["interval"]
+    return f"ε {_g(e['epsilon'])} [{_g(lo)}, {_g(hi)}] vs {_g(e['claimed'])}"
+
+
+def _evidence(check: gate.Check, res: dict[str, Any]) -> str:
+    """The measured quantity beside the claim, for the rule `check` names."""
+    name = rule_name(check)
+    if name == "max_measured_ratio":
+        return measured(res)
+    if name == "require_sampling_rate":
+        bad = [r for r in res.get("sampling", []) if not r.get("consistent", True)]
+        r = max(bad or res.get("sampling", [{}]),
+                key=lambda r: abs((r.get("rate") or 0) - (r.get("ledger_rate") or 0)))
+        return f"rate {_g(r.get('rate'))} vs {_g(r.get('ledger_rate'))}"
+    found = res.get("findings", [])
+    return (found[0] + (f"; +{len(found) - 1} more" if len(found) > 1 else "")
+            if found else check.detail)
+
+
+def verdict(failed: list[gate.Check], res: dict[str, Any], first: str | None) -> str:
+    """One cell: the rules that failed, the `first` one (if among them) shown with its evidence,
+    or "passes" with the measured ε."""
+    if not failed:
+        return f"passes ({measured(res)})"
+    failed = sorted(failed, key=lambda c: rule_name(c) != first)
+    head = f"{rule_name(failed[0])} ({_evidence(failed[0], res)})"
+    more = [rule_name(c) for c in failed[1:]]
+    return head + (f"; also {', '.join(more)}" if more else "")
+
+
+def row(defense: str, eps: float, seed: int = 0) -> list[str]:
+    """The table's cells for one defense and ε: the correct run, then each mutant."""
+    failed, correct = failed_rules(defense, eps, None, seed)
+    cells = [("FALSE ALARM: " + verdict(failed, correct, None)) if failed
+             else verdict(failed, correct, None)]
+    for mutant in MUTANTS:
+        try:
+            broken, res = failed_rules(defense, eps, mutant, seed)
+        except NotApplicableError as why:
+            cells.append(f"n/a: {why}")
+            continue
+        except Exception as err:  # a broken run is shown, not hidden
+            cells.append(f"ERROR: {type(err).__name__}: {err}")
+            continue
+        text = verdict(broken, res, expected_rule(defense, mutant))
+        alarms = {rule_name(c) for c in failed}
+        cells.append("ESCAPES: " + text if not broken else "caught: " + text
+                     if {rule_name(c) for c in broken} - alarms else
+                     "not told apart (its rules fail the correct run too): " + text)
+    return cells
+
+
+HEADER = ("| defense | ε | correct | " + " | ".join(MUTANTS) + " |\n"
+          + "|---" * (3 + len(MUTANTS)) + "|")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
+
+
+def seed_lines(defense: str, eps: float, seeds: int) -> str:
+    """The correct defense's measured ε over seeds 0..seeds-1, and whether a rule failed."""
+    parts = []
+    for seed in range(seeds):
+        failed, res = failed_rules(defense, eps, None, seed)
+        names = ", ".join(rule_name(c) for c in failed)
+        parts.append(f"seed {seed}: {measured(res)}" + (f" FAILS {names}" if failed else ""))
+    return f"| {defense} | {eps:g} | " + "; ".join(_cell(p) for p in parts) + " |"
+
+
+SEEDS_HEADER = "| defense | ε | correct run over seeds 0..{last} |\n|---|---|---|"
+
+
+def table(defenses: tuple[str, ...] = DP_DEFENSES, epsilons: tuple[float, ...] = EPSILONS,
+          out: Callable[[str], None] = print) -> None:
+    """The mutation table, markdown, one line at a time to `out`."""
+    out(HEADER)
     for d in defenses:
-        for eps in (1.0, 8.0):
-            for mutant in (None, *MUTANTS):
-                failed, res = failed_rules(d, eps, mutant)
-                e = res["epsilon"]
-                shown = (f"{gate._num(e['epsilon'])} vs {gate._num(e['claimed'])}"
-                         if e.get("applicable") else "n/a")
-                caught = ", ".join(c.name.split(" ", 1)[1] for c in failed) or "passes"
-                lines.append(f"| {d} | {eps:g} | {mutant or 'correct'} | {caught} | {shown} |")
-    return "\n".join(lines)
+        for eps in epsilons:
+            out(f"| {d} | {eps:g} | " + " | ".join(_cell(c) for c in row(d, eps)) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mechanism.mutants",
+                                     description="The mechanism audit's mutation table.")
+    parser.add_argument("defenses", nargs="*", help=f"DP defenses (default: all: "
+                                                    f"{' '.join(DP_DEFENSES)})")
+    parser.add_argument("--eps", type=float, nargs="+", default=list(EPSILONS))
+    parser.add_argument("--seeds", type=int, default=0,
+                        help="also the correct runs' measured ε over seeds 0..N-1")
+    parser.add_argument("--out", type=Path, help="also append the table's lines to this file")
+    parser.add_argument("--seeds-only", action="store_true",
+                        help="only the seeds' lines (with --seeds), no header")
+    args = parser.parse_args(argv)
+    unknown = [d for d in args.defenses if d not in MECHANISMS]
+    if unknown or args.seeds < 0 or any(not (e > 0 and math.isfinite(e)) for e in args.eps):
+        what = (f"unknown DP defense {', '.join(unknown)} (accepted: {' '.join(DP_DEFENSES)})"
+                if unknown else "--seeds must be >= 0 and --eps finite and > 0")
+        print(f"error: {what}", file=sys.stderr)
+        return 2
+    defenses, eps = tuple(args.defenses) or DP_DEFENSES, tuple(args.eps)
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        if args.out is not None:
+            with args.out.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    if not args.seeds_only:
+        table(defenses, eps, emit)
+    if args.seeds:
+        if not args.seeds_only:
+            emit(f"\n{SEEDS_HEADER.format(last=args.seeds - 1)}")
+        for d in defenses:
+            for e in eps:
+                emit(seed_lines(d, e, args.seeds))
+    return 0
 
 
 if __name__ == "__main__":
-    print(table(tuple(sys.argv[1:]) or AUDITED))
+    sys.exit(main())

@@ -12,7 +12,8 @@ whose noise is silently disabled (`privbench.testing.disable_noise`, a test-only
 the gate fail.
 
 DPPS / PartPSP are not in the suite: calibrated to ε = 1 their sensitivity estimate overflows
-within a few rounds (reported as diverged; see README, Reproductions), leaving nothing to attack.
+within a few rounds (reported as diverged; see reports/reproduce/dpps/README.md), leaving
+nothing to attack.
 DeFL-VP runs with its control variates protected (card §1.7), with ε read per run (the
 whole run's randomized responses compose to ε = 1) and with one mini-batch gradient per round
 (`gradient="G1"`): the card's default G2 sends a local epoch's pseudo-gradient, which a batch-2

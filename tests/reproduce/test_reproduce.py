@@ -270,7 +270,7 @@ def test_verify_re_makes_committed_lines_and_names_what_moved(tmp_path):
     assert "1 differ (accuracy in 1, by at most 12.50 points); 1 chosen made elsewhere" in text
     assert f"{tmp_path / 'table.md'} changes:" in text
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
-    with pytest.raises(PrivbenchError, match=r"no line of .* chosen can be re-made here: "
+    with pytest.raises(PrivbenchError, match=r"no line of .* chosen can be retrained here: "
                                              r"Dyn-D2P epsilon=1 seed 0 \(threads = 64"):
         verify(repro, scale, tmp_path, rows=("Dyn-D2P",))
 
@@ -285,8 +285,8 @@ def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
     assert eps_only.differences == ["epsilon_calibrated 1.25 then, 1.2500000001 now"]
     assert eps_only.line().startswith("A seed 0: differs: epsilon_calibrated 1.25 then, "
                                       "1.2500000001 now (made by code not recorded")
-    assert eps_only.line().endswith("on cpu (AMD EPYC, AVX512); now code not recorded (a line "
-                                    "from before 2026-11-27) on cpu (AMD EPYC, AVX512))")
+    assert eps_only.line().endswith("on cpu (AMD EPYC, AVX512); now code not recorded (the line "
+                                    "names none) on cpu (AMD EPYC, AVX512))")
     assert same.line() == "B seed 0: the same (accuracy 0.5000)"
     rebuilt = Verdict("C seed 0", {**then, "structure": {"layers": [4848, 14528]}},
                       {**then, "structure": {"layers": [144, 19232]}})
@@ -295,7 +295,7 @@ def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
     assert summary(Verification([eps_only, same], [], []), tmp_path).splitlines() == [
         f"verified 2 of the lines in {tmp_path / RUNS_FILE}: 1 the same, 1 differ "
         "(epsilon_calibrated in 1)",
-        f"with the re-made lines in place of the committed ones, {tmp_path / 'table.md'} "
+        f"with the retrained lines in place of the committed ones, {tmp_path / 'table.md'} "
         "reads the same"]
     # a difference on another kind of machine, or one a line does not name, may be the
     # machine's own (its kernels), and the summary says how many are
@@ -304,9 +304,9 @@ def test_a_verify_summary_names_the_fields_that_moved(tmp_path):
     unnamed = Verdict("E seed 0", {k: v for k, v in then.items() if k != "machine"},
                       {**then, "accuracy": 0.5001})
     assert eps_only.same_machine and not avx2.same_machine and not unnamed.same_machine
-    assert "made by code not recorded (a line from before 2026-11-27) on cpu (AMD EPYC, AVX2);" \
+    assert "made by code not recorded (the line names none) on cpu (AMD EPYC, AVX2);" \
         in avx2.line()
-    assert "on a machine not recorded (a line from before 2026-11-28);" in unnamed.line()
+    assert "on a machine not recorded (the line names none);" in unnamed.line()
     assert summary(Verification([eps_only, avx2, unnamed], [], []), tmp_path).splitlines()[0] \
         .endswith("0 the same, 3 differ (accuracy in 2, by at most 0.02 points; "
                   "epsilon_calibrated in 1); 2 of the 3 made on another kind of machine or one "
@@ -319,7 +319,7 @@ def test_verify_of_nothing_or_with_a_training_option_is_a_one_line_error(tmp_pat
         f"privbench: error: {tmp_path / RUNS_FILE} holds no runs to verify"]
     assert main(["reproduce", "dyn_d2p", "--verify", "--checkpoint-every", "3", "--out",
                  str(tmp_path)]) == 2
-    assert "--verify takes no --checkpoint-every: it re-makes the folder's lines and writes " \
+    assert "--verify takes no --checkpoint-every: it retrains the folder's lines and writes " \
         "nothing" in capsys.readouterr().err
     assert main(["reproduce", "dyn_d2p", "--render", "--verify", "--out", str(tmp_path)]) == 2
     assert "--render takes no --verify" in capsys.readouterr().err
@@ -581,15 +581,15 @@ def test_every_committed_run_is_of_its_grid_as_the_code_declares_it_now(tmp_path
 
 
 def test_a_remake_holds_lines_of_a_committed_table_made_by_a_named_code_and_machine():
-    """A re-make in progress (reports/remake/PAPER[/SCALE]) holds the same runs as its committed
-    table, key for key (the same fingerprint: configuration, data, seed), each line naming the
-    code and the kind of machine that made it, all lines one code version and one kind of
-    machine (what a re-make is for: two kinds of AVX-512 CPU give a sign run other bits), so
-    that it can be compared and later replace the committed lines."""
+    """Lines trained again apart (reports/remake/PAPER[/SCALE]) are the same runs as their
+    committed table's, key for key (the same fingerprint: configuration, data, seed), each line
+    naming the code and the kind of machine that made it, all lines one code version and one kind
+    of machine (what training them apart is for: two kinds of AVX-512 CPU give a sign run other
+    bits), so that they can be compared and later replace the committed lines."""
     load()
     paths = sorted(REMAKES.rglob(RUNS_FILE))
     if not paths:
-        pytest.skip(f"no re-make in progress under {REMAKES}")
+        pytest.skip(f"no lines trained again apart under {REMAKES}")
     for path in paths:
         lines = read_runs(path)
         repro = REPRODUCTIONS.get(lines[0]["reproduction"])

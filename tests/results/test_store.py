@@ -1,4 +1,4 @@
-"""What privbench guarantees about its results (issue 26), the parts that need no audit run:
+"""What privbench guarantees about its results, the parts that need no audit run:
 strict JSON read back losslessly, no temporary file left behind, a gate that cannot pass having
 checked nothing, and validation of loose options before any training starts."""
 

@@ -81,9 +81,9 @@ ADP_VRSGP = REPRODUCTIONS.register("adp_vrsgp")(Reproduction(
                    "paper states no widths)"),
         Scale("headline", (*_SETTING, ("model", "cnn")), seeds=(0, 1, 2),
               rows=("Non-private", "DP-SGP", "ADP-VRSGP", "DFedSAM", DFEDSAM_CNN_ROW),
-              note="the card's setting (the 2-conv CNN, T = 1,000; privbench's FedAvg CNN "
-                   "with 'same' padding, 1.66 M parameters, where the card proposes 'valid' "
-                   "padding, 582 k: the paper states no widths) for the headline rows only "
+              note="the paper's setting (the 2-conv CNN, T = 1,000; privbench's FedAvg CNN "
+                   "with 'same' padding, 1.66 M parameters, where 'valid' padding would give "
+                   "582 k: the paper states no widths) for the headline rows only "
                    "(ADP-VRSGP against DP-SGP and DFedSAM, and the non-private SGP), at the "
                    "step sizes tuned for the MLP (K = 100, DP-SGP lr 8, "
                    "DFedSAM lr 16 with rho 4, SGP lr 0.2), and DFedSAM also at lr 8, its step "

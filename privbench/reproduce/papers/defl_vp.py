@@ -87,16 +87,16 @@ DEFL_VP = REPRODUCTIONS.register("defl_vp")(Reproduction(
     metric="node_accuracy_mean",
     scales=(
         Scale("reduced", (*_SETTING, ("model", "mlp")), seeds=(0, 1, 2),
-              note="MLP (784-128-64-10) instead of the card's FedAvg CNN (one local epoch of "
+              note="MLP (784-128-64-10) instead of the FedAvg CNN (one local epoch of "
                    "the CNN on 6,000 images per client per round is over 10 s per round on one "
                    "CPU thread), 3 seeds (the paper states none), the ablation "
-                   "w/o VR, w/o Comp and D-PSGD+RR at epsilon = 4 only (the card's reading "
+                   "w/o VR, w/o Comp and D-PSGD+RR at epsilon = 4 only (privbench's reading "
                    "of the paper's unstated budget), w/o Comp at the tuned step only"),
         Scale("paper", (*_SETTING, ("model", "cnn")), seeds=(0, 1, 2),
               note="the paper's setting with privbench's CNN"),
         Scale("headline", (*_SETTING, ("model", "cnn")), seeds=(0, 1, 2),
               rows=("D-PSGD", "DFL+VR", "DeFL-VP" + _T, "D-PSGD+RR" + _T), grid=_AT4,
-              note="the card's setting with privbench's CNN (T = 200 rounds of one local "
+              note="the paper's setting with privbench's CNN (T = 200 rounds of one local "
                    "epoch) for the headline rows only (DeFL-VP against D-PSGD+RR and DFL+VR, "
                    "and the non-private D-PSGD) at epsilon = 4, the one budget where the paper "
                    "reports D-PSGD+RR, at the sign step tuned for the MLP"),

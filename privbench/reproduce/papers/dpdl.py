@@ -96,7 +96,7 @@ DPDL = REPRODUCTIONS.register("dpdl")(Reproduction(
               rows=("DPDL no defence", "DP-DPSGD", "MUFFLIATO", MUFFLIATO_STEP_ROW, "DP-CGA",
                     DP_CGA_STEP_ROW, "DPDL", "DP-CGA calibrated", "DPDL calibrated"),
               grid=(1.0, 2.0, 4.0),
-              # tuned for LeNet-5 on validation at each epsilon, seed 100 (README); at
+              # tuned for LeNet-5 on validation at each epsilon, seed 100 (write-up); at
               # epsilon 2 and 4 DPDL calibrated's tune chose the default 0.01, the Method's own
               # lr, and MUFFLIATO's at epsilon 2 its MLP step (MUFFLIATO_LR)
               method_run=(("DP-DPSGD", (("lr", 0.3),)), ("DPDL", (("lr", 0.03),)),
@@ -108,7 +108,7 @@ DPDL = REPRODUCTIONS.register("dpdl")(Reproduction(
                         ("DP-CGA calibrated", 4.0, (("lr", 0.3),)),
                         ("DPDL calibrated", 1.0, (("lr", 0.003),)),
                         ("MUFFLIATO", 1.0, (("lr", 0.1),)), ("MUFFLIATO", 4.0, (("lr", 1.0),))),
-              note="the card's setting (LeNet-5, 1,000 rounds) on Fashion-MNIST for the "
+              note="the paper's setting (LeNet-5, 1,000 rounds) on Fashion-MNIST for the "
                    "headline rows only (DPDL and DP-CGA, at the paper's reading and "
                    "calibrated, against DP-DPSGD and MUFFLIATO, and the non-private DPDL) at "
                    "epsilon = 1, 2 and 4, 20 seeds (the paper's 20 "

@@ -73,7 +73,7 @@ DPPS = REPRODUCTIONS.register("dpps")(Reproduction(
               note="privbench's ResNet from scratch (not ImageNet-pretrained)"),
         Scale("headline", (*_SETTING, ("model", "resnet")), seeds=(0, 1, 2),
               rows=("PartPSP-1 NoDP", "SGPDP NoDP", "PartPSP-1", "SGPDP"),
-              note="the card's setting with privbench's small ResNet (3 stages, GroupNorm) "
+              note="the paper's setting with privbench's small ResNet (3 stages, GroupNorm) "
                    "from scratch, not the ImageNet-pretrained ResNet-18 (no weights offline), "
                    "for the headline rows only (PartPSP-1 against SGPDP, with and without "
                    "noise)"),

@@ -54,15 +54,15 @@ DYN_D2P = REPRODUCTIONS.register("dyn_d2p")(Reproduction(
               note="MLP (784-128-64-10) instead of the shallow CNN, K = 600 rounds (6.4 "
                    "epochs) instead of 1,875, 3 seeds instead of 5 (the CNN takes 2.8 s per "
                    "round for 20 nodes on one CPU thread: 87 min per run), lr 0.2 (the MLP's "
-                   "step in the digits reproduction; the card's 0.03 is the CNN's and leaves "
-                   "the non-private MLP at 75.4 % after 600 rounds, against 83.9 % at 0.2)"),
+                   "step in the digits reproduction; the paper setting's 0.03 is the CNN's and "
+                   "leaves the non-private MLP at 75.4 % after 600 rounds, against 83.9 % at 0.2)"),
         Scale("paper", (*_SETTING, ("model", "cnn"), ("rounds", 1875), ("eval_every", 1875)),
               seeds=(0, 1, 2, 3, 4),
               note="the paper's setting (shallow CNN with 'same' padding, K = 1,875, 5 seeds)"),
         Scale("headline", (*_SETTING, ("model", "cnn"), ("rounds", 1875), ("eval_every", 1875)),
               seeds=(0, 1, 2, 3, 4), rows=("Non-private", "Const-D2P", "Dyn-D2P"),
-              note="the card's setting (shallow CNN with 'same' padding, K = 1,875, the "
-                   "card's lr 0.03) for the headline rows only (Dyn-D2P against Const-D2P, "
+              note="the paper's setting (shallow CNN with 'same' padding, K = 1,875, "
+                   "lr 0.03) for the headline rows only (Dyn-D2P against Const-D2P, "
                    "and the non-private SGP)"),
     ),
 ))
