@@ -4,8 +4,8 @@ Two kinds of attacks, both returning one score per candidate (higher = "more lik
 
 * `ModelAttack` (needs "model"): scores candidates from a target model's outputs, optionally
   with reference (shadow) models: `score(ModelMIAInput) -> (N,)`. The caller
-  (privbench.audit.membership)
-  computes the signals once for the target, the reference models and a population set.
+  (privbench.audit.membership) computes the signals once for the target, the reference models and a
+  population set.
 * `MessageAttack` (needs "messages"): scores candidates from a victim's `GradientView`s (what a
   curious neighbour derives from observed messages): `score(fm, views, x, y) -> (N,)`.
 

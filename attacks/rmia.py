@@ -20,8 +20,7 @@ Choices / deviations:
 * Pr_OUT is the plain mean over OUT reference models (the research code uses a 20% trimmed mean,
   which needs many models).
 * The population z are samples that no model trained on (privbench.audit.membership uses the
-dataset's
-  test split), so every reference model is OUT for every z.
+  dataset's test split), so every reference model is OUT for every z.
 """
 
 from __future__ import annotations

@@ -3,12 +3,11 @@
 Steinke, Nasr, Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023 (Theorem 3.1,
 §6 white-box) with the Dirac gradient canaries of Nasr et al., "Tight Auditing of Differentially
 Private Machine Learning", USENIX Security 2023 (`privbench.engine.canaries`). Each audited node i
-gets
-m canaries on its own model coordinates (disjoint across nodes, so no canary moves another's
-coordinate), each included with probability 1/2; the defense is trained once more; every canary
-is scored from what the threat model around its node observes; the top k+ scores are guessed
-"in", the bottom k- "out", the rest abstain; the exact binomial test gives each node's ε lower
-bound, Bonferroni-corrected over the audited nodes.
+gets m canaries on its own model coordinates (disjoint across nodes, so no canary moves another's
+coordinate), each included with probability 1/2; the defense is trained once more; every canary is
+scored from what the threat model around its node observes; the top k+ scores are guessed "in", the
+bottom k- "out", the rest abstain; the exact binomial test gives each node's ε lower bound,
+Bonferroni-corrected over the audited nodes.
 
 Choices:
 

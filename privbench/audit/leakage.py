@@ -7,12 +7,10 @@ random non-neighbours. Each placement attacks every victim with what it observes
 * inversion (iDLG on batch-1 views, by default) of the victim's released gradient, from the
   defense's own views where the set observes enough (its exact per-round derivation), else from
   gossip inversion (`privbench.threat.gossip_inversion`, El Mrini et al. 2024), or "not applicable"
-  with
-  the reason (not a linear gossip, rank deficit);
+  with the reason (not a linear gossip, rank deficit);
 * message-level membership inference (mia_message) on the same views, pooled over the victims;
 * for linear-gossip DP defenses, the pairwise network-DP epsilon (`privbench.audit.network_dp`) of
-each
-  victim towards the set, beside the paper's and the calibrated epsilon and the empirical lower
+  each victim towards the set, beside the paper's and the calibrated epsilon and the empirical lower
   bound from the membership ROC.
 
 Two small runs per (defense, epsilon) serve the two attacks (`LeakageConfig`): a batch-1 run where

@@ -4,9 +4,8 @@ A statistical audit (canaries, membership inference) bounds ε from below by wha
 can tell apart; it cannot fail close to the claim. An auditor that holds the whole run (the
 trainer, its state, the ground truth and the ledger) can measure the mechanism itself. At each
 audited round t the run's own state is copied (`privbench.engine.checkpoint.snapshot`) and round t
-replayed
-on the copies (teacher forcing: the noisy run's state in, one round out), each replay recording
-every message it sends:
+replayed on the copies (teacher forcing: the noisy run's state in, one round out), each replay
+recording every message it sends:
 
 * noisy: the round as the run ran it (checked equal to the run's own messages);
 * clean: the same round with every draw of the "noise" streams silenced

@@ -7,14 +7,13 @@ only what v observes, and for gossip with local Gaussian noise it falls with the
 because what reaches v from u is mixed with the other nodes' noise.
 
 We compute it for every linear-gossip defense (`privbench.threat.gossip_inversion.LinearGossip`)
-from
-the observer set's exact view rather than from Muffliato's closed form (its theorem is for
+from the observer set's exact view rather than from Muffliato's closed form (its theorem is for
 symmetric gossip averaging with one noise draw per value; ours run one gossip step per noisy
 release, push-sum included). Release s of node x is g_x^s + N(0, (z_x^s C / B)^2 I) and one sample
 of u moves g_u^s by at most C / B (per-sample clipping). Every observed message is linear in the
-releases (`build_system`, one unknown per node and round), so the observers' whole view is
-K (g + noise), K (R, n S): a Gaussian mechanism. Whitening the noise (K~ = K diag(z)), a change
-delta of u's releases shifts the view by K~ delta~ with delta~_s = delta_s / z_u^s, and
+releases (`build_system`, one unknown per node and round), so the observers' whole view is K (g +
+noise), K (R, n S): a Gaussian mechanism. Whitening the noise (K~ = K diag(z)), a change delta of
+u's releases shifts the view by K~ delta~ with delta~_s = delta_s / z_u^s, and
 
     mu^2 = max delta~' P_uu delta~ <= min(sum_{s, s'} |P_uu[s, s']| / (z_u^s z_u^s'),
                                           lambda_max(P_uu) sum_s 1 / z_u^s^2),

@@ -42,10 +42,9 @@ Times are medians over `--repeats` repeats after one untimed warm-up (a call slo
 `--round-budget-s` is timed once). `--threads N` sets torch.set_num_threads(N) and
 OMP_NUM_THREADS (recorded in the JSON with the load average); without it the process's default
 applies. The header and the JSON say how host memory is allocated (`privbench.engine.hostmem`:
-the CLI
-keeps glibc's freed memory in the process unless `PRIVBENCH_HOST_MALLOC=system`), one setting for
-every method of a section. Benchmark code lives here and in `bench_rounds.py` and calls library
-functions only (never `privbench.cli`, never `attacks` but through the registry).
+the CLI keeps glibc's freed memory in the process unless `PRIVBENCH_HOST_MALLOC=system`), one
+setting for every method of a section. Benchmark code lives here and in `bench_rounds.py` and calls
+library functions only (never `privbench.cli`, never `attacks` but through the registry).
 """
 
 from __future__ import annotations

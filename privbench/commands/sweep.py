@@ -1,18 +1,17 @@
 """`privbench attack`: the audit sweep (defense x ε x attack), cell by cell, resumable.
 
-For every (defense, ε) the defense is trained once while recording only the rounds the attacks
-need; then every attack runs on what the threat model observes. Each finished piece is written
-atomically as its own file under `<out>/cells/<defense>@<ε>/` (`train.json`, `<attack>.json`),
-so an interrupted sweep loses at most the piece in progress. Every file carries the fingerprint
-of what determined it (`privbench.results.fingerprint`); `--resume` reuses a file only when it is
-valid
+For every (defense, ε) the defense is trained once while recording only the rounds the attacks need;
+then every attack runs on what the threat model observes. Each finished piece is written atomically
+as its own file under `<out>/cells/<defense>@<ε>/` (`train.json`, `<attack>.json`), so an
+interrupted sweep loses at most the piece in progress. Every file carries the fingerprint of what
+determined it (`privbench.results.fingerprint`); `--resume` reuses a file only when it is valid
 (`privbench.results.schema`) and its fingerprint matches, and stops with the first differing field
-otherwise (`--resume=rerun-stale` recomputes the stale ones). One run writes into a folder at a
-time (an advisory lock). `results.json` (schema `privbench.results`, strict JSON) is assembled from
-the cell files in a fixed order and holds no timestamps, timings or output folder name (timings go
-to `timings.json`, the run name to the page's title), so the same seed gives byte-identical results
-on CPU wherever it is written. `index.html` is rendered from `results.json` alone; the three
-aggregate files are written only once all of them are built.
+otherwise (`--resume=rerun-stale` recomputes the stale ones). One run writes into a folder at a time
+(an advisory lock). `results.json` (schema `privbench.results`, strict JSON) is assembled from the
+cell files in a fixed order and holds no timestamps, timings or output folder name (timings go to
+`timings.json`, the run name to the page's title), so the same seed gives byte-identical results on
+CPU wherever it is written. `index.html` is rendered from `results.json` alone; the three aggregate
+files are written only once all of them are built.
 """
 
 from __future__ import annotations

@@ -12,12 +12,10 @@ whole, which is what a record with a large gradient does.
 A canary is stored in the audited node's data row beyond its member count, so the defense's
 sampler never draws it and the node's sampling rate and calibration are those of its own records;
 the audit's context (`privbench.audit.canary_audit.CanaryContext`) adds each included canary to a
-batch
-with the rate the defense's draw used for the node. Only its gradient is special. Its
-label encodes its id, `y = -(j + 1)` (real labels are >= 0), so `engine.clipped_grad_sum`
-(per-sample clipped sums: DP-SGD-style defenses) and `engine.batch_grads` (batch means: the
-non-private baselines, DeFL-VP, DPPS / PartPSP, whose node-level claims bound any one record's
-influence too)
+batch with the rate the defense's draw used for the node. Only its gradient is special. Its label
+encodes its id, `y = -(j + 1)` (real labels are >= 0), so `engine.clipped_grad_sum` (per-sample
+clipped sums: DP-SGD-style defenses) and `engine.batch_grads` (batch means: the non-private
+baselines, DeFL-VP, DPPS / PartPSP, whose node-level claims bound any one record's influence too)
 recognise canary slots in any batch without knowing the defense. The bank is active only inside
 `inserted(bank)`; outside it the hook is never consulted.
 """

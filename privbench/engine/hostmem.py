@@ -13,8 +13,7 @@ variables): about a quarter less CPU time. The arithmetic is the same (torch ali
 tensor to 64 bytes whatever malloc returns): the DeFL-VP reduced D-PSGD+RR run (eta_sign 0.003,
 epsilon 4, seed 0) wrote the same line in every field but its seconds both ways (493 s kept,
 510 s with glibc's defaults), and every pinned privacy plan
-(`tests/accounting/test_plans_pinned.py`,
-numpy's side) composed to the same 392 numbers.
+(`tests/accounting/test_plans_pinned.py`, numpy's side) composed to the same 392 numbers.
 
 `keep_freed_memory` serves every block from the heap (`M_MMAP_MAX` = 0) and keeps up to 2 GiB of
 free memory at its top (`M_TRIM_THRESHOLD`), so the next step reuses the pages already faulted in;

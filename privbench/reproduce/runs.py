@@ -16,8 +16,7 @@ before structures were recorded have none, and are checked by their fingerprint 
 A line names the code that made it (`code`: the git commit, whether privbench's code differed
 from it, and a digest of the code; `privbench.results.provenance`), outside the fingerprint: a
 change of meaning that keeps both the configuration and the structure leaves old lines matching,
-and the
-code names which lines it made. It names the kind of machine too (`machine`: the GPU, or the
+and the code names which lines it made. It names the kind of machine too (`machine`: the GPU, or the
 CPU's model and the vector kernels torch uses on it; `privbench.device.machine_kind`), also
 outside the fingerprint (a table joins lines of several machines), because the same code, torch
 build and thread count give other numbers on other kernels: `verify` says so beside a

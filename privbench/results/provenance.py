@@ -2,11 +2,10 @@
 of the code itself.
 
 A fingerprint (`privbench.results.fingerprint`) hashes what a run was asked to do and the structure
-the
-code builds from it, not the code itself: a changed step rule or noise formula with the same
-configuration keeps its fingerprint. So that such a result can still be traced to the code that
-made it, every results file and reproduction line records (outside the fingerprint: new code
-does not invalidate a result, it says where to look):
+the code builds from it, not the code itself: a changed step rule or noise formula with the same
+configuration keeps its fingerprint. So that such a result can still be traced to the code that made
+it, every results file and reproduction line records (outside the fingerprint: new code does not
+invalidate a result, it says where to look):
 - `revision`: the commit, and which of privbench's code paths (`privbench/`, `attacks/`,
   `defenses/`, `pyproject.toml`) differed from it; an installed copy (or a copy of a work tree
   without its `.git`, as on a lent GPU machine) has none;

@@ -102,9 +102,8 @@ def test_a_long_run_is_within_a_percent_of_a_fine_independent_pld():
 
 def test_the_normal_range_keeps_the_asked_grid_and_the_extremes_say_so():
     """The noise of budgets up to 20 over up to 10^4 steps composes on the asked grid, as before
-    (the pinned plans, tests/accounting/test_plans_pinned.py, are the bit-for-bit check); an
-    extreme budget
-    says how it departed. The papers' noise (RDP, CLT) is used: no calibration loop."""
+    (the pinned plans, tests/accounting/test_plans_pinned.py, are the bit-for-bit check); an extreme
+    budget says how it departed. The papers' noise (RDP, CLT) is used: no calibration loop."""
     from privbench.accounting.plans import make_plan
 
     for name, eps, rounds, q in (("dp_sgp", 8.0, 4000, 0.0128), ("dp_sgp", 20.0, 3000, 0.01),

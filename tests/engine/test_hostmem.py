@@ -1,6 +1,5 @@
 """The CLI keeps freed host memory in the heap (privbench.engine.hostmem): a large tensor is
-served
-without mmap, and `PRIVBENCH_HOST_MALLOC=system` leaves glibc's defaults (its mmap)."""
+served without mmap, and `PRIVBENCH_HOST_MALLOC=system` leaves glibc's defaults (its mmap)."""
 
 from __future__ import annotations
 
