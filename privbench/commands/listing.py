@@ -21,6 +21,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         width = max(map(len, names), default=0)
         for name in names:
             obj = reg.get(name)
-            mark = f"{'DP' if getattr(obj, 'private', False) else '-':<4}" if marked else ""
+            mark = f"{'DP' if obj.private else '-':<4}" if marked else ""
             print(f"  {name:<{width}}  {mark}{registry.describe(name, obj)}")
     return 0
