@@ -188,7 +188,7 @@ def test_allocation_failures_become_skipped_rows(monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1")
 
-    monkeypatch.setattr(bench, "_build_trainer", boom)
+    monkeypatch.setattr(bench_measure, "_build_trainer", boom)
     before = resource.getrlimit(resource.RLIMIT_AS)
     rows = bench_measure.bench_engine("lenet", 3, 2, 1, torch.device("cpu"), ["dp_sgp"], ["floor"])
     assert rows[-1]["median_s"] is None and "memory" in rows[-1]["skipped"]
@@ -200,7 +200,7 @@ def test_allocation_failures_become_skipped_rows(monkeypatch):
     def other(*args, **kwargs):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(bench, "_build_trainer", other)
+    monkeypatch.setattr(bench_measure, "_build_trainer", other)
     with pytest.raises(RuntimeError, match="shape mismatch"):  # real bugs are never hidden
         bench_measure.bench_engine("lenet", 3, 2, 1, torch.device("cpu"), ["dp_sgp"], ["floor"])
 

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import defenses._node_dp as node_dp_module
+import defenses._plans as plans_module
 import defenses.dp_cga as dp_cga_module
-import defenses.dp_dpsgd as dp_dpsgd_module
 import defenses.dp_sgp as dp_sgp_module
 import defenses.dpdl as dpdl_module
 from privbench.accounting.plans import PRIVACY_PLANS
@@ -54,14 +55,14 @@ def plans_scaled(factor: float) -> Iterator[None]:
                 multipliers=tuple({r: z * factor for r, z in m.items()} for m in p.multipliers))
 
         mp.setattr(dpdl_module, "plan_privacy", dpdl_plan)
-        real_sigmas = dp_dpsgd_module.calibrate_sigmas
-        for module in (dp_dpsgd_module, dp_cga_module):
+        real_sigmas = node_dp_module.calibrate_sigmas
+        for module in (node_dp_module, dp_cga_module):  # DP-DPSGD and MUFFLIATO via _node_dp
             mp.setattr(module, "calibrate_sigmas", lambda *a, **k: real_sigmas(*a, **k) * factor)
-        dp_sgp_module.cached_plan.cache_clear()
+        plans_module.cached_plan.cache_clear()
         try:
             yield
         finally:
-            dp_sgp_module.cached_plan.cache_clear()
+            plans_module.cached_plan.cache_clear()
 
 
 def _run(name: str, scale: float | None) -> tuple[dict[tuple[int, str], torch.Tensor], list]:

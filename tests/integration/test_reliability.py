@@ -89,7 +89,7 @@ def test_an_attack_that_blows_up_is_recorded_as_failed_and_the_sweep_goes_on(tmp
     def exploding(*args, **kwargs):
         raise FloatingPointError("gradient matching diverged to NaN")
 
-    monkeypatch.setattr(privbench.audit.inversion, "invert", exploding)
+    monkeypatch.setattr(privbench.audit.inversion, "invert_many", exploding)
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)
     out = tmp_path / "run"

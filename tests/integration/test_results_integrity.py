@@ -18,6 +18,7 @@ import pytest
 
 from privbench.cli import main
 from privbench.commands import sweep
+from privbench.errors import DataError
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.results.fingerprint import LOCK_NAME
@@ -189,7 +190,7 @@ def test_a_damaged_cell_file_at_assembly_is_one_line(audit_dir, tmp_path, capsys
     path.write_text(json.dumps(cell))
     runner = sweep.Sweep(sweep.RunConfig(), {}, sweep.AuditConfig(
         defenses=("dpdl",), eps=(1.0,), attacks=("mia_threshold",)), copy)
-    with pytest.raises(sweep.DataError, match=r"train.json is damaged \(.privacy: expected an "
+    with pytest.raises(DataError, match=r"train.json is damaged \(.privacy: expected an "
                                               "array, got string\\)"):
         runner.assemble()
     assert (copy / "results.json").read_bytes() == good
