@@ -273,7 +273,7 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
     sign has no sign to keep, and a sparsifying compressor may send other coordinates), pooled
     over the audited rounds, with its Clopper-Pearson interval.
     """
-    best = None
+    rows_: list[dict[str, Any]] = []
     for i, led in enumerate(ledgers):
         rows = [r for r in noise if r["node"] == i and r["live"]]
         if led is None or not rows or "keep_prob" not in led:
@@ -296,12 +296,14 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
                "interval": [_rr_coordinate_epsilon(near) * scale,
                             _rr_coordinate_epsilon(far) * scale],
                "claimed": float(led["epsilon"])}
-        if best is None or row["interval"][0] > best["interval"][0] or row["flip_rate"] > 0.5:
-            best = row
-    if best is None:
+        rows_.append(row)
+    if not rows_:
         return {"applicable": False, "reason": "no node's randomized messages were measured"}
+    best = max(rows_, key=lambda r: r["interval"][0] / r["claimed"])  # the worst node
     claimed = best["claimed"]
-    if best["flip_interval"][0] > 0.5 >= best["ledger_flip_rate"]:
+    over = [r for r in rows_ if r["flip_interval"][0] > 0.5 >= r["ledger_flip_rate"]]
+    if over and best["interval"][0] <= claimed:
+        best = over[0]
         # more coordinates change than a keep probability >= 1/2 can flip: the changes are not
         # the flips alone (another use of the noise stream, e.g. a compressor's coordinate choice)
         return {"applicable": False, "flips": best,

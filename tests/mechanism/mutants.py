@@ -30,6 +30,7 @@ import contextlib
 import importlib
 import inspect
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -365,8 +366,23 @@ def _evidence(check: gate.Check, res: dict[str, Any]) -> str:
                 key=lambda r: abs((r.get("rate") or 0) - (r.get("ledger_rate") or 0)))
         return f"rate {_g(r.get('rate'))} vs {_g(r.get('ledger_rate'))}"
     found = res.get("findings", [])
-    return (found[0] + (f"; +{len(found) - 1} more" if len(found) > 1 else "")
+    return (short(found[0]) + (f"; +{len(found) - 1} more" if len(found) > 1 else "")
             if found else check.detail)
+
+
+_SHORTER = (
+    (r"node (\d+)'s (\S+) message carries one sample's contribution without noise",
+     r"node \1's \2 unnoised"),
+    (r"(\S+) noise (reused across rounds|shared across nodes) \((.*): correlation ([\d.]+)\)",
+     r"\1 noise \2 (\3: corr \4)"),
+)
+
+
+def short(finding: str) -> str:
+    """A finding in fewer words, for a table cell."""
+    for pattern, replacement in _SHORTER:
+        finding = re.sub(pattern, replacement, finding)
+    return finding
 
 
 def verdict(failed: list[gate.Check], res: dict[str, Any], first: str | None) -> str:
@@ -398,7 +414,7 @@ def row(defense: str, eps: float, seed: int = 0) -> list[str]:
         alarms = {rule_name(c) for c in failed}
         cells.append("ESCAPES: " + text if not broken else "caught: " + text
                      if {rule_name(c) for c in broken} - alarms else
-                     "not told apart (its rules fail the correct run too): " + text)
+                     "not told apart (fails the correct run too): " + text)
     return cells
 
 
