@@ -78,8 +78,18 @@ def _std_interval(sq_sum: float, d: int, level: float) -> tuple[float, float]:
 
 
 def _corr(a: Tensor, b: Tensor) -> float:
+    return _corr_count(a, b)[0]
+
+
+def _corr_count(a: Tensor, b: Tensor) -> tuple[float, int]:
+    """Correlation of a and b over the coordinates both define (NaN: undefined, see
+    `_pattern`; such patterns are centred over those coordinates), and their number."""
+    if bool(a.isnan().any() or b.isnan().any()):
+        both = ~(a.isnan() | b.isnan())
+        a, b = a[both], b[both]
+        a, b = a - a.mean(), b - b.mean()
     den = float(a.norm() * b.norm())
-    return float(a @ b) / den if den > 0 else 0.0
+    return (float(a @ b) / den if den > 0 else 0.0), a.numel()
 
 
 def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[str, Any]]:
@@ -102,7 +112,7 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
                              "mean_abs": float(diff.abs().mean()) if diff.numel() else 0.0,
                              "changed": float((diff != 0).double().mean()) if diff.numel() else 0.0,
                              "changed_live": int((diff[live] != 0).sum()), "live": int(live.sum()),
-                             "size": diff.numel(), "_noise": _pattern(diff)})
+                             "size": diff.numel(), "_noise": _pattern(diff, live)})
     return rows
 
 
@@ -113,20 +123,24 @@ def _difference(noisy: Tensor, clean: Tensor) -> Tensor:
     return torch.where(same, torch.zeros_like(noisy), noisy - clean)
 
 
-def _pattern(diff: Tensor) -> Tensor:
+def _pattern(diff: Tensor, live: Tensor) -> Tensor:
     """What freshness compares: the noise itself, or for noise that leaves many coordinates
-    unchanged (randomized response flips a sign or not), the centred changed-coordinate
-    indicator (the flipped values follow the message's own signs, correlated across rounds)."""
+    unchanged (randomized response flips a sign or not), the changed-coordinate indicator
+    (the flipped values follow the message's own signs, correlated across rounds) on the
+    coordinates the message carries a value on (NaN elsewhere: a sparsifying compressor sends
+    other coordinates each round)."""
     changed = (diff != 0).double()
     if diff.numel() and float(changed.mean()) < 0.9:
-        return changed - changed.mean()
+        centred = changed - (changed[live].mean() if bool(live.any()) else 0.0)
+        return torch.where(live, centred, torch.full_like(changed, math.nan))
     return diff
 
 
 def freshness(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Largest |correlation| of the noise of one message across audited rounds (reuse) and of
     one kind across nodes in one round (shared noise), against the threshold where independent
-    Gaussian noise of that size would almost never reach it (8 / sqrt(size), at least 0.2)."""
+    Gaussian noise of that size would almost never reach it (8 / sqrt(size), at least 0.2;
+    size: the coordinates both messages define, at least 100)."""
     by_msg: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     by_round: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -143,9 +157,12 @@ def freshness(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     x, y = group[a], group[b]
                     if x["size"] != y["size"]:
                         continue
-                    c = abs(_corr(x["_noise"], y["_noise"]))
+                    c, count = _corr_count(x["_noise"], y["_noise"])
+                    c = abs(c)
+                    if count < 100:  # too few coordinates in common to tell
+                        continue
                     worst[what] = max(worst[what], c)
-                    if c > max(0.2, 8 / math.sqrt(x["size"])):
+                    if c > max(0.2, 8 / math.sqrt(count)):
                         where = (f"node {key[0]}, rounds {x['round']} and {y['round']}"
                                  if what == "rounds" else
                                  f"round {key[0]}, nodes {x['node']} and {y['node']}")
@@ -179,14 +196,15 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
     rows, findings = [], []
     for rep in replays:
         i = rep.probed
-        if rep.remove is None or rep.saturate is None:
+        if rep.remove is None:
             rows.append({"node": i, "round": rep.round, "measured": False,
-                         "reason": "the round reads every member (no one sample to probe)"
-                         if rep.remove is not None else "the node drew no sample"})
+                         "reason": "the node drew no sample"})
             continue
         noisy, clean = _sent(rep.noisy, i), _sent(rep.clean, i)
-        base, low = _sent(rep.remove, i), _sent(rep.saturate[0], i)
-        high = _sent(rep.saturate[1], i) if len(rep.saturate) > 1 else {}
+        # a local epoch: one member's removal (clean - remove) is the contribution; no growth
+        base = _sent(rep.remove, i)
+        low = _sent(rep.saturate[0], i) if rep.saturate else clean
+        high = _sent(rep.saturate[1], i) if rep.saturate and len(rep.saturate) > 1 else {}
         noise = {k: noisy[k] - clean[k] for k in clean if k in noisy}
         contrib = {k: low[k] - base[k] for k in base if k in low}
         growth = {k: float((high[k] - base[k]).norm()) / max(float(contrib[k].norm()), 1e-300)

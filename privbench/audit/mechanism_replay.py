@@ -65,7 +65,8 @@ def _sent(log: MessageLog, node: int) -> Messages:
 
 
 class _Probe:
-    """Wraps a copy's `draw`: one real sample of `node` removed or replaced (`scale`)."""
+    """Wraps a copy's `draw`: one real sample of `node` removed or replaced (`scale`); and its
+    `draw_epoch` (`epoch`): one member removed from a local epoch (nothing to replace there)."""
 
     def __init__(self, draw: Callable[..., tuple[Tensor, Tensor, Tensor]], node: int,
                  scale: float | None, classes: int, at: int) -> None:
@@ -89,6 +90,17 @@ class _Probe:
         self.applied = True
         return x, y, mask
 
+    def epoch(self, draw_epoch: Callable[[int], tuple[Tensor, Tensor]], t: int
+              ) -> tuple[Tensor, Tensor]:
+        perm, members = draw_epoch(t)  # (n, M) slot order, (n, M) real-member slots
+        real = torch.nonzero(members[self.node]).flatten()
+        if t != self.at or self.scale is not None or not len(real):
+            return perm, members
+        members = members.clone()
+        members[self.node, int(real[0])] = False
+        self.applied = True
+        return perm, members
+
 
 def _replay(built: Any, blob: bytes, t: int, clean: bool,
             probe: tuple[int, float | None] | None = None, lag: int = 0,
@@ -111,6 +123,8 @@ def _replay(built: Any, blob: bytes, t: int, clean: bool,
         classes = int(ctx.data.y_test.max()) + 1
         wrapper = _Probe(ctx.draw, probe[0], probe[1], classes, t)
         ctx.draw = wrapper
+        epoch = ctx.draw_epoch
+        ctx.draw_epoch = lambda r: wrapper.epoch(epoch, r)  # type: ignore[method-assign]
     with noise_off() if clean and not at_release else contextlib.nullcontext():
         trainer.round(t)
     with noise_off() if clean or not at_release else contextlib.nullcontext():
