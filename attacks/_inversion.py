@@ -25,12 +25,12 @@ frozen dataclass `Config` (the reference code's settings as defaults) and::
   reason), restart_losses (K, R).
 
 Attacks never see ground truth: restarts are kept by their gradient-matching loss only, never by
-a match to the true data; grading is `privbench.inversion.grade`.
+a match to the true data; grading is `privbench.audit.inversion.grade`.
 
 Helpers: `InversionAttack` (the base class), `group_views` (indices by batch size),
 `stack_views` and `infer_labels`. Exact views of known digits batches for tests and benchmarks:
-`privbench.inversion.synthetic_views`; the batched-vs-sequential benchmark: `privbench bench
-attacks` (`privbench.bench.bench_attacks`).
+`privbench.audit.inversion.synthetic_views`; the batched-vs-sequential benchmark: `privbench bench
+attacks` (`privbench.commands.bench.bench_attacks`).
 
 Batched execution
 -----------------
@@ -73,15 +73,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, grad_and_value, vmap
 
+from privbench.audit.attack import Attack
 from privbench.models import FlatModel
-from privbench.threat import GradientView
+from privbench.threat.observation import GradientView
 
 Shape = tuple[int, ...]
 COSTS = ("sim", "simlocal", "l2")
@@ -490,18 +491,16 @@ def _cfg_dict(cfg: Any) -> dict[str, Any]:
     return asdict(cfg) if is_dataclass(cfg) else {}
 
 
-class InversionAttack:
+class InversionAttack(Attack):
     """Base of the registered inversion attacks: `Config` + `reconstruct` (see module docstring).
 
     Args:
         cfg: the attack's frozen `Config` (None: defaults).
     """
 
-    Config: type
+    kind: ClassVar[str] = "inversion"
+    needs: ClassVar[frozenset[str]] = frozenset({"messages"})
     name: str = ""
-
-    def __init__(self, cfg: Any = None) -> None:
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def reconstruct(self, views: list[GradientView], fm: FlatModel, input_shape: Shape,
                     num_classes: int, device: torch.device,

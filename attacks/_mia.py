@@ -2,46 +2,45 @@
 
 Two kinds of attacks, both returning one score per candidate (higher = "more likely a member"):
 
-* `ModelAttack` (level "model"): scores candidates from a target model's outputs, optionally
-  with reference (shadow) models: `score(ModelMIAInput) -> (N,)`. The caller (privbench.membership)
-  computes the signals once for the target, the reference models and a population set.
-* `MessageAttack` (level "message"): scores candidates from a victim's `GradientView`s (what a
+* `ModelAttack` (needs "model"): scores candidates from a target model's outputs, optionally
+  with reference (shadow) models: `score(ModelMIAInput) -> (N,)`. The caller
+  (privbench.audit.membership) computes the signals once for the target, the reference models and a
+  population set.
+* `MessageAttack` (needs "messages"): scores candidates from a victim's `GradientView`s (what a
   curious neighbour derives from observed messages): `score(fm, views, x, y) -> (N,)`.
 
 The signals and their bundle (`Signals`, `model_signals`, `ModelMIAInput`) are the core's
-(privbench.mia_signals), re-exported here for the attacks.
+(privbench.threat.signals), re-exported here for the attacks.
 """
 
 from __future__ import annotations
 
 import abc
 import warnings
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from torch import Tensor
 
-from privbench.mia_signals import ModelMIAInput, Signals, model_signals
+from privbench.audit.attack import Attack
 from privbench.models import FlatModel
-from privbench.threat import GradientView
+from privbench.threat.observation import GradientView
+from privbench.threat.signals import ModelMIAInput, Signals, model_signals
 
 __all__ = ["MessageAttack", "ModelAttack", "ModelMIAInput", "Signals", "gaussian_logpdf",
            "masked_median_std", "model_signals"]
 
 
-class ModelAttack(abc.ABC):
+class ModelAttack(Attack, abc.ABC):
     """A membership attack on a model's outputs. Subclasses set `Config` and implement `score`."""
 
-    Config: ClassVar[type]
-    level: ClassVar[str] = "model"
-
-    def __init__(self, cfg: Any | None = None) -> None:
-        self.cfg = cfg if cfg is not None else self.Config()
+    kind: ClassVar[str] = "membership"
+    needs: ClassVar[frozenset[str]] = frozenset({"model"})
 
     @property
     def needs_reference(self) -> bool:
         """Whether reference models must be trained for this attack."""
-        return False
+        return "reference_systems" in self.needs
 
     @property
     def needs_in_models(self) -> bool:
@@ -53,14 +52,11 @@ class ModelAttack(abc.ABC):
         """(N,) membership scores, higher = member."""
 
 
-class MessageAttack(abc.ABC):
+class MessageAttack(Attack, abc.ABC):
     """A membership attack on a victim's gradient views (message level)."""
 
-    Config: ClassVar[type]
-    level: ClassVar[str] = "message"
-
-    def __init__(self, cfg: Any | None = None) -> None:
-        self.cfg = cfg if cfg is not None else self.Config()
+    kind: ClassVar[str] = "membership"
+    needs: ClassVar[frozenset[str]] = frozenset({"messages"})
 
     @abc.abstractmethod
     def score(self, fm: FlatModel, views: list[GradientView], x: Tensor, y: Tensor) -> np.ndarray:

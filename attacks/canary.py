@@ -7,10 +7,11 @@ gets m canaries whose per-sample gradient the auditor controls, each included wi
 1/2 and drawn into the node's batches at the rate its sampler uses (its records keep the ledger's
 rate); the defense is trained once more; the canaries are scored from what the threat model
 around each node observes, all rounds jointly; the top and bottom scores are guessed "in" and
-"out"; each node's bound is set against its own claim. `privbench.canary_audit` has the details.
+"out"; each node's bound is set against its own claim. `privbench.audit.canary_audit` has the
+details.
 
 Unlike a membership attack, this audit trains: `privbench attack` runs it through
-`privbench.canary_audit.gradient_canary_audit`. With m = 1000 canaries per node, k+ = k- = 100
+`privbench.audit.canary_audit.gradient_canary_audit`. With m = 1000 canaries per node, k+ = k- = 100
 (guess_fraction 0.2) and the Bonferroni level 0.05 / 6 of the quick preset's 6 nodes, a perfect
 guesser certifies ε = 3.65 at δ = 1e-5 (the `empirical_epsilon_cap`), above the ε = 1 the
 shipped policy gates. A claim of ε = 8 needs every canary guessed (guess_fraction = 1) and
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from privbench.audit.attack import Attack
 from privbench.errors import ConfigError
 from privbench.registry import ATTACKS
 
@@ -58,11 +60,9 @@ class CanaryConfig:
 
 
 @ATTACKS.register("canary")
-class CanaryAudit:
+class CanaryAudit(Attack):
     """The one-run white-box audit's configuration; run by the sweep (it trains)."""
 
     Config = CanaryConfig
-    level = "training"
-
-    def __init__(self, cfg: CanaryConfig | None = None) -> None:
-        self.cfg = cfg or CanaryConfig()
+    kind = "canary"
+    needs = frozenset({"retrain"})

@@ -27,7 +27,7 @@ import torch
 from attacks._inversion import InversionAttack, Reconstruction, Shape, run_lbfgs
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
-from privbench.threat import GradientView
+from privbench.threat.observation import GradientView
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from attacks._inversion import (
 )
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
-from privbench.threat import GradientView
+from privbench.threat.observation import GradientView
 
 
 @dataclass(frozen=True)

@@ -79,11 +79,9 @@ def _fit(values: np.ndarray, mask: np.ndarray, fixed: bool) -> tuple[np.ndarray,
 class LiRA(ModelAttack):
     """Likelihood-ratio attack with per-example Gaussians (online or offline)."""
 
-    Config = LiRAConfig
+    needs = frozenset({"model", "reference_systems"})
 
-    @property
-    def needs_reference(self) -> bool:
-        return True
+    Config = LiRAConfig
 
     @property
     def needs_in_models(self) -> bool:

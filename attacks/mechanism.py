@@ -1,10 +1,10 @@
 """The mechanism audit's configuration: the noise, sampling and sensitivity a run really drew,
-measured against its ledger, and the ε they compose to (`privbench.mechanism`).
+measured against its ledger, and the ε they compose to (`privbench.audit.mechanism`).
 
 Not an attack on messages: an auditor that holds the run (its state, ground truth and ledger)
 replays audited rounds with the noise off and with one sample removed or made extreme, so it
 needs no model training beyond those replays. `privbench attack` runs it through
-`privbench.mechanism.audit_mechanism`; `privbench check` reads it with the policy rules
+`privbench.audit.mechanism.audit_mechanism`; `privbench check` reads it with the policy rules
 `max_measured_ratio`, `require_mechanism` and `require_sampling_rate`.
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from privbench.audit.attack import Attack
+from privbench.audit.mechanism_replay import MechanismSettings
 from privbench.errors import ConfigError
-from privbench.mechanism import MechanismSettings
 from privbench.registry import ATTACKS
 
 
@@ -40,11 +41,9 @@ class MechanismConfig:
 
 
 @ATTACKS.register("mechanism")
-class MechanismAudit:
+class MechanismAudit(Attack):
     """The mechanism audit's configuration; run by the sweep (it replays rounds)."""
 
     Config = MechanismConfig
-    level = "mechanism"
-
-    def __init__(self, cfg: MechanismConfig | None = None) -> None:
-        self.cfg = cfg or MechanismConfig()
+    kind = "mechanism"
+    needs = frozenset({"retrain"})

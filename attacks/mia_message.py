@@ -46,8 +46,8 @@ eps = 8: ADP-VRSGP regression 0.616 vs cosine 0.568; an eavesdropper run on DP-S
 the stronger on the audited candidates: an auditor's worst case, the attack's full strength. A
 best-of-two is optimistic for the attacker, so its intervals and empirical epsilon are computed
 at the Bonferroni level 1 - 0.05 / 2 per statistic: the two intervals then hold together at
-95 %, and the graded one is a 95 % interval whichever was picked (privbench.membership.grade).
-`select = "reference"` (privbench.membership.choose_statistic) picks on two reference systems
+95 %, and the graded one is a 95 % interval whichever was picked (privbench.audit.membership.grade).
+`select = "reference"` (privbench.audit.reference.choose_statistic) picks on two reference systems
 the attacker trains itself, with known membership, never reading the target's labels (a
 realistic attacker; on the quick preset it picked the weaker statistic for three of five DP
 defenses at eps = 8). Without reference systems
@@ -85,12 +85,12 @@ import torch
 from torch import Tensor
 
 from attacks._mia import MessageAttack
-from privbench.engine import per_sample_grads, rows_to_dict
-from privbench.errors import ConfigError
-from privbench.ghost import FastClip, Layer, plan_for
+from privbench.engine.ghost import FastClip, Layer, plan_for
+from privbench.engine.grads import per_sample_grads, rows_to_dict
+from privbench.errors import ConfigError, NotApplicable
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
-from privbench.threat import GradientView, NotApplicable
+from privbench.threat.observation import GradientView
 
 STATISTICS = ("auto", "all", "regression", "cosine", "dot", "span")
 AUTO = ("regression", "cosine")  # what "auto" computes and chooses between
@@ -108,7 +108,8 @@ class MIAMessageConfig:
     statistic: "auto" (default: regression and cosine, chosen by the label-free rule above),
         "all" (those two and "span"; the label-free rule still picks between the first two),
         "regression", "cosine", "dot" or "span".
-    select: how "auto" picks the graded statistic (privbench.membership): "strongest" (default:
+    select: how "auto" picks the graded statistic (privbench.audit.membership): "strongest"
+    (default:
         the higher AUC on the audited candidates, intervals at the Bonferroni level for two),
         "reference" (the higher AUC on two reference copies of the system with known
         membership) or "fit" (the label-free R^2 rule, always used by callers without

@@ -19,8 +19,8 @@ Choices / deviations:
   scores among 480 candidates. Both values are recorded in every result (`attack_config`).
 * Pr_OUT is the plain mean over OUT reference models (the research code uses a 20% trimmed mean,
   which needs many models).
-* The population z are samples that no model trained on (privbench.membership uses the dataset's
-  test split), so every reference model is OUT for every z.
+* The population z are samples that no model trained on (privbench.audit.membership uses the
+  dataset's test split), so every reference model is OUT for every z.
 """
 
 from __future__ import annotations
@@ -55,11 +55,9 @@ class RMIAConfig:
 class RMIA(ModelAttack):
     """Offline RMIA with OUT reference models and a population set."""
 
-    Config = RMIAConfig
+    needs = frozenset({"model", "reference_systems"})
 
-    @property
-    def needs_reference(self) -> bool:
-        return True
+    Config = RMIAConfig
 
     def _prior(self, ref_prob: np.ndarray, out_mask: np.ndarray) -> np.ndarray:
         """Offline Pr(x) (N,) from OUT reference confidences (K, N)."""

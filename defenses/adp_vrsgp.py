@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses.dp_sgp import (
+from defenses._plans import (
     model_message_kinds,
     node_plans,
     plan_reports,
@@ -75,17 +75,15 @@ from defenses.dp_sgp import (
 )
 from privbench.accounting import adp_vrsgp_alpha, adp_vrsgp_noise_factors
 from privbench.config import RunConfig
-from privbench.engine import (
-    Context,
-    Trainer,
-    clipped_grad_sum,
-)
+from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError
-from privbench.gossip_inversion import LinearGossip, gossip_spec
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, Observation
+from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
+from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import push_sum_release
 
 
 @dataclass(frozen=True)

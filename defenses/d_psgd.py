@@ -18,12 +18,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from privbench.engine import Context, Trainer, batch_grads
-from privbench.gossip_inversion import LinearGossip, gossip_spec
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, gossip
+from privbench.engine.grads import batch_grads
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, gossip
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
+from privbench.threat.observation import GradientView, Observation
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from defenses.defl_vp import DeFLVP, DeFLVPConfig, _kinds
+from defenses.defl_vp import DeFLVP, DeFLVPConfig, message_kinds
 from privbench.registry import DEFENSES
 
 
@@ -32,4 +32,4 @@ class DPSGDRR(DeFLVP):
     """D-PSGD+RR (DeFL-VP paper, Tables 1-2)."""
 
     Config = DPSGDRRConfig
-    kinds = _kinds(DPSGDRRConfig())
+    kinds = message_kinds(DPSGDRRConfig())

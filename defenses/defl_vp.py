@@ -100,12 +100,13 @@ from torch import Tensor
 
 from privbench.accounting import EpsilonReport, make_plan
 from privbench.config import replace_checked
-from privbench.engine import Context, Trainer, batch_grads
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, gossip
+from privbench.engine.grads import batch_grads
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, gossip
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
 
 VIEWS = ("control_variate", "sign", "model_difference")
 
@@ -261,7 +262,7 @@ class DeFLVPConfig:
         return "rr_vr" if self.protect_control_variate else "vr_rr"
 
 
-def _kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
+def message_kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
     """The message kinds sent under `cfg`, with their DP coverage (Alg. 1; Sec. 4.2).
 
     Without VR no control variate is sent, so none is declared (nor flagged uncovered).
@@ -287,13 +288,13 @@ class DeFLVP(Trainer):
     """DeFL-VP (and, by its switches, the paper's baselines and ablations) on gossip."""
 
     Config: ClassVar[type] = DeFLVPConfig
-    kinds = _kinds(DeFLVPConfig())
+    kinds = message_kinds(DeFLVPConfig())
     mixing = "doubly"
     private = True
 
     def __init__(self, cfg: DeFLVPConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        self.kinds = _kinds(cfg)  # per-instance coverage (what results.json reports)
+        self.kinds = message_kinds(cfg)  # per-instance coverage (what results.json reports)
         self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
         self.x = self.init_params()  # (n, d) models, x^0 shared and public
         self.h = torch.zeros_like(self.x)  # (n, d) control variates, h^0 = 0
@@ -456,7 +457,7 @@ class DeFLVP(Trainer):
             rounds: rounds t to derive.
             view: None (default) = "control_variate", or "sign" when the config exchanges no
                 control variates (vr=false: D-PSGD+RR, DFL+Compression), so view-less callers
-                (privbench.membership / inversion) get the most informative view.
+                (privbench.audit.membership / inversion) get the most informative view.
                 "control_variate": g_i^t = (h_i^{t+1} - (1 - alpha_cv) h_i^t) /
                 alpha_cv from two successive `control_variate` messages, the victim's exact raw
                 gradient (kind "gradient"; under protect_control_variate the exact debiased RR

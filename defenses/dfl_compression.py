@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from defenses.defl_vp import DeFLVP, DeFLVPConfig, _kinds
+from defenses.defl_vp import DeFLVP, DeFLVPConfig, message_kinds
 from privbench.registry import DEFENSES
 
 
@@ -32,5 +32,5 @@ class DFLCompression(DeFLVP):
     """DFL+Compression (DeFL-VP paper, Tables 1 and 5), non-private."""
 
     Config = DFLCompressionConfig
-    kinds = _kinds(DFLCompressionConfig())
+    kinds = message_kinds(DFLCompressionConfig())
     private = False

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from defenses.defl_vp import DeFLVP, DeFLVPConfig, _kinds
+from defenses.defl_vp import DeFLVP, DeFLVPConfig, message_kinds
 from privbench.registry import DEFENSES
 
 
@@ -32,5 +32,5 @@ class DFLVR(DeFLVP):
     """DFL+VR (DeFL-VP paper, Table 1), non-private."""
 
     Config = DFLVRConfig
-    kinds = _kinds(DFLVRConfig())
+    kinds = message_kinds(DFLVRConfig())
     private = False

@@ -35,11 +35,12 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from defenses.dp_sgp import DPSGP, DPSGPConfig, model_message_kinds
+from defenses._plans import model_message_kinds
+from defenses.dp_sgp import DPSGP, DPSGPConfig
 from privbench.errors import ConfigError
-from privbench.mixing import push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import Observation
+from privbench.threat.observation import Observation
+from privbench.threat.rebuild import push_sum_release
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ batch-level clipping) is `defenses/dp_cga.py`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,87 +33,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses.dpdl import (
-    RDP_OPTIONS,
-    SAMPLING_MODELS,
-    calibrate_sigmas,
-    graph_periods,
-    mixing_matrix,
+from defenses._graph import graph_periods, mixing_matrix
+from defenses._node_dp import (
+    GAUSSIAN_CHOICES,
+    gaussian_node_reports,
     node_rates,
-    sample_round,
-)
-from privbench.accounting import (
-    AccountantOptions,
-    EpsilonReport,
-    GaussianEvent,
-    PrivacyLedger,
-    account,
+    node_sigmas,
+    noisy_clipped_mean,
 )
 from privbench.config import check_choices
-from privbench.engine import (
-    Context,
-    Trainer,
-    clipped_grad_sum,
-)
-from privbench.errors import ConfigError
-from privbench.gossip_inversion import LinearGossip, gossip_spec
-from privbench.messages import MessageKind
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
-
-GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
-                    "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
-"""The config choices of a gossip trainer with DP-SGD releases (DP-DPSGD, MUFFLIATO)."""
-
-
-def node_sigmas(cfg: Any, ctx: Context, rates: Tensor, releases: int) -> Tensor:
-    """(n,) noise multipliers: cfg.sigma when fixed, else calibrated so that `releases`
-    subsampled Gaussians at the nodes' rates meet the run's (epsilon, delta) (cfg: sigma,
-    sigma_rule, accountant, sampling)."""
-    run = ctx.run
-    if cfg.sigma is not None:
-        sigma = [float(cfg.sigma)] * ctx.n
-    else:
-        opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
-        sigma = calibrate_sigmas(cfg.sigma_rule, run.epsilon, run.delta, releases,
-                                 rates.tolist(), [1.0] * ctx.n, cfg.accountant, opts,
-                                 cfg.sampling).tolist()
-    return torch.tensor(sigma, dtype=torch.float32, device=ctx.device)
-
-
-def noisy_clipped_mean(ctx: Context, params: Tensor, t: int, cfg: Any, rates: Tensor,
-                       counts: Tensor, sigma: Tensor) -> dict[str, Tensor]:
-    """Round t's DP-SGD release of every node at params (n, d): "noisy" = (sum_b clip_C(g_b)
-    + N(0, sigma_i^2 C^2 I)) / B_i, with its parts "sums", "noise" (n, d) and "denom" (n,)."""
-    xb, yb, mask, denom = sample_round(ctx, t, cfg.sampling, rates, counts, params.dtype)
-    sums, _ = clipped_grad_sum(ctx.fm, params, xb, yb, mask, cfg.clip)  # (n, d)
-    noise = torch.zeros_like(sums)
-    if bool((sigma > 0).any()):
-        scale = (sigma * cfg.clip)[:, None]  # (n, 1)
-        noise = torch.randn(sums.shape, generator=ctx.streams.get("noise"),
-                            device=sums.device, dtype=sums.dtype) * scale
-    return {"sums": sums, "noise": noise, "denom": denom, "noisy": (sums + noise) / denom[:, None]}
-
-
-def gaussian_node_reports(rates: list[float], sigmas: list[float], delta: float, releases: int,
-                          accountant: str, sampling: str, note: str) -> list[dict[str, Any]]:
-    """Per node i: `releases` Poisson/fixed-subsampled Gaussian releases of multiplier
-    sigmas[i] at rate rates[i], read by RDP (the paper report) and by `accountant` (calibrated);
-    sigma 0 is reported as epsilon = inf (shared by DP-DPSGD and MUFFLIATO)."""
-    out = []
-    model = SAMPLING_MODELS[sampling]
-    for i, (q, sig) in enumerate(zip(rates, sigmas, strict=True)):
-        for mode, acc in (("paper", "rdp"), ("calibrated", accountant)):
-            if sig == 0:
-                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level",
-                                    note="sigma = 0: no noise", sampling=model)
-            else:
-                ledger = PrivacyLedger(node=i).record(GaussianEvent(sig, q, releases, model))
-                rep = account(ledger, delta, acc, mode=mode,
-                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions(),
-                              note=note)
-            out.append({**rep.to_dict(), "node": i, "sigma": sig, "sample_rate": q})
-    return out
+from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
+from privbench.threat.observation import GradientView, Observation
 
 
 @dataclass(frozen=True)

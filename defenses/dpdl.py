@@ -88,7 +88,7 @@ the typeset math), and deviations:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -96,33 +96,34 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from defenses._cross_gradient import cross_gradient_view, observed_row
+from defenses._graph import graph_periods, mixing_matrix
+from defenses._node_dp import (
+    RDP_OPTIONS,
+    SAMPLING_MODELS,
+    calibrate_max_node,
+    node_rates,
+    sample_round,
+    sampling_rates,
+)
 from privbench.accounting import (
-    INTEGER_RDP_ORDERS,
     AccountantOptions,
     EpsilonReport,
     GaussianEvent,
     PrivacyLedger,
     account,
-    calibrate_noise_scale,
     dpdl_joint_ratio,
 )
 from privbench.accounting.plans import DPDL_FULL_NOTE
 from privbench.config import check_choices
-from privbench.engine import (
-    Context,
-    Trainer,
-    clipped_grad_sum,
-)
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
+from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
-from privbench.topology import Topology, metropolis_hastings
+from privbench.threat.observation import GradientView, Observation
 
 READINGS = ("paper", "full", "strict")
-RDP_OPTIONS = AccountantOptions(rdp_orders=INTEGER_RDP_ORDERS)
-SAMPLING_MODELS = {"poisson": "poisson", "fixed": "fixed_without_replacement"}
-"""Config `sampling` -> the accounting sampling model it is (privbench.accounting SAMPLINGS)."""
 
 
 @dataclass(frozen=True)
@@ -188,46 +189,6 @@ class DPDLConfig:
 
 
 # ------------------------------------------------------------ mixing (weights of the CGA code base)
-
-
-def cga_two_hub_weights(n: int) -> Tensor:
-    """(n, n) CGA "Bipar" weights with hubs 0 and 1 (privbench's two_hub numbering).
-
-    a = floor(100/(n-1))/100; spoke row: self 1 - 2a, each hub a; hub row: every spoke a, self
-    1 - (n-2)a, other hub 0. Symmetric and doubly stochastic.
-    """
-    if n < 4:
-        raise ConfigError(f"the CGA two-hub weights need nodes >= 4 (spoke self-weight "
-                          f"1 - 2a > 0), got {n}; use weights=metropolis")
-    a = math.floor(100 / (n - 1)) / 100
-    w = torch.zeros(n, n)
-    w[2:, :2] = a
-    w[:2, 2:] = a
-    w[2:, 2:] = torch.eye(n - 2) * (1 - 2 * a)
-    w[0, 0] = w[1, 1] = 1 - (n - 2) * a
-    return w
-
-
-def mixing_matrix(topology: Topology, t: int, weights: str = "card") -> Tensor:
-    """(n, n) symmetric doubly-stochastic W of round t (see the module docstring)."""
-    adj = topology.adjacency(t)
-    if weights == "card" and topology.name == "two_hub":
-        return cga_two_hub_weights(topology.n)
-    return metropolis_hastings(adj)
-
-
-def graph_periods(topology: Topology, weights: str,
-                  device: torch.device) -> list[tuple[Tensor, ...]]:
-    """Per graph period: W (n, n), message adjacency (n, n) bool ([j, i]: i sends to j), and the
-    directed edge list src (E,), dst (E,) of W's off-diagonal support."""
-    out = []
-    eye = torch.eye(topology.n, dtype=torch.bool)
-    for p in range(topology.graphs.shape[0]):
-        w = mixing_matrix(topology, p, weights)
-        adj = (w > 0) & ~eye
-        dst, src = torch.nonzero(adj, as_tuple=True)
-        out.append((w.to(device), adj.to(device), src.to(device), dst.to(device)))
-    return out
 
 
 def cross_coefficient(w: Tensor, n: int, kind: str) -> Tensor:
@@ -314,38 +275,6 @@ class DPDLPrivacy:
     probe_multipliers: tuple[dict[str, float], ...] = ()
 
 
-def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
-                       ratios: Sequence[float], accountant: str,
-                       options: AccountantOptions, sampling: str = "poisson") -> float:
-    """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
-    every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
-    distinct ratio only the largest rate needs calibrating). `sampling` is the config's
-    ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
-    worst: dict[float, float] = {}
-    for q, r in zip(rates, ratios, strict=True):
-        worst[r] = max(worst.get(r, 0.0), q)
-    model = SAMPLING_MODELS[sampling]
-    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options,
-                                     sampling=model) / r
-               for r, q in worst.items())
-
-
-def calibrate_sigmas(sigma_rule: str, epsilon: float, delta: float, rounds: int,
-                     rates: Sequence[float], ratios: Sequence[float], accountant: str,
-                     options: AccountantOptions, sampling: str = "poisson") -> np.ndarray:
-    """(n,) sigma_i for nodes whose release multiplier is z_i = sigma_i * ratios[i] and whose
-    own noise alone covers them (DP-DPSGD, DP-CGA): "max" one sigma for all
-    (`calibrate_max_node`), "per_node" each node's own smallest sigma (each distinct
-    (rate, ratio) calibrated once)."""
-    if sigma_rule == "max":
-        return np.full(len(rates), calibrate_max_node(epsilon, delta, rounds, rates, ratios,
-                                                      accountant, options, sampling))
-    pairs = list(zip(rates, ratios, strict=True))
-    cache = {key: calibrate_max_node(epsilon, delta, rounds, [key[0]], [key[1]], accountant,
-                                     options, sampling) for key in set(pairs)}
-    return np.array([cache[key] for key in pairs])
-
-
 def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
                  epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
     """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`.
@@ -426,43 +355,6 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
 
 
 # ---------------------------------------------------------------- trainer
-
-
-def sampling_rates(counts: Sequence[int], batch_size: int) -> tuple[float, ...]:
-    """q_i = min(1, B / |D_i|) per node, as the privacy plans account them (DPDL, DP-CGA)."""
-    return tuple(min(1.0, batch_size / max(c, 1)) for c in counts)
-
-
-def node_rates(ctx: Context) -> tuple[Tensor, Tensor]:
-    """(n,) member counts |D_i| and (n,) sampling rates q_i = min(1, B / |D_i|) (float64), on
-    the run's device (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO).
-
-    torch divides a scalar by a tensor through a reciprocal, so a q_i here can differ from
-    `sampling_rates` in the last bit (e.g. 100 / 600); kept so committed runs replay bit for bit.
-    """
-    counts = ctx.data.counts.to(ctx.device)
-    return counts, (ctx.run.batch_size / counts.clamp(min=1).double()).clamp(max=1.0)
-
-
-def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Tensor,
-                 dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Round t's batches for every agent, recorded as ground truth (shared with DP-DPSGD).
-
-    Args:
-        sampling: "fixed" (B without replacement) or "poisson" (rates q_i).
-        rates: (n,) Poisson rates q_i = B / |D_i|; counts: (n,) |D_i|.
-
-    Returns:
-        x (n, B', ...), y (n, B'), mask (n, B') and the divisors (n,): the realised batch size
-        for "fixed", the expected size q_i |D_i| for "poisson".
-    """
-    if sampling == "fixed":
-        x, y, mask = ctx.draw(t, batch_size=ctx.run.batch_size)
-        denom = mask.sum(dim=1).clamp(min=1).to(dtype)  # B (|D_i| if smaller)
-    else:
-        x, y, mask = ctx.draw(t, rates=rates)  # (n, B')
-        denom = (rates * counts).to(dtype)  # expected size q_i |D_i|
-    return x, y, mask, denom
 
 
 @DEFENSES.register("dpdl")
@@ -596,40 +488,6 @@ class DPDL(Trainer):
         return [_momentum_view(obs, cfg, victim, t, view == "momentum_isolated") for t in rounds]
 
 
-def _need(obs: Observation, t: int, kind: str, sender: int) -> Tensor:
-    rec = obs.log.get(t, kind)
-    row = rec.sent_by(sender) if rec is not None else None
-    if row is None:
-        raise NotApplicable(f"node {sender}'s round-{t} {kind} message is not observed by the "
-                            f"{obs.threat.kind} threat model (or not recorded)")
-    return row
-
-
-def cross_gradient_view(obs: Observation, victim: int, t: int,
-                        source: Callable[[int, int], str]) -> GradientView:
-    """The victim's round-t cross-gradient message as a gradient view at the receiver's model.
-
-    Shared by DPDL and DP-CGA (both send g_ij = grad f_i(x_j) to each neighbour j); `source(i, j)`
-    names the message for the view's provenance line.
-    """
-    rec = obs.log.get(t, "cross_grad")
-    if rec is None:
-        raise NotApplicable(f"round-{t} cross_grad messages are not observed/recorded")
-    hit = torch.nonzero(rec.edges[:, 0] == victim).flatten()
-    if not len(hit):
-        raise NotApplicable(f"no cross_grad sent by node {victim} in round {t} is observed")
-    models = obs.log.get(t, "model")
-    for e in hit.tolist():
-        j = int(rec.edges[e, 1])
-        x_j = models.sent_by(j) if models is not None else None
-        if x_j is None and t == 0 and obs.x0 is not None:
-            x_j = obs.x0  # round 0: every model is the shared public initialisation
-        if x_j is not None:
-            return GradientView(victim, t, x_j, rec.payload[e], "gradient", None,
-                                obs.run.batch_size, source(victim, j))
-    raise NotApplicable(f"the receivers' round-{t} model messages are not observed")
-
-
 def _dpdl_cross_source(i: int, j: int) -> str:
     return f"cross_grad {i}->{j} (eq. 10) at x_{j}^(t-1)"
 
@@ -637,13 +495,13 @@ def _dpdl_cross_source(i: int, j: int) -> str:
 def _momentum_view(obs: Observation, cfg: DPDLConfig, victim: int, t: int,
                    isolated: bool) -> GradientView:
     n = obs.topology.n
-    v_half = _need(obs, t, "half_momentum", victim)
-    x_prev = (obs.x0 if t == 0 and obs.x0 is not None else _need(obs, t, "model", victim))
+    v_half = observed_row(obs, t, "half_momentum", victim)
+    x_prev = (obs.x0 if t == 0 and obs.x0 is not None else observed_row(obs, t, "model", victim))
     g = v_half.clone()
     if t > 0 and cfg.momentum:
         w = mixing_matrix(obs.topology, t - 1, cfg.weights)
         for k in torch.nonzero(w[victim]).flatten().tolist():  # victim's neighbourhood
-            g -= cfg.momentum * float(w[victim, k]) * _need(obs, t - 1, "half_momentum", k)
+            g -= cfg.momentum * float(w[victim, k]) * observed_row(obs, t - 1, "half_momentum", k)
     src = "v~_i^t - beta v_i^(t-1), v_i^(t-1) = sum_k w_ik v~_k^(t-1) (eq. 19, 21)"
     if isolated:
         w = mixing_matrix(obs.topology, t, cfg.weights)

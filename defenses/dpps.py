@@ -102,8 +102,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from defenses._push_sum_schedule import is_sync, mixing_into, rates, real_sensitivity
 from privbench.accounting import (
     EpsilonReport,
     LaplaceEvent,
@@ -112,44 +113,21 @@ from privbench.accounting import (
     dpps_round_epsilon,
     make_plan,
 )
-from privbench.engine import Context, Trainer, batch_grads, clip_l1
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, observed_mix, push_sum
+from privbench.engine.grads import batch_grads, clip_l1
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.models import FlatModel
-from privbench.registry import DEFENSES, MODELS, TOPOLOGIES
-from privbench.threat import GradientView, NotApplicable, Observation
-from privbench.topology import Topology, column_stochastic, complete
+from privbench.registry import DEFENSES
+from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import observed_mix
+from privbench.topology import column_stochastic, complete
 
 SENSITIVITY_MODES = ("estimated", "oracle", "none")
 
 
 # --------------------------------------------------------------- model and topology (Sec. 2.1, 5.4)
-
-
-@MODELS.register("psp_mlp")
-def psp_mlp(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The paper's MLP (Sec. 5.4): D->10, 10->D, D->classes, tanh after every layer (logits too)."""
-    d = math.prod(input_shape)
-    return nn.Sequential(nn.Flatten(), nn.Linear(d, 10), nn.Tanh(), nn.Linear(10, d), nn.Tanh(),
-                         nn.Linear(d, num_classes), nn.Tanh())
-
-
-@TOPOLOGIES.register("circulant")
-def circulant(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = False,
-              symmetric: bool = False) -> Topology:
-    """The paper's d-Out graph (Sec. 2.1): node i sends to i+1..i+k (mod n); d-Out = k + 1.
-
-    Static, directed, regular: its push-sum matrix (weights 1/(k+1)) is doubly stochastic.
-    """
-    if n < 2 or not 1 <= k < n:
-        raise ConfigError(f"circulant needs n >= 2 and 1 <= k < n, got n={n}, k={k}")
-    adj = torch.zeros(n, n, dtype=torch.bool)
-    for h in range(1, k + 1):
-        adj[(torch.arange(n) + h) % n, torch.arange(n)] = True
-    if symmetric:
-        adj = adj | adj.T
-    return Topology("circulant", n, adj[None], bool(symmetric))
 
 
 # -------------------------------------------------------------- the mechanism (Algorithm 1, Eq. 22)
@@ -183,11 +161,6 @@ def sensitivity_step(prev: Tensor, eps_norm: Tensor, noise_norm_prev: Tensor, re
         out = 2 * c_prime * eps_norm
         return out if s0_norm is None else out + 2 * c_prime * s0_norm
     return lam * prev + 2 * c_prime * (eps_norm + lam * gamma_n * noise_norm_prev)
-
-
-def real_sensitivity(s_half: Tensor) -> Tensor:
-    """max_{i,j} ||s_i - s_j||_1 of the clean half-step vectors s_half (n, d_s) -> scalar."""
-    return torch.cdist(s_half[None], s_half[None], p=1.0).amax()
 
 
 # ---------------------------------------------------------------- configuration
@@ -277,19 +250,6 @@ def shared_mask(fm: FlatModel, cfg: DPPSConfig) -> Tensor:
         raise ConfigError("the shared part is empty: set shared_layers >= 1 (or -1 for all) or "
                           "shared_prefixes to parameter-name prefixes of the model")
     return mask
-
-
-def rates(cfg: DPPSConfig, lr: float, t: int) -> tuple[float, float, float]:
-    """(gamma_s, gamma_l, gamma_n) of round t after the decays (public schedule)."""
-    f = cfg.decay_factor ** sum(1 for r in cfg.decay_rounds if r <= t)
-    gs = cfg.gamma_s if cfg.gamma_s is not None else lr
-    gl = cfg.gamma_l if cfg.gamma_l is not None else lr
-    return gs * f, gl * f, cfg.gamma_n * f
-
-
-def is_sync(cfg: DPPSConfig, t: int) -> bool:
-    """Whether round t mixes over the complete graph ((t + 1) mod SP == 0)."""
-    return cfg.sync and (t + 1) % cfg.sync_period == 0
 
 
 def _check(cfg: DPPSConfig) -> None:
@@ -622,13 +582,3 @@ def _pre_step(obs: Observation, victim: int, t: int, cfg: DPPSConfig,
         return obs.x0[mask], torch.ones((), dtype=obs.x0.dtype)  # type: ignore[index]
     return observed_mix(obs, victim, t - 1, *mixing_into(obs, cfg, t - 1, victim),
                         "shared", "weight")
-
-
-def mixing_into(obs: Observation, cfg: DPPSConfig, t: int,
-                victim: int) -> tuple[Tensor, list[int]]:
-    """Round t's (n, n) push-sum matrix and the senders the victim combines (itself included):
-    the complete graph in a sync round, else the run topology."""
-    n = obs.topology.n
-    if is_sync(cfg, t):
-        return torch.full((n, n), 1.0 / n), list(range(n))
-    return obs.topology.mixing(t, "column"), [victim, *obs.topology.in_neighbours(t, victim)]

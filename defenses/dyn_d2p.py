@@ -94,13 +94,15 @@ from privbench.accounting import (
     gdp_epsilon,
     make_plan,
 )
-from privbench.engine import Context, Trainer, clipped_grad_sum
+from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError
-from privbench.gossip_inversion import LinearGossip, gossip_spec
-from privbench.messages import MessageKind
-from privbench.mixing import Mixer, push_sum, push_sum_release
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, Observation
+from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
+from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import push_sum_release
 
 VARIANTS = ("dyn", "dyn_c", "dyn_mu", "const")
 SAMPLINGS = ("poisson", "one_sample")

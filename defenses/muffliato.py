@@ -50,19 +50,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses.dp_dpsgd import (
+from defenses._graph import graph_periods, mixing_matrix
+from defenses._node_dp import (
     GAUSSIAN_CHOICES,
     gaussian_node_reports,
+    node_rates,
     node_sigmas,
     noisy_clipped_mean,
 )
-from defenses.dpdl import graph_periods, mixing_matrix, node_rates
 from privbench.config import check_choices
-from privbench.engine import Context, Trainer
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context, Trainer
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
 
 
 @dataclass(frozen=True)

@@ -48,13 +48,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from defenses.dpps import DPPS, DPPSConfig, mixing_into, rates, real_sensitivity
-from privbench.engine import Context, batch_grads, clip_l1
-from privbench.errors import ConfigError
-from privbench.messages import MessageKind
-from privbench.mixing import observed_mix, push_sum
+from defenses._push_sum_schedule import mixing_into, rates, real_sensitivity
+from defenses.dpps import DPPS, DPPSConfig
+from privbench.engine.grads import batch_grads, clip_l1
+from privbench.engine.messages import MessageKind
+from privbench.engine.mixing import push_sum
+from privbench.engine.trainer import Context
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat import GradientView, NotApplicable, Observation
+from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import observed_mix
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,7 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:  # None: the previous handler was not set from Python; the default action then
         signal.signal(signal.SIGTERM, signal.SIG_DFL if old is None else old)
+
+
+class NotApplicable(Exception):  # noqa: N818 - an outcome, not an error
+    """The threat model cannot derive what the attack needs; the message says why."""

@@ -231,3 +231,12 @@ def build_model(name: str, input_shape: Shape, num_classes: int) -> FlatModel:
         raise ConfigError(f"model {name!r} does not fit inputs of shape {tuple(input_shape)}: "
                           f"{first}") from None
     return FlatModel(module)
+
+
+@MODELS.register("psp_mlp")
+def psp_mlp(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The MLP of the DPPS paper (Zhou, Xue, Chen 2025, Sec. 5.4): D->10, 10->D, D->classes, tanh
+    after every layer (logits too); DPPS / PartPSP share its first layers."""
+    d = math.prod(input_shape)
+    return nn.Sequential(nn.Flatten(), nn.Linear(d, 10), nn.Tanh(), nn.Linear(10, d), nn.Tanh(),
+                         nn.Linear(d, num_classes), nn.Tanh())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from privbench.errors import ConfigError, UnknownNameError
+from privbench.errors import UnknownNameError
 
 T = TypeVar("T")
 
@@ -82,34 +82,3 @@ MODELS: Registry = Registry("model")
 TOPOLOGIES: Registry = Registry("topology", "topologies")
 DEFENSES: Registry = Registry("defense")
 ATTACKS: Registry = Registry("attack")
-
-
-PLUGINS_ENV = "PRIVBENCH_PLUGINS"
-"""Comma-separated importable module names loaded with the built-in defenses and attacks: a
-user's own defense (README, "Extending") registers itself without editing privbench."""
-
-
-def load_plugins() -> None:
-    """Import `defenses`, `attacks` and the modules named in $PRIVBENCH_PLUGINS so that their
-    modules register themselves.
-
-    Only the composition layer (runner / CLI) calls this: the core never imports them otherwise.
-
-    Raises:
-        ConfigError: a module named in $PRIVBENCH_PLUGINS cannot be imported.
-    """
-    import importlib
-    import os
-
-    import attacks  # noqa: F401
-    import defenses  # noqa: F401
-
-    for name in (s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(",")):
-        if not name:
-            continue
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(f"${PLUGINS_ENV} names {name!r}, which cannot be imported "
-                              f"({exc}); accepted: comma-separated module names on the "
-                              "Python path") from None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from privbench.config import RunConfig, replace_checked
-from privbench.gate import Check, check_bound
+from privbench.report.gate import Check, check_bound
 from privbench.seeding import noise_off
 
 TINY_RUN = {"model": "mlp", "nodes": 4, "rounds": 10, "eval_every": 10, "batch_size": 2,
@@ -46,7 +46,7 @@ def audit(defense: str, eps: float | Sequence[float] = 1.0,
         out: keep the files here (default: a temporary folder, removed afterwards).
         **run: RunConfig overrides (nodes, rounds, model, seed, ...).
     """
-    from privbench import sweep
+    from privbench.commands import sweep
 
     base = replace_checked(RunConfig(), {**TINY_RUN, **run}, where="run")
     cfgs = {k: dict(v) for k, v in TINY_ATTACKS.items()}

@@ -185,3 +185,21 @@ def build_topology(name: str, n: int, gen: torch.Generator, k: int = 2,
     if symmetric is not None:
         kwargs["symmetric"] = symmetric
     return builder(n, gen, **kwargs)
+
+
+@TOPOLOGIES.register("circulant")
+def circulant(n: int, gen: torch.Generator, k: int = 1, time_varying: bool = False,
+              symmetric: bool = False) -> Topology:
+    """The d-Out graph of the DPPS paper (Zhou, Xue, Chen 2025, Sec. 2.1): node i sends to
+    i+1..i+k (mod n); d-Out = k + 1.
+
+    Static, directed, regular: its push-sum matrix (weights 1/(k+1)) is doubly stochastic.
+    """
+    if n < 2 or not 1 <= k < n:
+        raise ConfigError(f"circulant needs n >= 2 and 1 <= k < n, got n={n}, k={k}")
+    adj = torch.zeros(n, n, dtype=torch.bool)
+    for h in range(1, k + 1):
+        adj[(torch.arange(n) + h) % n, torch.arange(n)] = True
+    if symmetric:
+        adj = adj | adj.T
+    return Topology("circulant", n, adj[None], bool(symmetric))

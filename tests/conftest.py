@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from privbench.data import Dataset, load_digits
+from privbench.data.datasets import Dataset, load_digits
 
 # The accountant's on-disk cache (privbench/accounting/gaussian.py): a fresh folder per session,
 # so tests never read entries another run left behind.
@@ -80,7 +80,7 @@ def digits() -> Dataset:
 @pytest.fixture
 def no_data_places(monkeypatch, tmp_path_factory):
     """No $PRIVBENCH_DATA and no Debian dataset folder: only --data-root is searched."""
-    from privbench import datafiles
+    from privbench.data import files as datafiles
 
     monkeypatch.delenv(datafiles.ENV_VAR, raising=False)
     missing = tmp_path_factory.mktemp("no-debian") / "absent"

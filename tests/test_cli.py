@@ -100,7 +100,7 @@ def test_help_and_version_do_not_import_torch():
 
 
 def test_attack_help_shows_the_presets_run_values(capsys):
-    from privbench.sweep import PRESETS
+    from privbench.commands.sweep import PRESETS
 
     with pytest.raises(SystemExit):
         main(["attack", "--help"])
@@ -151,10 +151,11 @@ def test_train_prints_privacy_as_sentences(tmp_path, capsys):
 
 def test_list_describes_each_entry_and_marks_the_private_defenses(capsys):
     from privbench import registry
+    from privbench.plugins import load_plugins
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    registry.load_plugins()
+    load_plugins()
     for reg in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS, registry.MODELS,
                 registry.TOPOLOGIES):
         for name in reg.names():
@@ -175,7 +176,8 @@ def test_list_describes_each_entry_and_marks_the_private_defenses(capsys):
 
 
 def test_attack_help_shows_the_default_eps_grid_attacks_and_defenses(capsys):
-    from privbench.audit_presets import DEFAULT_DEFENSES, PRESETS
+    from privbench.audit.config import DEFAULT_DEFENSES
+    from privbench.commands.presets import PRESETS
 
     with pytest.raises(SystemExit):
         main(["attack", "--help"])
@@ -192,7 +194,8 @@ def test_train_writes_a_heartbeat_line_to_a_log(tmp_path, capsys, monkeypatch):
     # stderr is not a terminal here: no bar, but a line every HEARTBEAT_SECONDS
     import time
 
-    from privbench import engine, progress
+    from privbench import progress
+    from privbench.engine import loop as engine
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
     real = engine.train

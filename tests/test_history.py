@@ -33,7 +33,7 @@ READER = {
     "an implementation card": r"(?i)\bcards?\b",
 }
 # names that look like history but are data: torchvision's AlexNet weights file, the commit of
-# ML Privacy Meter's research code that privbench.compare_mlpm loads (a pinned external version)
+# ML Privacy Meter's research code that tests/cross_check/mlpm.py loads (a pinned version)
 ALLOWED = (r"alexnet-owt-7be5be79", r'RESEARCH_COMMIT = "[0-9a-f]{40}"')
 # a test that lists forbidden phrases as its data
 EXEMPT = {HERE, ROOT / "tests" / "test_citations.py"}

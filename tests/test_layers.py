@@ -1,5 +1,14 @@
-"""The import graph holds DESIGN.md's layers: no import circles, and the core imports `attacks/`
-and `defenses/` only from the composition layer (runner, sweep, CLI, benchmarks, plugin loader).
+"""The import graph holds the layers of the package as a rule about folders: no import circles,
+and every import goes down the data flow (a run is built and simulated, an attacker observes it,
+attacks are graded, results are recorded and presented, verbs orchestrate).
+
+A module's folder is its sub-package of `privbench` (`privbench.engine`, ...), `privbench` itself
+for the modules at its top, or the plugin package (`attacks`, `defenses`). `LAYERS` orders the
+folders, lowest first; a module imports modules of its own folder or of a lower layer, never a
+folder of its own layer or a higher one. The top level is the foundation, except its doors: a
+top-level module that imports from above the foundation (the CLI, `python -m`, the test helpers,
+a re-export kept for one release) is a door, so is one that imports a door (`__main__`), and
+no module but another door imports a door.
 
 The graph is read from the source (every `import` statement, module-level or inside a function,
 since a deferred import is still a dependency), not from what a test run happened to import.
@@ -8,17 +17,21 @@ since a deferred import is still a dependency), not from what a test run happene
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("privbench", "attacks", "defenses")
-COMPOSITION = frozenset({
-    "privbench.registry",  # load_plugins: imports the plugin packages so they register
-    "privbench.runner", "privbench.sweep", "privbench.tuning",
-    "privbench.cli", "privbench.account_cli", "privbench.__main__",
-    "privbench.bench", "privbench.bench_rounds", "privbench.compare_mlpm",
-})
+LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
+    {"privbench"},  # foundation: errors, config, registry, plugins, seeding, device, models, ...
+    {"privbench.data", "privbench.metrics", "privbench.accounting"},
+    {"privbench.results"},
+    {"privbench.engine"},
+    {"privbench.threat"},
+    {"privbench.audit"},
+    {"privbench.report"},
+    {"attacks", "defenses", "privbench.reproduce"},
+    {"privbench.commands"},
+))
 
 
 def modules() -> dict[str, Path]:
@@ -97,44 +110,110 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def layer_breaches(graph: dict[str, set[str]], composition: Iterable[str]) -> list[str]:
-    """Imports that cross a layer: core -> attacks/defenses outside the composition layer, and
-    attacks <-> defenses (the two plugin layers know only the core)."""
-    allowed = set(composition)
+def folder(module: str, known: dict[str, Path]) -> str:
+    """The folder a module belongs to: its first-level sub-package of privbench, privbench for
+    the modules at its top, or its plugin package."""
+    parts = module.split(".")
+    if parts[0] != "privbench":
+        return parts[0]
+    sub = ".".join(parts[:2])
+    return sub if len(parts) > 1 and known.get(sub, Path()).name == "__init__.py" else "privbench"
+
+
+def layer_breaches(graph: dict[str, set[str]], known: dict[str, Path],
+                   layers: tuple[frozenset[str], ...] = LAYERS) -> list[str]:
+    """Imports that go up or sideways between folders ("a -> b (why)"), doors imported by a
+    non-door, and folders no layer names."""
+    rank = {f: i for i, layer in enumerate(layers) for f in layer}
+    top = rank["privbench"]
+    doors = {m for m, deps in graph.items() if folder(m, known) == "privbench"
+             and any(rank.get(folder(d, known), top) > top for d in deps)}
+    while True:  # a top-level module that imports a door opens onto the same rooms
+        more = {m for m, deps in graph.items() if folder(m, known) == "privbench"
+                and m not in doors and deps & doors}
+        if not more:
+            break
+        doors |= more
     out = []
     for mod, deps in sorted(graph.items()):
-        top = mod.split(".")[0]
+        here = folder(mod, known)
+        if here not in rank:
+            out.append(f"{mod}: its folder {here} is in no layer")
+            continue
         for dep in sorted(deps):
-            dtop = dep.split(".")[0]
-            core_breach = top == "privbench" and dtop != "privbench" and mod not in allowed
-            if core_breach or {top, dtop} == {"attacks", "defenses"}:
-                out.append(f"{mod} -> {dep}")
+            there = folder(dep, known)
+            if dep in doors and mod not in doors:
+                out.append(f"{mod} -> {dep} (a door of the package)")
+            elif mod in doors or there == here or there not in rank:
+                continue
+            elif rank[there] > rank[here]:
+                out.append(f"{mod} -> {dep} (upward: {there} is above {here})")
+            elif rank[there] == rank[here]:
+                out.append(f"{mod} -> {dep} (sideways: {here} and {there} share a layer)")
     return out
 
 
-def test_the_checks_catch_a_circle_and_a_breach() -> None:
-    # the checks must be able to fail: a planted circle and a planted core -> attacks import
-    graph = {"privbench.a": {"privbench.b"}, "privbench.b": {"privbench.c"},
-             "privbench.c": {"privbench.a", "attacks.x"}, "attacks.x": {"privbench.a"}}
-    assert circles(graph) == [["attacks.x", "privbench.a", "privbench.b", "privbench.c"]]
-    assert layer_breaches(graph, ()) == ["privbench.c -> attacks.x"]
-    assert layer_breaches(graph, ("privbench.c",)) == []
+def _planted(edges: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[str, Path]]:
+    """A small package of the real folder shape: each module a file, each sub-package with its
+    __init__, as `modules()` would find them."""
+    names = set(edges) | {d for ds in edges.values() for d in ds}
+    known = {m: Path(m.replace(".", "/") + ".py") for m in names}
+    for m in names:
+        parts = m.split(".")
+        if parts[0] == "privbench" and len(parts) > 2:
+            known[".".join(parts[:2])] = Path("/".join(parts[:2]) + "/__init__.py")
+    graph = {m: set() for m in known}
+    for m, ds in edges.items():
+        graph[m] |= ds
+    return graph, known
+
+
+def test_the_checks_catch_a_circle() -> None:
+    graph, _ = _planted({"privbench.engine.a": {"privbench.engine.b"},
+                         "privbench.engine.b": {"privbench.engine.c"},
+                         "privbench.engine.c": {"privbench.engine.a"}})
+    assert circles(graph) == [["privbench.engine.a", "privbench.engine.b", "privbench.engine.c"]]
+
+
+def test_the_checks_catch_an_upward_a_sideways_and_a_door_import() -> None:
+    graph, known = _planted({
+        # upward, and a foundation module that became a door
+        "privbench.engine.loop": {"privbench.audit.dispatch", "privbench.config",
+                                  "privbench.seeding"},
+        "privbench.audit.dispatch": {"privbench.engine.loop", "privbench.threat.observation"},
+        "privbench.config": {"privbench.errors"},
+        "attacks.dlg": {"defenses.sgp", "privbench.audit.dispatch"},  # sideways
+        "privbench.cli": {"privbench.commands.attack"},  # a door
+        "privbench.seeding": {"privbench.cli"},  # a foundation module importing a door
+        "privbench.metrics.roc": {"privbench.results.store"},  # upward from a low folder
+    })
+    assert layer_breaches(graph, known) == [
+        "attacks.dlg -> defenses.sgp (sideways: attacks and defenses share a layer)",
+        "privbench.engine.loop -> privbench.audit.dispatch (upward: privbench.audit is above "
+        "privbench.engine)",
+        "privbench.engine.loop -> privbench.seeding (a door of the package)",
+        "privbench.metrics.roc -> privbench.results.store (upward: privbench.results is above "
+        "privbench.metrics)",
+    ]
+    assert layer_breaches(graph, known, (frozenset({"privbench"}),))[0].endswith("in no layer")
 
 
 def test_the_graph_reads_every_import() -> None:
     known = modules()
     graph = import_graph(known)
     assert len(known) > 60 and "privbench.report.verdicts" in known
-    # a function-level import counts (sweep imports attacks._mia inside a function)
-    assert "attacks._mia" in graph["privbench.sweep"]
+    # a function-level import counts (the attack dispatch imports membership inside a function)
+    assert "privbench.audit.membership" in graph["privbench.audit.dispatch"]
     assert "privbench.report.bounds" in graph["privbench.report.verdicts"]  # from pkg import sub
+    assert folder("privbench.engine.loop", known) == "privbench.engine"
+    assert folder("privbench.reproduce.papers.dpdl", known) == "privbench.reproduce"
+    assert folder("privbench.config", known) == "privbench"
 
 
 def test_no_import_circles() -> None:
     assert circles(import_graph(modules())) == []
 
 
-def test_only_the_composition_layer_imports_attacks_and_defenses() -> None:
-    graph = import_graph(modules())
-    assert layer_breaches(graph, COMPOSITION) == []
-    assert set(graph) >= COMPOSITION, sorted(COMPOSITION - set(graph))  # no stale names
+def test_every_import_goes_down_the_layers() -> None:
+    known = modules()
+    assert layer_breaches(import_graph(known), known) == []

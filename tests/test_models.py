@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.engine import batch_grads, per_sample_grads
+from privbench.engine.grads import batch_grads, per_sample_grads
 from privbench.errors import ConfigError
 from privbench.models import build_model
 from privbench.registry import MODELS

@@ -87,10 +87,10 @@ def test_tune_shows_each_candidates_training_in_a_log(tmp_path, capsys, monkeypa
 
 
 def test_leakage_shows_each_cells_phases_in_a_log(tmp_path, capsys, monkeypatch):
-    from privbench import leakage
+    from privbench.audit import leakage
     from privbench.cli import main
 
-    _slow_rounds(monkeypatch, "privbench.leakage")
+    _slow_rounds(monkeypatch, "privbench.audit.leakage")
     real = leakage._membership
 
     def slow_membership(*args, **kwargs):

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 600
 # the marker the example-defense test reads its block after
-TESTED_BY = {"example-defense": "tests/test_example_defense.py"}
+TESTED_BY = {"example-defense": "tests/contracts/test_example_defense.py"}
 
 
 def _anchor(heading: str) -> str:

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build
+from privbench.engine.loop import train
+from privbench.engine.runner import build
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 from privbench.seeding import NOISE_GENERATORS, Streams, is_noise_generator
 
 load_plugins()

@@ -7,7 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
-from privbench.sweep import summary_table
+from privbench.report.summary import summary_table
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

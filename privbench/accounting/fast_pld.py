@@ -16,9 +16,9 @@ dp-accounting's `PLDAccountant` dominate there, and neither is needed for its nu
   schedule) is used as built, up to 32 repeats are composed by repeated squaring.
 
 `subsampled_gaussian_epsilon` therefore equals dp-accounting's `PLDAccountant` on the same
-(q, z, count) terms up to float rounding (tests/test_fast_pld.py: the PMFs agree to 1e-12;
-epsilon to 2e-10 relative at delta = 1e-5, 1e-7 at 1e-8, where the connect-the-dots differences
-of nearly equal deltas amplify the ulps) and stays an upper bound: the pessimistic
+(q, z, count) terms up to float rounding (tests/accounting/test_fast_pld.py: the PMFs agree to
+1e-12; epsilon to 2e-10 relative at delta = 1e-5, 1e-7 at 1e-8, where the connect-the-dots
+differences of nearly equal deltas amplify the ulps) and stays an upper bound: the pessimistic
 connect-the-dots PMF per term, convolved without truncation where the accountant truncates up to
 1e-15 of tail mass per term and charges it.
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from privbench.report.plots import _png, _shade, palette, plt
 from privbench.report.text import Notes, no_paths, prose
-from privbench.results import eps_text, fmt_num
+from privbench.results.store import eps_text, fmt_num
 
 DISTANCE_AXIS = ("1 hop", "2 hops", "3 hops", "eavesdropper")
 

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
 
-from privbench.results import fmt_num
+from privbench.results.store import fmt_num
 
 # Labels are names from results files (defenses, attacks): show them as written, never parse
 # `$...$` in them as mathtext (a name like "a$b" would otherwise fail to render).

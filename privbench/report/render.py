@@ -26,7 +26,7 @@ from privbench.report.verdicts import (
     verdicts,
     where,
 )
-from privbench.results import (
+from privbench.results.store import (
     attack_interval,
     attack_metric,
     auc_interval,

@@ -19,7 +19,7 @@ Levels, most severe first (`LEVELS`):
 * resists: the model learned and no attack run succeeded.
 
 A mechanism audit finding (noise missing, reused or unbounded contributions, sampling other than
-the ledger's; `privbench.mechanism`) is a violation too.
+the ledger's; `privbench.audit.mechanism`) is a violation too.
 
 Non-private baselines get the level "reference": what the attacks reach without any defense.
 A cell's verdict is the most severe level any of its findings reaches, so the verdict does not
@@ -34,7 +34,7 @@ from typing import Any
 
 from privbench.metrics.roc import clear_of_chance
 from privbench.report import bounds
-from privbench.results import (
+from privbench.results.store import (
     attack_metric,
     auc_interval,
     cell_state,

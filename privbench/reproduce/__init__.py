@@ -21,4 +21,4 @@ __all__ = ["REPRODUCTIONS", "Method", "Reproduction", "Scale", "load"]
 
 def load() -> None:
     """Import the per-paper modules so that they register themselves."""
-    from privbench.reproduce import adp_vrsgp, defl_vp, dpdl, dpps, dyn_d2p  # noqa: F401
+    from privbench.reproduce.papers import adp_vrsgp, defl_vp, dpdl, dpps, dyn_d2p  # noqa: F401

@@ -18,7 +18,7 @@ from typing import Any
 
 from privbench.reproduce.runs import Job, jobs, line_key
 from privbench.reproduce.spec import Reproduction, Scale
-from privbench.results import counted
+from privbench.results.store import counted
 
 MISSING_HEAD = (
     "The runs the committed tables lack, computed from their committed lines by `privbench "

@@ -14,15 +14,15 @@ resume and merge: a code change that makes another model or split of an unchange
 (the fingerprint hashes the configuration, not the code) is refused, not mixed in. Lines written
 before structures were recorded have none, and are checked by their fingerprint alone.
 A line names the code that made it (`code`: the git commit, whether privbench's code differed
-from it, and a digest of the code; `privbench.provenance`), outside the fingerprint: a change of
-meaning that keeps both the configuration and the structure leaves old lines matching, and the
-code names which lines it made. It names the kind of machine too (`machine`: the GPU, or the
+from it, and a digest of the code; `privbench.results.provenance`), outside the fingerprint: a
+change of meaning that keeps both the configuration and the structure leaves old lines matching,
+and the code names which lines it made. It names the kind of machine too (`machine`: the GPU, or the
 CPU's model and the vector kernels torch uses on it; `privbench.device.machine_kind`), also
 outside the fingerprint (a table joins lines of several machines), because the same code, torch
 build and thread count give other numbers on other kernels: `verify` says so beside a
 difference. A line that names no machine is counted as possibly another's.
 A running job saves a checkpoint of its whole state every `CHECKPOINT_SECONDS` (10 minutes)
-into `checkpoints/<fingerprint>.ckpt` beside runs.jsonl (`privbench.checkpoint`); a job
+into `checkpoints/<fingerprint>.ckpt` beside runs.jsonl (`privbench.engine.checkpoint`); a job
 stopped midway (a kill, a session's or a lease's end) continues from it when the same run is
 trained again by the same code on the same kind of machine, to the line it would have written
 in one go, and the checkpoint is deleted once its line is written. A resumed line says at
@@ -47,16 +47,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from privbench import __version__
-from privbench.checkpoint import prepare
 from privbench.config import RunConfig, replace_checked, to_dict
 from privbench.device import machine_kind
+from privbench.engine.checkpoint import prepare
+from privbench.engine.hostmem import keep_freed_memory
+from privbench.engine.messages import RecordPolicy
 from privbench.errors import PrivbenchError, sigterm_raises
-from privbench.fingerprint import dataset_identity, fingerprint, first_difference, folder_lock
-from privbench.hostmem import keep_freed_memory
-from privbench.messages import RecordPolicy
-from privbench.provenance import code_provenance
 from privbench.reproduce.spec import Method, Reproduction, Scale
-from privbench.results import claimed_eps, counted, duration, strict, unstrict
+from privbench.results.fingerprint import (
+    dataset_identity,
+    fingerprint,
+    first_difference,
+    folder_lock,
+)
+from privbench.results.provenance import code_provenance
+from privbench.results.store import claimed_eps, counted, duration, strict, unstrict
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -178,8 +183,8 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
     stderr at most that many seconds apart; with `checkpoints` (a folder), continue from this
     job's checkpoint there if it has one (and say so, with `heartbeat`), and save one at most
     every `checkpoint_every` seconds (0: none)."""
-    from privbench.engine import train
-    from privbench.runner import build
+    from privbench.engine.loop import train
+    from privbench.engine.runner import build
 
     run = run_config(scale, job)
     fp = job_fingerprint(repro, scale, job, run)
@@ -216,8 +221,8 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
 
 
 def job_structure(scale: Scale, job: Job) -> dict[str, Any]:
-    """The structure this code builds for `job` (`privbench.runner.structure`)."""
-    from privbench.runner import structure
+    """The structure this code builds for `job` (`privbench.engine.runner.structure`)."""
+    from privbench.engine.runner import structure
 
     return structure(run_config(scale, job), job.method.defense, job.overrides)
 

@@ -18,7 +18,7 @@ import statistics
 from typing import Any
 
 from privbench.reproduce.spec import METRICS, Reproduction, Scale
-from privbench.results import counted
+from privbench.results.store import counted
 
 
 def _eps_head(repro: Reproduction) -> str:

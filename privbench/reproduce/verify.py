@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from privbench.errors import PrivbenchError
-from privbench.fingerprint import first_difference
 from privbench.reproduce.runs import (
     RUNS_FILE,
     Job,
@@ -40,6 +39,7 @@ from privbench.reproduce.runs import (
 )
 from privbench.reproduce.spec import Reproduction, Scale
 from privbench.reproduce.table import render
+from privbench.results.fingerprint import first_difference
 
 # what a table shows of a line, compared exactly, and the structure the code built (a model
 # or split built otherwise explains any other difference)

@@ -7,9 +7,10 @@ import dataclasses
 
 import torch
 
-from privbench.inversion import synthetic_views
+from privbench.audit.inversion import synthetic_views
 from privbench.metrics import image as im
-from privbench.registry import ATTACKS, load_plugins
+from privbench.plugins import load_plugins
+from privbench.registry import ATTACKS
 
 load_plugins()
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""The one-run gradient-canary audit (`privbench.canary_audit`, `attacks/canary.py`).
+"""The one-run gradient-canary audit (`privbench.audit.canary_audit`, `attacks/canary.py`).
 
 A DP-SGP run at ε = 1 (4 nodes, 120 members each, batch 16: rate 0.133, 60 rounds) is audited
 with 300 canaries per node, once as shipped and once with its noise scaled by 0.3 (claim
@@ -15,20 +15,21 @@ import pytest
 import torch
 
 from attacks.canary import CanaryConfig
-from privbench.canary_audit import (
+from privbench.audit.canary_audit import (
     CanaryContext,
     gdp_fit,
     gradient_canary_audit,
     joint_llr,
     with_canary_rows,
 )
+from privbench.audit.input_canary import _view_llr
 from privbench.config import RunConfig, replace_checked
 from privbench.errors import ConfigError
-from privbench.gate import empirical_ratio_check
-from privbench.membership import _view_llr
 from privbench.metrics.audit import canaries_for_cap, clopper_pearson, one_run_cap
-from privbench.registry import DEFENSES, load_plugins
-from privbench.threat import GradientView
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.report.gate import empirical_ratio_check
+from privbench.threat.observation import GradientView
 
 load_plugins()
 
@@ -126,7 +127,7 @@ def test_the_gate_holds_the_canary_audit_to_its_own_claim_ratio():
 
 
 def test_fixed_size_draws_add_canaries_at_b_over_d():
-    from privbench.runner import build
+    from privbench.engine.runner import build
 
     run = replace_checked(RunConfig(), {**RUN, "rounds": 1}, where="run")
     base = build(run, "sgp")
@@ -193,9 +194,9 @@ def test_bad_canary_settings_are_refused():
 
 @pytest.mark.slow
 def test_dpdl_is_held_to_each_nodes_own_claim_in_the_audited_run():
-    from privbench.engine import train
-    from privbench.membership import claims
-    from privbench.runner import build
+    from privbench.audit.candidates import claims
+    from privbench.engine.loop import train
+    from privbench.engine.runner import build
 
     res = _audit("dpdl")
     assert res["applicable"], res

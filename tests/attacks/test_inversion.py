@@ -26,12 +26,13 @@ from attacks._inversion import (
     select_restarts,
     stack_views,
 )
-from privbench.bench import bench_attacks
+from privbench.audit.inversion import synthetic_views
+from privbench.commands.bench_measure import bench_attacks
 from privbench.config import RunConfig
-from privbench.inversion import synthetic_views
 from privbench.metrics import image as im
-from privbench.registry import ATTACKS, DEFENSES, load_plugins
-from privbench.threat import GradientView
+from privbench.plugins import load_plugins
+from privbench.registry import ATTACKS, DEFENSES
+from privbench.threat.observation import GradientView
 
 CPU = torch.device("cpu")
 BASELINES = Path(__file__).with_name("baselines.json")
@@ -157,7 +158,7 @@ def test_mixed_batch_sizes_are_rejected() -> None:
 
 
 def _sgp_run(rounds: int = 2, nodes: int = 4, batch_size: int = 1):
-    from privbench.runner import build
+    from privbench.engine.runner import build
 
     run = RunConfig(dataset="digits", model="lenet", batch_size=batch_size, nodes=nodes,
                     rounds=rounds, lr=0.2, device="cpu", seed=0, eval_every=rounds)
@@ -168,8 +169,8 @@ def _sgp_run(rounds: int = 2, nodes: int = 4, batch_size: int = 1):
 
 
 def test_sgp_glue_and_grading() -> None:
-    from privbench.inversion import grade, invert
-    from privbench.threat import observe
+    from privbench.audit.inversion import grade, invert
+    from privbench.threat.observation import observe
 
     built = _sgp_run()
     obs = observe(built)
@@ -201,8 +202,8 @@ def test_bench_attacks_reports_a_ratio() -> None:
 @pytest.mark.parametrize("key", ["idlg_sgp_b1", "geiping_sgp_b4"])
 def test_regression_baselines(key: str) -> None:
     """Re-measure the must-show settings and compare with tests/attacks/baselines.json."""
-    from privbench.inversion import grade, invert
-    from privbench.threat import observe
+    from privbench.audit.inversion import grade, invert
+    from privbench.threat.observation import observe
 
     base = json.loads(BASELINES.read_text())[key]
     s = base["settings"]
@@ -224,9 +225,9 @@ def test_defl_vp_unprotected_control_variates_leak_at_small_epsilon() -> None:
     load_plugins()
     if "defl_vp" not in DEFENSES:
         pytest.skip("defl_vp is not registered")
-    from privbench.inversion import grade, invert
-    from privbench.runner import build
-    from privbench.threat import observe
+    from privbench.audit.inversion import grade, invert
+    from privbench.engine.runner import build
+    from privbench.threat.observation import observe
 
     run = RunConfig(dataset="digits", model="lenet", batch_size=1, nodes=4, rounds=20, lr=0.2,
                     device="cpu", seed=0, eval_every=20, epsilon=1.0)
@@ -248,9 +249,9 @@ def test_a_local_epoch_pseudo_gradient_is_not_inverted_as_one_batch() -> None:
     the best of 20 matches. Its targets are "not applicable" with the reason; G1 (one batch's
     gradient per round) is inverted (test above)."""
     load_plugins()
-    from privbench.inversion import grade, invert
-    from privbench.runner import build
-    from privbench.threat import observe
+    from privbench.audit.inversion import grade, invert
+    from privbench.engine.runner import build
+    from privbench.threat.observation import observe
 
     run = RunConfig(dataset="digits", model="mlp", batch_size=2, nodes=4, rounds=4,
                     max_per_node=20, device="cpu", seed=0, eval_every=4, epsilon=1.0)
@@ -268,9 +269,9 @@ def test_a_view_the_attack_cannot_read_is_not_graded() -> None:
     """The analytic attack cannot read a sign-only message (D-PSGD+RR's update): its targets
     say why and are not graded (a placeholder image would otherwise score a PSNR)."""
     load_plugins()
-    from privbench.inversion import grade, invert
-    from privbench.runner import build
-    from privbench.threat import observe
+    from privbench.audit.inversion import grade, invert
+    from privbench.engine.runner import build
+    from privbench.threat.observation import observe
 
     run = RunConfig(dataset="digits", model="mlp", batch_size=1, nodes=4, rounds=4,
                     device="cpu", seed=0, eval_every=4, epsilon=1.0)

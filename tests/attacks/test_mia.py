@@ -15,21 +15,17 @@ import pytest
 import torch
 
 from attacks._mia import ModelMIAInput, Signals, model_signals
+from privbench.audit.candidates import candidates, observed_model
+from privbench.audit.input_canary import canary_audit, with_extra_members
+from privbench.audit.membership import run_membership, run_membership_saved
+from privbench.audit.reference import block_topology, reference_data
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.membership import (
-    block_topology,
-    canary_audit,
-    candidates,
-    observed_model,
-    reference_data,
-    run_membership,
-    run_membership_saved,
-    with_extra_members,
-)
-from privbench.registry import ATTACKS, DEFENSES, load_plugins
-from privbench.runner import build
-from privbench.threat import NotApplicable, ThreatModel, observe
+from privbench.engine.loop import train
+from privbench.engine.runner import build
+from privbench.errors import NotApplicable
+from privbench.plugins import load_plugins
+from privbench.registry import ATTACKS, DEFENSES
+from privbench.threat.observation import ThreatModel, observe
 
 BASELINES = Path(__file__).with_name("mia_baselines.json")
 
@@ -206,8 +202,8 @@ def test_message_statistic_chosen_on_reference_systems() -> None:
 
 
 def test_run_membership_saved_matches_live(tmp_path: Path) -> None:
-    from privbench.engine import train as train_loop
-    from privbench.runner import save_run
+    from privbench.engine.loop import train as train_loop
+    from privbench.engine.runner import save_run
 
     built = build(RunConfig(nodes=4, rounds=12, max_per_node=24, holdout=0.5, batch_size=8,
                             device="cpu", eval_every=12), "sgp")

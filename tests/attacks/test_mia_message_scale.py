@@ -16,16 +16,20 @@ import pytest
 import torch
 
 from attacks.mia_message import MIAMessage, MIAMessageConfig
-from privbench.cli import _add_audit_sets
+from privbench.audit.candidates import candidates, subsample
+from privbench.audit.config import AuditConfig
+from privbench.audit.membership import membership_scores, run_membership
+from privbench.commands.cells import _needed_rounds
+from privbench.commands.common import _add_audit_sets
 from privbench.config import RunConfig
-from privbench.engine import per_sample_grads, train
+from privbench.engine.grads import per_sample_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import build
 from privbench.errors import ConfigError
-from privbench.membership import candidates, membership_scores, run_membership, subsample
-from privbench.messages import RecordPolicy
-from privbench.registry import DEFENSES, load_plugins
-from privbench.runner import build
-from privbench.sweep import AuditConfig, _needed_rounds
-from privbench.threat import GradientView, ThreatModel, observe
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.threat.observation import GradientView, ThreatModel, observe
 
 load_plugins()
 

@@ -18,11 +18,12 @@ import torch
 from defenses.adp_vrsgp import ADPVRSGPConfig, schedule
 from privbench.cli import main
 from privbench.config import RunConfig
-from privbench.engine import clip_l2, masked_sum, per_sample_grads, train
-from privbench.errors import ConfigError
-from privbench.messages import RecordPolicy
-from privbench.runner import build
-from privbench.threat import NotApplicable, ThreatModel, observe
+from privbench.engine.grads import clip_l2, masked_sum, per_sample_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import ThreatModel, observe
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 

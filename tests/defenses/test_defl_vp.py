@@ -25,11 +25,12 @@ from defenses.defl_vp import (
     sign_pm1,
 )
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, train
-from privbench.errors import ConfigError
-from privbench.messages import RecordPolicy
-from privbench.runner import build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.engine.grads import batch_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import Observation, ThreatModel
 
 EPS_GRID = (0.5, 1.0, 2.0, 4.0, 8.0)  # card §2 table / Table 3
 FAIL = 1e-9  # failure probability of every statistical check below

@@ -15,20 +15,14 @@ import pytest
 import torch
 from scipy.optimize import nnls
 
-from defenses.dp_cga import (
-    DPCGA,
-    DPCGAConfig,
-    block_grams,
-    cga_direction,
-    segments,
-    solve_dual_qp,
-    unit_ratios,
-)
+from defenses._cga_direction import block_grams, cga_direction, segments, solve_dual_qp
+from defenses.dp_cga import DPCGA, DPCGAConfig, unit_ratios
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, train
-from privbench.errors import ConfigError
-from privbench.runner import Built, build
-from privbench.threat import NotApplicable, ThreatModel, observe
+from privbench.engine.grads import batch_grads
+from privbench.engine.loop import train
+from privbench.engine.runner import Built, build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import ThreatModel, observe
 
 torch.set_num_threads(1)
 MARGIN = 0.5

@@ -14,10 +14,10 @@ import torch
 import defenses.dp_sgp as dp_sgp_module
 from defenses.dp_dfedsam import DPDFedSAM, DPDFedSAMConfig, sam_shift
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.errors import ConfigError
-from privbench.runner import build
-from privbench.threat import NotApplicable, ThreatModel, observe
+from privbench.engine.loop import train
+from privbench.engine.runner import build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import ThreatModel, observe
 
 torch.set_num_threads(1)
 

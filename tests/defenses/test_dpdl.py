@@ -11,21 +11,18 @@ import math
 import pytest
 import torch
 
+from defenses._graph import cga_two_hub_weights, mixing_matrix
+from defenses._node_dp import RDP_OPTIONS
 from defenses.dp_dpsgd import DPDPSGD
-from defenses.dpdl import (
-    DPDL,
-    RDP_OPTIONS,
-    calibration_weight,
-    cga_two_hub_weights,
-    cross_coefficient,
-    mixing_matrix,
-)
+from defenses.dpdl import DPDL, calibration_weight, cross_coefficient
 from privbench.accounting import plan_dpdl
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, clip_l2, per_sample_grads, train
-from privbench.messages import RecordPolicy
-from privbench.runner import Built, build
-from privbench.threat import NotApplicable, Observation, ThreatModel, observe
+from privbench.engine.grads import batch_grads, clip_l2, per_sample_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import Built, build
+from privbench.errors import NotApplicable
+from privbench.threat.observation import Observation, ThreatModel, observe
 
 torch.set_num_threads(1)
 

@@ -31,13 +31,14 @@ from privbench.accounting import (
 )
 from privbench.cli import main as cli_main
 from privbench.config import RunConfig
-from privbench.engine import clip_l2, masked_sum, per_sample_grads, train
-from privbench.errors import ConfigError
-from privbench.messages import RecordPolicy
-from privbench.mixing import Mixer, push_sum
+from privbench.engine.grads import clip_l2, masked_sum, per_sample_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.runner import build
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.runner import build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.threat.observation import Observation, ThreatModel
 from privbench.topology import build_topology
 
 pytestmark = pytest.mark.filterwarnings("ignore::privbench.accounting.ApproximateAccountingWarning")
@@ -205,7 +206,7 @@ def test_unequal_local_datasets_get_their_own_budget():
 
 def test_push_sum_consensus_on_non_regular_directed_graph():
     # card §9 item 6: gamma = 0, time-varying random directed graph.
-    from privbench.messages import MessageBus, MessageKind
+    from privbench.engine.messages import MessageBus, MessageKind
 
     gen = torch.Generator().manual_seed(0)
     topo = build_topology("random_out", 7, gen, k=2, time_varying=True)

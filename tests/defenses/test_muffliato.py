@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from defenses.dp_dpsgd import gaussian_node_reports
+from defenses._node_dp import gaussian_node_reports
 from defenses.muffliato import (
     Muffliato,
     MuffliatoConfig,
@@ -23,10 +23,10 @@ from defenses.muffliato import (
     second_eigenvalue,
 )
 from privbench.config import RunConfig
-from privbench.engine import train
-from privbench.errors import ConfigError
-from privbench.runner import Built, build
-from privbench.threat import NotApplicable, ThreatModel, observe
+from privbench.engine.loop import train
+from privbench.engine.runner import Built, build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import ThreatModel, observe
 
 torch.set_num_threads(1)
 

@@ -13,13 +13,16 @@ import math
 import pytest
 import torch
 
-from defenses.dpps import laplace, rates, sensitivity_step, shared_mask
+from defenses._push_sum_schedule import rates
+from defenses.dpps import laplace, sensitivity_step, shared_mask
 from privbench.cli import main as cli_main
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, train
-from privbench.messages import RecordPolicy
-from privbench.runner import build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.engine.grads import batch_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import build
+from privbench.errors import NotApplicable
+from privbench.threat.observation import Observation, ThreatModel
 
 torch.set_num_threads(1)
 
@@ -423,8 +426,8 @@ def test_realized_epsilon_is_the_headline_and_non_finite_rounds_are_listed():
     6 rounds, goes non-finite: the realized ε is infinite and is what `claimed_eps` and the
     victim's claim read; the min ratio is taken over the finite rounds (not NaN) and the
     non-finite rounds are listed."""
-    from privbench.membership import claims
-    from privbench.results import claimed_eps
+    from privbench.audit.candidates import claims
+    from privbench.results.store import claimed_eps
 
     run = RunConfig(model="mlp", nodes=6, rounds=6, batch_size=16, lr=0.2, epsilon=1.0,
                     eval_every=6, device="cpu", seed=0, topology="random_out")

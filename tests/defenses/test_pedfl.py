@@ -13,15 +13,16 @@ import math
 import pytest
 import torch
 
-from defenses.dpps import real_sensitivity
+from defenses._push_sum_schedule import real_sensitivity
 from privbench.accounting import make_plan
 from privbench.cli import main as cli_main
 from privbench.config import RunConfig
-from privbench.engine import batch_grads, train
-from privbench.errors import ConfigError
-from privbench.messages import RecordPolicy
-from privbench.runner import build
-from privbench.threat import NotApplicable, Observation, ThreatModel
+from privbench.engine.grads import batch_grads
+from privbench.engine.loop import train
+from privbench.engine.messages import RecordPolicy
+from privbench.engine.runner import build
+from privbench.errors import ConfigError, NotApplicable
+from privbench.threat.observation import Observation, ThreatModel
 
 torch.set_num_threads(1)
 

@@ -20,16 +20,17 @@ import sys
 
 import torch.distributed as dist
 
-import privbench.engine
-from privbench.cli import EXIT_DIVERGED, main
-from privbench.comm import exit_process, process_group
+import privbench.engine.loop
+from privbench.cli import main
+from privbench.commands.common import EXIT_DIVERGED
+from privbench.engine.comm import exit_process, process_group
 
 
 def _die_after(rank: int, rnd: int) -> None:
     """Wrap the round loop so that `rank` kills itself after round `rnd`."""
     if dist.get_rank() != rank:
         return
-    real = privbench.engine.train
+    real = privbench.engine.loop.train
 
     def train(trainer, progress=None, **loop):
         done = [0]
@@ -43,7 +44,7 @@ def _die_after(rank: int, rnd: int) -> None:
 
         return real(trainer, progress=tick, **loop)  # the loop's other options as given
 
-    privbench.engine.train = train
+    privbench.engine.loop.train = train
 
 
 def run() -> int:

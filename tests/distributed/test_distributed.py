@@ -23,10 +23,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from privbench.cli import EXIT_DIVERGED, main
-from privbench.fingerprint import LOCK_NAME
-from privbench.messages import GroundTruth, MessageLog
-from privbench.registry import DEFENSES, load_plugins
+from privbench.cli import main
+from privbench.commands.common import EXIT_DIVERGED
+from privbench.engine.messages import MessageLog
+from privbench.engine.truth import GroundTruth
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.results.fingerprint import LOCK_NAME
 
 load_plugins()
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,7 +264,7 @@ def test_two_torchrun_agents_rendezvous_like_two_machines(tmp_path, single):
 @pytest.mark.parametrize(("n", "world", "sizes"), [(6, 4, [2, 2, 1, 1]), (6, 2, [3, 3]),
                                                    (5, 5, [1] * 5), (7, 1, [7])])
 def test_partition_gives_contiguous_blocks_differing_by_at_most_one(n, world, sizes):
-    from privbench.comm import partition
+    from privbench.engine.comm import partition
 
     owner = partition(n, world)
     assert torch.bincount(owner, minlength=world).tolist() == sizes
@@ -269,7 +272,7 @@ def test_partition_gives_contiguous_blocks_differing_by_at_most_one(n, world, si
 
 
 def test_a_rank_holds_only_its_nodes_data(digits):
-    from privbench.data import split_nodes
+    from privbench.data.datasets import split_nodes
 
     data = split_nodes(digits, 4, seed=0)
     mine = torch.tensor([False, True, True, False])

@@ -40,13 +40,15 @@ from unittest import mock
 
 import torch
 
-from privbench import gate
-from privbench.audit_presets import PRESETS
+from privbench.audit.mechanism import audit_mechanism
+from privbench.commands.presets import PRESETS
 from privbench.config import RunConfig, replace_checked
-from privbench.engine import Context, batch_grads
-from privbench.mechanism import audit_mechanism
-from privbench.messages import MessageKind
-from privbench.registry import DEFENSES, load_plugins
+from privbench.engine.grads import batch_grads
+from privbench.engine.messages import MessageKind
+from privbench.engine.trainer import Context
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.report import gate
 from privbench.seeding import is_noise_generator
 
 load_plugins()
@@ -90,7 +92,7 @@ MECHANISMS: dict[str, Mechanism] = {
     "defl_vp": Mechanism("rr", None, _SIGN, epoch=True),
     "dp_cga": Mechanism("gaussian", "defenses.dp_cga:clip_l2"),  # batch-level clipping
     "dp_dfedsam": Mechanism("gaussian", "defenses.dp_sgp:clipped_grad_sum"),
-    "dp_dpsgd": Mechanism("gaussian", "defenses.dp_dpsgd:clipped_grad_sum"),
+    "dp_dpsgd": Mechanism("gaussian", "defenses._node_dp:clipped_grad_sum"),
     "dp_sgp": Mechanism("gaussian", "defenses.dp_sgp:clipped_grad_sum"),
     "dpdl": Mechanism("gaussian", "defenses.dpdl:clipped_grad_sum"),
     "dpps": Mechanism("laplace", None, _NODE_LAPLACE.format("estimated by Eq. 22"),
@@ -98,7 +100,7 @@ MECHANISMS: dict[str, Mechanism] = {
     "dyn_c_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
     "dyn_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
     "dyn_mu_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
-    "muffliato": Mechanism("gaussian", "defenses.dp_dpsgd:clipped_grad_sum"),
+    "muffliato": Mechanism("gaussian", "defenses._node_dp:clipped_grad_sum"),
     "partpsp": Mechanism("laplace", None, _NODE_LAPLACE.format("estimated by Eq. 22"),
                          sampled=False),
     "pedfl": Mechanism("laplace", None, _NODE_LAPLACE.format("the models' real distance"),

@@ -1,4 +1,4 @@
-"""The mechanism audit (`privbench.mechanism`) and its gate rules, tried on broken defenses.
+"""The mechanism audit (`privbench.audit.mechanism`) and its gate rules, tried on broken defenses.
 
 A privacy check is trusted once it has caught a deliberately broken defense: each mutant of
 `tests/mechanism/mutants.py` keeps the ledger's claim while drawing less privacy, and must fail
@@ -23,10 +23,12 @@ import torch
 
 from defenses.defl_vp import privatize_sign, randomized_response
 from defenses.dpps import laplace
-from privbench import gate
-from privbench.engine import Context
-from privbench.mechanism import audit_mechanism, audited_rounds, gaussian_epsilon
+from privbench.audit.mechanism import audit_mechanism
+from privbench.audit.mechanism_epsilon import gaussian_epsilon
+from privbench.audit.mechanism_replay import audited_rounds
+from privbench.engine.trainer import Context
 from privbench.registry import DEFENSES
+from privbench.report import gate
 from privbench.seeding import Streams, noise_off
 from tests.mechanism.mutants import (
     DP_DEFENSES,

@@ -28,10 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from privbench import gate, sweep
+from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
-from privbench.messages import MessageKind
-from privbench.registry import DEFENSES, load_plugins
+from privbench.engine.messages import MessageKind
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
+from privbench.report import gate
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent

@@ -3,12 +3,12 @@
 Every defense runs on a tiny digits setting (4 nodes, 30 rounds, 40 samples per node of which
 half are held out, batch 2, MLP) with Inverting Gradients (round 1, eavesdropper) and the
 message-level membership attack, the one-run gradient-canary audit (1000 canaries per node, cap
-3.75) and the mechanism audit (`privbench.mechanism`: the noise, sampling and sensitivity drawn).
-`policy.toml` (plus this setting's PSNR >= 30 dB floor) demands that the non-private baseline stays
-attackable (AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
-`baseline.json` (a committed run of this suite) catches drifts toward less privacy. A defense
-whose noise is silently disabled (`privbench.testing.disable_noise`, a test-only switch) must make
-the gate fail.
+3.75) and the mechanism audit (`privbench.audit.mechanism`: the noise, sampling and sensitivity
+drawn). `policy.toml` (plus this setting's PSNR >= 30 dB floor) demands that the non-private
+baseline stays attackable (AUC >= 0.9) and that every DP defense at ε = 1 stays under the bounds;
+`baseline.json` (a committed run of this suite) catches drifts toward less privacy. A defense whose
+noise is silently disabled (`privbench.testing.disable_noise`, a test-only switch) must make the
+gate fail.
 
 DPPS / PartPSP are not in the suite: calibrated to ε = 1 their sensitivity estimate overflows
 within a few rounds (reported as diverged; see reports/reproduce/dpps/README.md), leaving
@@ -31,10 +31,11 @@ from pathlib import Path
 
 import pytest
 
-from privbench import gate, sweep
+from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
-from privbench.registry import load_plugins
-from privbench.results import write_json
+from privbench.plugins import load_plugins
+from privbench.report import gate
+from privbench.results.store import write_json
 from privbench.testing import TINY_RUN, disable_noise
 
 HERE = Path(__file__).parent

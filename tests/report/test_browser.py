@@ -79,7 +79,7 @@ LAYOUT = ("<script>window.addEventListener('load', () => { const w = window.inne
 def _default_audit_page(tmp: Path) -> Path:
     """The default audit's report (`privbench attack`, results.json kept gzipped beside the
     screenshots), rendered by this code."""
-    from privbench.results import read_results
+    from privbench.results.store import read_results
 
     raw = tmp / "results.json"
     raw.write_bytes(gzip.decompress((DEFAULT_AUDIT / "results.json.gz").read_bytes()))

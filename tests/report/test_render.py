@@ -9,7 +9,7 @@ import pytest
 
 from privbench.cli import main
 from privbench.report import render_html, verdicts
-from privbench.results import SCHEMA_VERSION, write_json
+from privbench.results.store import SCHEMA_VERSION, write_json
 
 
 def _results(run_name="demo"):
@@ -168,7 +168,7 @@ def _row(html: str, defense: str) -> str:
 
 
 def test_a_cell_with_non_finite_messages_is_diverged_everywhere():
-    from privbench.sweep import summary_table
+    from privbench.report.summary import summary_table
 
     res = _with([_diverged_cell()])
     v = verdicts(res)["defl_vp"]
@@ -235,7 +235,7 @@ def test_the_mechanism_audit_is_shown_per_cell_and_its_findings_violate():
 
 
 def test_a_diverged_cell_fails_every_attack_bound_of_the_gate():
-    from privbench.gate import run_checks
+    from privbench.report.gate import run_checks
 
     checks = run_checks(_with([_diverged_cell()]),
                         {"bound": [{"eps": "private", "max_empirical_ratio": 2.0}]})

@@ -12,9 +12,10 @@ import math
 import numpy as np
 import pytest
 
+from privbench.audit import dispatch
 from privbench.report import bounds
 from privbench.report.verdicts import cell_verdict, verdict_summary, verdicts
-from privbench.results import auc_interval, claimed_for_audit, fmt_num
+from privbench.results.store import auc_interval, claimed_for_audit, fmt_num
 
 MODEL = {"name": "model", "covered": True, "data_dependent": True}
 
@@ -102,7 +103,8 @@ def test_the_worst_attack_wins_whatever_the_order_within_a_cell():
 
 def test_defl_vp_control_variates_violate(tmp_path):
     """DeFL-VP's real message kinds: an inversion read from its control variates violates."""
-    from privbench.registry import DEFENSES, load_plugins
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
 
     load_plugins()
     kinds = [{"name": k.name, "covered": k.covered, "data_dependent": k.data_dependent}
@@ -123,8 +125,8 @@ def test_dyn_d2p_in_paper_mode_under_reports():
     """Dyn-D2P's own privacy report in paper mode (the GDP CLT sets the noise for ε = 1): the
     rigorous ε of the same noise is above 1, so the verdict is under-reports."""
     from privbench.config import RunConfig, replace_checked
-    from privbench.results import claimed_eps
-    from privbench.runner import build
+    from privbench.engine.runner import build
+    from privbench.results.store import claimed_eps
     from privbench.testing import TINY_RUN
 
     run = replace_checked(RunConfig(), {**TINY_RUN, "rounds": 60, "epsilon": 1.0}, where="run")
@@ -198,11 +200,11 @@ def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
     model messages only (not from every data-dependent kind observed)."""
     import torch
 
-    from privbench import sweep
+    from privbench.commands import sweep
     from privbench.config import RunConfig, replace_checked
-    from privbench.engine import train
-    from privbench.messages import RecordPolicy
-    from privbench.runner import build
+    from privbench.engine.loop import train
+    from privbench.engine.messages import RecordPolicy
+    from privbench.engine.runner import build
     from privbench.testing import TINY_RUN
 
     run = replace_checked(RunConfig(), {**TINY_RUN, "rounds": 4, "batch_size": 1}, where="run")
@@ -211,7 +213,7 @@ def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
     for defense in ("defl_vp", "sgp"):
         built = build(run, defense, {}, policy=RecordPolicy())
         train(built.trainer)
-        res = sweep._invert_view(built, "idlg", audit, torch.Generator().manual_seed(0))
+        res = dispatch._invert_view(built, "idlg", audit, torch.Generator().manual_seed(0))
         uses[defense] = res["uses"]
     assert "control_variate" in uses["defl_vp"] and "update" not in uses["defl_vp"]
     assert uses["sgp"] == ["model"]

@@ -1,0 +1,46 @@
+"""Gradient views from cross-gradient messages (g_ij = grad f_i(x_j), sent to each neighbour j),
+shared by DPDL and DP-CGA."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from privbench.errors import NotApplicable
+from privbench.threat.observation import GradientView, Observation
+
+
+def observed_row(obs: Observation, t: int, kind: str, sender: int) -> Tensor:
+    rec = obs.log.get(t, kind)
+    row = rec.sent_by(sender) if rec is not None else None
+    if row is None:
+        raise NotApplicable(f"node {sender}'s round-{t} {kind} message is not observed by the "
+                            f"{obs.threat.kind} threat model (or not recorded)")
+    return row
+
+
+def cross_gradient_view(obs: Observation, victim: int, t: int,
+                        source: Callable[[int, int], str]) -> GradientView:
+    """The victim's round-t cross-gradient message as a gradient view at the receiver's model.
+
+    Shared by DPDL and DP-CGA (both send g_ij = grad f_i(x_j) to each neighbour j); `source(i, j)`
+    names the message for the view's provenance line.
+    """
+    rec = obs.log.get(t, "cross_grad")
+    if rec is None:
+        raise NotApplicable(f"round-{t} cross_grad messages are not observed/recorded")
+    hit = torch.nonzero(rec.edges[:, 0] == victim).flatten()
+    if not len(hit):
+        raise NotApplicable(f"no cross_grad sent by node {victim} in round {t} is observed")
+    models = obs.log.get(t, "model")
+    for e in hit.tolist():
+        j = int(rec.edges[e, 1])
+        x_j = models.sent_by(j) if models is not None else None
+        if x_j is None and t == 0 and obs.x0 is not None:
+            x_j = obs.x0  # round 0: every model is the shared public initialisation
+        if x_j is not None:
+            return GradientView(victim, t, x_j, rec.payload[e], "gradient", None,
+                                obs.run.batch_size, source(victim, j))
+    raise NotApplicable(f"the receivers' round-{t} model messages are not observed")

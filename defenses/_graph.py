@@ -1,0 +1,52 @@
+"""Mixing matrices over a run's graph periods, shared by the defenses that weight their neighbours
+as DPDL's paper does."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from privbench.errors import ConfigError
+from privbench.topology import Topology, metropolis_hastings
+
+
+def cga_two_hub_weights(n: int) -> Tensor:
+    """(n, n) CGA "Bipar" weights with hubs 0 and 1 (privbench's two_hub numbering).
+
+    a = floor(100/(n-1))/100; spoke row: self 1 - 2a, each hub a; hub row: every spoke a, self
+    1 - (n-2)a, other hub 0. Symmetric and doubly stochastic.
+    """
+    if n < 4:
+        raise ConfigError(f"the CGA two-hub weights need nodes >= 4 (spoke self-weight "
+                          f"1 - 2a > 0), got {n}; use weights=metropolis")
+    a = math.floor(100 / (n - 1)) / 100
+    w = torch.zeros(n, n)
+    w[2:, :2] = a
+    w[:2, 2:] = a
+    w[2:, 2:] = torch.eye(n - 2) * (1 - 2 * a)
+    w[0, 0] = w[1, 1] = 1 - (n - 2) * a
+    return w
+
+
+def mixing_matrix(topology: Topology, t: int, weights: str = "card") -> Tensor:
+    """(n, n) symmetric doubly-stochastic W of round t (see the module docstring)."""
+    adj = topology.adjacency(t)
+    if weights == "card" and topology.name == "two_hub":
+        return cga_two_hub_weights(topology.n)
+    return metropolis_hastings(adj)
+
+
+def graph_periods(topology: Topology, weights: str,
+                  device: torch.device) -> list[tuple[Tensor, ...]]:
+    """Per graph period: W (n, n), message adjacency (n, n) bool ([j, i]: i sends to j), and the
+    directed edge list src (E,), dst (E,) of W's off-diagonal support."""
+    out = []
+    eye = torch.eye(topology.n, dtype=torch.bool)
+    for p in range(topology.graphs.shape[0]):
+        w = mixing_matrix(topology, p, weights)
+        adj = (w > 0) & ~eye
+        dst, src = torch.nonzero(adj, as_tuple=True)
+        out.append((w.to(device), adj.to(device), src.to(device), dst.to(device)))
+    return out

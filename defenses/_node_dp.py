@@ -1,0 +1,155 @@
+"""Per-node Gaussian DP shared by the DPDL family (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO): sample rates
+and sampling per node, noise multipliers calibrated per node or to the worst node, and their
+reports."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from privbench.accounting import (
+    INTEGER_RDP_ORDERS,
+    AccountantOptions,
+    EpsilonReport,
+    GaussianEvent,
+    PrivacyLedger,
+    account,
+    calibrate_noise_scale,
+)
+from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.trainer import Context
+
+RDP_OPTIONS = AccountantOptions(rdp_orders=INTEGER_RDP_ORDERS)
+
+
+SAMPLING_MODELS = {"poisson": "poisson", "fixed": "fixed_without_replacement"}
+"""Config `sampling` -> the accounting sampling model it is (privbench.accounting SAMPLINGS)."""
+
+
+def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
+                       ratios: Sequence[float], accountant: str,
+                       options: AccountantOptions, sampling: str = "poisson") -> float:
+    """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
+    every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
+    distinct ratio only the largest rate needs calibrating). `sampling` is the config's
+    ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
+    worst: dict[float, float] = {}
+    for q, r in zip(rates, ratios, strict=True):
+        worst[r] = max(worst.get(r, 0.0), q)
+    model = SAMPLING_MODELS[sampling]
+    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options,
+                                     sampling=model) / r
+               for r, q in worst.items())
+
+
+def calibrate_sigmas(sigma_rule: str, epsilon: float, delta: float, rounds: int,
+                     rates: Sequence[float], ratios: Sequence[float], accountant: str,
+                     options: AccountantOptions, sampling: str = "poisson") -> np.ndarray:
+    """(n,) sigma_i for nodes whose release multiplier is z_i = sigma_i * ratios[i] and whose
+    own noise alone covers them (DP-DPSGD, DP-CGA): "max" one sigma for all
+    (`calibrate_max_node`), "per_node" each node's own smallest sigma (each distinct
+    (rate, ratio) calibrated once)."""
+    if sigma_rule == "max":
+        return np.full(len(rates), calibrate_max_node(epsilon, delta, rounds, rates, ratios,
+                                                      accountant, options, sampling))
+    pairs = list(zip(rates, ratios, strict=True))
+    cache = {key: calibrate_max_node(epsilon, delta, rounds, [key[0]], [key[1]], accountant,
+                                     options, sampling) for key in set(pairs)}
+    return np.array([cache[key] for key in pairs])
+
+
+def sampling_rates(counts: Sequence[int], batch_size: int) -> tuple[float, ...]:
+    """q_i = min(1, B / |D_i|) per node, as the privacy plans account them (DPDL, DP-CGA)."""
+    return tuple(min(1.0, batch_size / max(c, 1)) for c in counts)
+
+
+def node_rates(ctx: Context) -> tuple[Tensor, Tensor]:
+    """(n,) member counts |D_i| and (n,) sampling rates q_i = min(1, B / |D_i|) (float64), on
+    the run's device (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO).
+
+    torch divides a scalar by a tensor through a reciprocal, so a q_i here can differ from
+    `sampling_rates` in the last bit (e.g. 100 / 600); kept so committed runs replay bit for bit.
+    """
+    counts = ctx.data.counts.to(ctx.device)
+    return counts, (ctx.run.batch_size / counts.clamp(min=1).double()).clamp(max=1.0)
+
+
+def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Tensor,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Round t's batches for every agent, recorded as ground truth (shared with DP-DPSGD).
+
+    Args:
+        sampling: "fixed" (B without replacement) or "poisson" (rates q_i).
+        rates: (n,) Poisson rates q_i = B / |D_i|; counts: (n,) |D_i|.
+
+    Returns:
+        x (n, B', ...), y (n, B'), mask (n, B') and the divisors (n,): the realised batch size
+        for "fixed", the expected size q_i |D_i| for "poisson".
+    """
+    if sampling == "fixed":
+        x, y, mask = ctx.draw(t, batch_size=ctx.run.batch_size)
+        denom = mask.sum(dim=1).clamp(min=1).to(dtype)  # B (|D_i| if smaller)
+    else:
+        x, y, mask = ctx.draw(t, rates=rates)  # (n, B')
+        denom = (rates * counts).to(dtype)  # expected size q_i |D_i|
+    return x, y, mask, denom
+
+
+GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
+                    "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
+"""The config choices of a gossip trainer with DP-SGD releases (DP-DPSGD, MUFFLIATO)."""
+
+
+def node_sigmas(cfg: Any, ctx: Context, rates: Tensor, releases: int) -> Tensor:
+    """(n,) noise multipliers: cfg.sigma when fixed, else calibrated so that `releases`
+    subsampled Gaussians at the nodes' rates meet the run's (epsilon, delta) (cfg: sigma,
+    sigma_rule, accountant, sampling)."""
+    run = ctx.run
+    if cfg.sigma is not None:
+        sigma = [float(cfg.sigma)] * ctx.n
+    else:
+        opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
+        sigma = calibrate_sigmas(cfg.sigma_rule, run.epsilon, run.delta, releases,
+                                 rates.tolist(), [1.0] * ctx.n, cfg.accountant, opts,
+                                 cfg.sampling).tolist()
+    return torch.tensor(sigma, dtype=torch.float32, device=ctx.device)
+
+
+def noisy_clipped_mean(ctx: Context, params: Tensor, t: int, cfg: Any, rates: Tensor,
+                       counts: Tensor, sigma: Tensor) -> dict[str, Tensor]:
+    """Round t's DP-SGD release of every node at params (n, d): "noisy" = (sum_b clip_C(g_b)
+    + N(0, sigma_i^2 C^2 I)) / B_i, with its parts "sums", "noise" (n, d) and "denom" (n,)."""
+    xb, yb, mask, denom = sample_round(ctx, t, cfg.sampling, rates, counts, params.dtype)
+    sums, _ = clipped_grad_sum(ctx.fm, params, xb, yb, mask, cfg.clip)  # (n, d)
+    noise = torch.zeros_like(sums)
+    if bool((sigma > 0).any()):
+        scale = (sigma * cfg.clip)[:, None]  # (n, 1)
+        noise = torch.randn(sums.shape, generator=ctx.streams.get("noise"),
+                            device=sums.device, dtype=sums.dtype) * scale
+    return {"sums": sums, "noise": noise, "denom": denom, "noisy": (sums + noise) / denom[:, None]}
+
+
+def gaussian_node_reports(rates: list[float], sigmas: list[float], delta: float, releases: int,
+                          accountant: str, sampling: str, note: str) -> list[dict[str, Any]]:
+    """Per node i: `releases` Poisson/fixed-subsampled Gaussian releases of multiplier
+    sigmas[i] at rate rates[i], read by RDP (the paper report) and by `accountant` (calibrated);
+    sigma 0 is reported as epsilon = inf (shared by DP-DPSGD and MUFFLIATO)."""
+    out = []
+    model = SAMPLING_MODELS[sampling]
+    for i, (q, sig) in enumerate(zip(rates, sigmas, strict=True)):
+        for mode, acc in (("paper", "rdp"), ("calibrated", accountant)):
+            if sig == 0:
+                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level",
+                                    note="sigma = 0: no noise", sampling=model)
+            else:
+                ledger = PrivacyLedger(node=i).record(GaussianEvent(sig, q, releases, model))
+                rep = account(ledger, delta, acc, mode=mode,
+                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions(),
+                              note=note)
+            out.append({**rep.to_dict(), "node": i, "sigma": sig, "sample_rate": q})
+    return out

@@ -1,0 +1,112 @@
+"""The mechanism audit's node-level reading: a node-level claim (its whole data) measured from each
+node's normalised messages, per round."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from privbench.audit.mechanism_epsilon import (
+    _claim,
+    _voided,
+)
+from privbench.audit.mechanism_replay import RoundReplays, _kind, _sent
+from privbench.engine.messages import MessageLog
+
+
+def _normalised(log: MessageLog, node: int, kinds: dict[str, Any]) -> Tensor | None:
+    """Node's covered release divided by its push-sum weight on the same edge (both carry the
+    edge's mixing weight P_ji, which cancels): s_i / a_i, flattened; None if not sent."""
+    sent = _sent(log, node)
+    for (kind, to), payload in sent.items():
+        if kinds[_kind(kind)].covered and kinds[_kind(kind)].data_dependent:
+            weight = next((w for (k, j), w in sent.items()
+                           if j == to and not kinds[_kind(k)].data_dependent), None)
+            if weight is not None and float(weight.abs().max()) > 0:
+                return payload / weight.flatten()[0]
+            return payload
+    return None
+
+
+def _laplace_interval(abs_sum: float, d: int, level: float) -> tuple[float, float]:
+    """Interval of a Laplace scale b from the sum of d absolute draws (2 sum / b ~ chi2(2d))."""
+    from scipy.stats import chi2
+
+    if d == 0 or abs_sum == 0:
+        return 0.0, 0.0
+    return (2 * abs_sum / chi2.ppf(1 - level / 2, 2 * d),
+            2 * abs_sum / chi2.ppf(level / 2, 2 * d))
+
+
+def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float
+                ) -> dict[str, Any] | None:
+    """One audited round of a node-level mechanism: the sensitivity the releases expose (the
+    largest L1 distance between two nodes' clean releases: replacing one node's data by
+    another's) and the Laplace scale drawn (mean |noise|), in the releases' units."""
+    clean = [_normalised(rep.clean, i, kinds) for i in range(n)]
+    noisy = [_normalised(rep.noisy, i, kinds) for i in range(n)]  # type: ignore[arg-type]
+    if any(c is None for c in clean) or any(v is None for v in noisy):
+        return None
+    rows = torch.stack(clean)  # (n, d)
+    diff = torch.stack(noisy) - rows  # (n, d)
+    if not bool(torch.isfinite(rows).all() and torch.isfinite(diff).all()):
+        return None
+    s = float(torch.cdist(rows[None], rows[None], p=1.0).amax())
+    abs_sum = float(diff.abs().sum())
+    lo, hi = _laplace_interval(abs_sum, diff.numel(), level)
+    return {"round": rep.round, "sensitivity": s, "scale": abs_sum / diff.numel(),
+            "scale_interval": [lo, hi]}
+
+
+def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
+                       ledgers: list[dict[str, Any] | None], trainer: Any, voided: bool,
+                       level: float) -> dict[str, Any]:
+    """A node-level Laplace ledger recomposed with what was measured: per audited round the
+    exposed sensitivity S and the drawn scale b (per-round ε = S / b, Dwork and Roth 2014,
+    Thm. 3.6) beside the ledger's own (its S_real / scale, the realized reading); the claim
+    scaled by the largest measured / ledger ratio (its composition is linear in the per-round
+    ε), with the interval of the scale."""
+    if voided:
+        return _voided(ledgers)
+    trace = trainer.sensitivity_trace() or {}
+    real, scale = trace.get("S_real", []), trace.get("scale", [])
+    claims = [(c, i) for i, led in enumerate(ledgers) if (c := _claim(led)) is not None]
+    if not claims or not real:
+        return {"applicable": False,
+                "reason": "the node-level ledger reports no per-round sensitivity and scale "
+                          "(`sensitivity_trace`) to measure against"}
+    claimed, node = max(claims)
+    rounds, worst = [], None
+    for rep in replays:
+        row = _node_round(rep, kinds, len(ledgers), level)
+        t = rep.round
+        if row is None or t >= len(real) or not scale[t] or not math.isfinite(real[t]):
+            continue
+        ledger_eps, lo, hi = real[t] / scale[t], *row["scale_interval"]
+        row.update(ledger_sensitivity=real[t], ledger_scale=scale[t],
+                   epsilon=row["sensitivity"] / row["scale"] if row["scale"] else math.inf,
+                   epsilon_interval=[row["sensitivity"] / hi if hi else math.inf,
+                                     row["sensitivity"] / lo if lo else math.inf],
+                   ledger_epsilon=ledger_eps)
+        rounds.append(row)
+        if ledger_eps > 0:
+            ratio = [row["epsilon"] / ledger_eps, *(e / ledger_eps
+                                                     for e in row["epsilon_interval"])]
+            if worst is None or ratio[0] > worst[0]:
+                worst, at = ratio, row
+    if worst is None or not math.isfinite(claimed):
+        return {"applicable": False, "rounds": rounds,
+                "reason": "no audited round released a finite, noised node-level vector with "
+                          "a finite realized sensitivity (a diverged run, or no noise)"
+                          if math.isfinite(claimed) else "the ledger claims no finite ε"}
+    return {"applicable": True, "node": node, "epsilon": claimed * worst[0],
+            "interval": [claimed * worst[1], claimed * worst[2]], "claimed": claimed,
+            "ratio": worst[0], "ratio_interval": worst[1:], "rounds": rounds,
+            "basis": f"round {at['round']}: sensitivity {at['sensitivity']:.4g} vs realized "
+                     f"{at['ledger_sensitivity']:.4g}, Laplace scale {at['scale']:.4g} vs "
+                     f"{at['ledger_scale']:.4g}",
+            "accountant": "the ledger's composition, scaled by the largest per-round ratio of "
+                          "measured to ledger ε (S / b)"}

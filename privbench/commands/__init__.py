@@ -1,0 +1,1 @@
+"""The command-line verbs, one module each; `privbench.cli` parses and dispatches to them."""

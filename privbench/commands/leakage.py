@@ -1,0 +1,50 @@
+"""`privbench leakage`: the leakage map from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+from privbench.commands.common import (
+    _claim,
+    _ends_kept,
+    _floats,
+    _ints,
+    _names,
+    _on_interrupt,
+)
+
+
+def cmd_leakage(args: argparse.Namespace) -> int:
+    """`privbench leakage`: the leakage map (attacks by hop distance, network DP)."""
+    from privbench.audit.leakage import config_from, run_leakage
+    from privbench.data.files import check_data_root
+    from privbench.report.leakage import by_distance, markdown, render_leakage
+    from privbench.results.store import atomic_write_text, dumps
+
+    check_data_root(args.data_root)
+    defenses = _names(args.defense)
+    cfg = config_from({
+        "dataset": args.dataset, "data_root": args.data_root, "model": args.model,
+        "defenses": tuple(defenses) if defenses else None,
+        "eps": tuple(e) if (e := _floats(args.eps_grid, "--eps")) else None,
+        "nodes": args.nodes, "topology": args.topology, "rounds": args.rounds, "lr": args.lr,
+        "members": args.members, "distances": _ints(args.distances, "--distances"),
+        "sizes": _ints(args.sizes, "--sizes"), "victims": args.victims,
+        "inversion_victims": args.inversion_victims,
+        "inversion": args.inversion, "seed": args.seed})
+    out = Path(args.out)
+    target = out / "leakage.json"
+    _on_interrupt(lambda: _ends_kept(args, target))
+    with contextlib.ExitStack() as stack:  # the folder is this run's until it has written
+        if (problem := _claim(stack, out, target.name, args.overwrite)) is not None:
+            raise problem
+        results = run_leakage(cfg, progress=None if args.quiet else
+                              (lambda line: print(line, file=sys.stderr)))
+        atomic_write_text(target, dumps(results))
+        atomic_write_text(out / "leakage.html", render_leakage(results))
+        atomic_write_text(out / "leakage.md", by_distance(results) + "\n" + markdown(results))
+    print(f"wrote {target}, {out / 'leakage.html'} and {out / 'leakage.md'}")
+    return 0

@@ -1,0 +1,540 @@
+"""`privbench attack`: the audit sweep (defense x ε x attack), cell by cell, resumable.
+
+For every (defense, ε) the defense is trained once while recording only the rounds the attacks need;
+then every attack runs on what the threat model observes. Each finished piece is written atomically
+as its own file under `<out>/cells/<defense>@<ε>/` (`train.json`, `<attack>.json`), so an
+interrupted sweep loses at most the piece in progress. Every file carries the fingerprint of what
+determined it (`privbench.results.fingerprint`); `--resume` reuses a file only when it is valid
+(`privbench.results.schema`) and its fingerprint matches, and stops with the first differing field
+otherwise (`--resume=rerun-stale` recomputes the stale ones). One run writes into a folder at a time
+(an advisory lock). `results.json` (schema `privbench.results`, strict JSON) is assembled from the
+cell files in a fixed order and holds no timestamps, timings or output folder name (timings go to
+`timings.json`, the run name to the page's title), so the same seed gives byte-identical results on
+CPU wherever it is written. `index.html` is rendered from `results.json` alone; the three aggregate
+files are written only once all of them are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
+from privbench.audit.dispatch import _audit_threat, is_inversion, run_attack
+from privbench.commands.cells import (
+    PAPER,
+    Laps,
+    _cell_device,
+    _cell_key,
+    _file_problem,
+    _needed_rounds,
+    _paper_setting,
+    _placed_extra,
+    _read_cell_file,
+    _setting_label,
+    cell_key,
+    sensitivity_trace,
+)
+from privbench.commands.presets import PRESETS  # plain data, no torch
+from privbench.config import RunConfig, json_ready, replace_checked, to_dict
+from privbench.data.datasets import recording_sampling
+from privbench.device import machine_kind
+from privbench.engine.loop import train
+from privbench.engine.messages import MessageLog, RecordPolicy
+from privbench.engine.runner import Built, build, check_split, environment, structure, train_result
+from privbench.engine.truth import GroundTruth
+from privbench.errors import ConfigError, PrivbenchError
+from privbench.plugins import load_plugins
+from privbench.progress import Phase
+from privbench.registry import ATTACKS, DEFENSES
+from privbench.results import fingerprint as fp
+from privbench.results.records import AttackResult, TrainedCell
+from privbench.results.schema import ATTACK_FILE, TRAIN_FILE
+from privbench.results.store import (
+    SCHEMA_VERSION,
+    atomic_write_text,
+    diverged_text,
+    dumps,
+    read_results,
+    remove_stale_temps,
+    unstrict,
+    write_json,
+)
+
+
+def duplicate_eps(values: list[float] | None) -> list[float]:
+    """The values of an ε grid that repeat an earlier one (removed from the grid)."""
+    seen: set[float] = set()
+    dups = []
+    for v in values or []:
+        if v in seen:
+            dups.append(v)
+        seen.add(v)
+    return dups
+
+
+RESUME_MODES = ("check", "rerun-stale")
+
+
+@dataclass
+class Sweep:
+    """An audit run writing into `out`.
+
+    `resume`: None (compute every cell), "check" (reuse valid cells whose fingerprint matches;
+    a mismatch is an error naming the first differing field) or "rerun-stale" (recompute those).
+    """
+
+    base: RunConfig
+    overrides: dict[str, Any]
+    audit: AuditConfig
+    out: Path
+    resume: str | None = None
+    progress: bool = True
+    command: str = "privbench attack"
+    messages_dir: Path | None = None
+    stats: dict[str, int] = dataclasses.field(default_factory=dict)
+    tuned: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    eval_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    planned: int = 0  # cells of the grid, once `run` has planned them
+    finished: int = 0  # of those, the cells whose files are all written (reused ones too)
+    where: str = ""  # the cell in progress, for progress lines
+
+    def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
+        return self.out / "cells" / f"{defense}@{_cell_key(eps, setting)}"
+
+    def overrides_for(self, defense: str) -> dict[str, Any]:
+        """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
+        key applies to every defense whose config has that field, and must fit at least one)."""
+        fields = {f.name for f in dataclasses.fields(DEFENSES.get(defense).Config)}
+        for key in self.overrides:
+            if not any(key in {f.name for f in dataclasses.fields(DEFENSES.get(d).Config)}
+                       for d in self.audit.defenses):
+                raise ConfigError(f"unknown defense key {key!r} for "
+                                  f"{', '.join(self.audit.defenses)}")
+        return {k: v for k, v in self.overrides.items() if k in fields}
+
+    def grid(self) -> list[tuple[str, float | None, str | None]]:
+        """The (defense, ε, setting) cells in their fixed order: every ε of the grid for a
+        private defense (setting None), then its paper setting if the audit names one
+        (setting "paper", ε None: the ε it composes to is read after training), then its paper
+        reading at every ε of the grid (setting "paper", that ε)."""
+        cells: list[tuple[str, float | None, str | None]] = []
+        for name in self.audit.defenses:
+            cls = DEFENSES.get(name)
+            for eps in (self.audit.eps if cls.private else (None,)):
+                cells.append((name, eps, None))
+            if not cls.private or self.messages_dir is not None:
+                continue
+            if self._adds_cells(name, self.audit.paper_settings):
+                cells.append((name, None, PAPER))
+            if self._adds_cells(name, self.audit.paper_readings):
+                cells.extend((name, eps, PAPER) for eps in self.audit.eps)
+        return cells
+
+    def _adds_cells(self, defense: str, table: dict[str, dict[str, Any]]) -> bool:
+        """Whether `table` names overrides for `defense` that the sweep does not already apply
+        (those would repeat the calibrated cells)."""
+        over = table.get(defense)
+        if not over:
+            return False
+        mine = self.overrides_for(defense)
+        return any(k not in mine or mine[k] != v for k, v in over.items())
+
+    def paper_overrides(self, defense: str, eps: float | None) -> dict[str, Any]:
+        """The overrides of a paper cell: the fixed setting (ε None) or the reading at ε."""
+        table = self.audit.paper_settings if eps is None else self.audit.paper_readings
+        return dict(table[defense])
+
+    def run_for(self, eps: float | None) -> RunConfig:
+        return self.base if eps is None else dataclasses.replace(self.base, epsilon=eps)
+
+    def validate(self) -> None:
+        """Every check that needs no training, so that bad options fail before any cell runs."""
+        for attack in self.audit.attacks:  # each attack's config keys and values
+            self.audit.attack_cfg(attack)
+        if self.audit.victim >= self.base.nodes:
+            raise ConfigError(f"audit.victim must be a node index in 0..{self.base.nodes - 1}, "
+                              f"got {self.audit.victim}")
+        late = [r for r in self.audit.inversion_rounds if r >= self.base.rounds]
+        if late:
+            raise ConfigError(f"audit.inversion_rounds must be < rounds ({self.base.rounds}), "
+                              f"got {late[0]}")
+
+    def check_cells(self, cells: list[tuple[str, float | None, str | None]]) -> None:
+        """Build each cell as it will train (data, model, graph, the privacy plan's
+        calibration) and place the threat model on its graph, without training, so that an ε
+        no noise reaches or a curious node outside the graph fails before any cell trains."""
+        with self.phase(f"checking {len(cells)} cell(s) before training", len(cells),
+                        "cell") as bar:
+            for defense, eps, setting in cells:
+                run, overrides, _ = self.cell_run(defense, eps, setting)
+                try:
+                    built = build(run, defense, overrides, policy=RecordPolicy.none())
+                except PrivbenchError as exc:  # name the cell: the grid may hold many
+                    raise type(exc)(f"{defense} {_setting_label(eps, setting)}: {exc}") from None
+                _audit_threat(built, self.audit)
+                bar.update()
+
+    def phase(self, what: str, total: int | None = None, unit: str = "it") -> Phase:
+        """A long part of the sweep: a bar on a terminal, a heartbeat line in a log."""
+        label = f"{self.where}: {what}" if self.where else what
+        return Phase(label, total, unit, enabled=self.progress)
+
+    def fingerprints(self, defense: str, eps: float | None, setting: str | None = None
+                     ) -> dict[str, dict[str, Any]]:
+        """The fingerprint of each file of a cell ("train" and one per attack)."""
+        import privbench
+
+        run, over, _ = self.cell_run(defense, eps, setting)
+        cfg = replace_checked(DEFENSES.get(defense).Config(), over, where="defense")
+        fields: dict[str, Any] = {
+            "run": {k: v for k, v in to_dict(run).items() if k not in ("data_root", "download")},
+            "defense": {"name": defense, **to_dict(cfg)},
+            # what the code makes of them (a changed split or model, the configuration equal)
+            "structure": structure(run, defense, over),
+            "setting": setting,
+            "dataset": fp.dataset_identity(run.dataset, run.data_root, run.download),
+            "version": {"privbench": privbench.__version__, "torch": torch.__version__},
+            "threads": torch.get_num_threads(),
+            # other vector kernels give other numbers at the same thread count
+            "machine": machine_kind(_cell_device(run.device)),
+        }
+        if self.messages_dir is not None:  # a saved log: its files determine the cell
+            fields["source"] = {name: fp.file_sha256(self.messages_dir / name) for name in
+                                ("results.json", "messages.safetensors",
+                                 "ground_truth.safetensors")}
+        out = {"train": fp.fingerprint(fields)}
+        audit = {k: json_ready(getattr(self.audit, k))
+                 for k in ("threat", "victim", "inversion_rounds", "reference_models",
+                           "inversion_batch_sizes", "pool_victims")}
+        for attack in self.audit.attacks:
+            out[attack] = fp.fingerprint({**fields, "audit": audit, "attack": {
+                "name": attack, "config": self.audit.attack_config.get(attack, {})}})
+        return out
+
+    def cell_run(self, defense: str, eps: float | None, setting: str | None = None
+                 ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+        """A cell's run config and defense overrides, and the tuned-values lookup's record
+        (the entry used, or why none; None when the sweep has no tuned values).
+
+        Overrides, later ones winning: the preset's tuned values, the sweep's own overrides,
+        the paper setting's (if any). A saved message log keeps its own configuration."""
+        run = self.run_for(eps)
+        if self.messages_dir is not None:
+            return run, self.overrides, None
+        run, tuned, used = self._tuned(defense, run, eps, setting)
+        return run, {**tuned, **self.overrides_for(defense),
+                     **(self.paper_overrides(defense, eps) if setting else {})}, used
+
+    def run(self) -> dict[str, Any]:
+        """Train and attack every cell to (re)compute, then write results.json, timings.json and
+        index.html, once all three are built. Holds the folder's lock throughout.
+
+        `timings.json`: wall_s (this call), setup_s (validation, fingerprints), per cell build_s
+        (data, model, the privacy plan), train_s (the round loop), summary_s (privacy report,
+        message statistics), inversion_views_s (the small-batch runs inversion attacks read,
+        when the audit has them) and one entry per attack, then report_s (results.json and
+        index.html), sum_s the sum of what this call measured. The parts are consecutive laps of
+        one clock, so they add up to wall_s (less the final write). A cell reused by --resume
+        keeps the timings of the run that computed it and is listed under "reused"."""
+        laps = Laps()
+        with fp.folder_lock(self.out):
+            remove_stale_temps(self.out)
+            self.validate()
+            grid = self.grid()
+            plan = [(cell, self.plan_cell(*cell)) for cell in grid]  # before training
+            self.check_cells([cell for cell, (todo, _) in plan if todo])  # before training too
+            self.planned = len(grid)
+            timings: dict[str, Any] = {"setup_s": laps.lap(), "cells": {}, "reused": []}
+            measured = 0.0
+            for k, (cell, (todo, prints)) in enumerate(plan, 1):
+                if not todo:
+                    timings["reused"].append(self._label(*cell))
+                    self.finished += 1
+                    continue
+                self.where = f"cell {k} of {len(grid)} ({cell[0]} {_setting_label(*cell[1:])})"
+                if self.progress:
+                    print(f"cell {k} of {len(grid)}: {cell[0]} {_setting_label(*cell[1:])}",
+                          file=sys.stderr, flush=True)
+                measured += sum(self.run_cell(*cell, todo, prints, laps).values())
+                self.finished += 1
+            self.where = ""
+            results = self.assemble()
+            for cell in grid:
+                timings["cells"][self._label(*cell)] = self._read_timings(*cell)
+            from privbench.report import render_html
+
+            with self.phase("report (index.html)"):
+                html = render_html(results, run_name=self.out.name)
+            text = dumps(results)
+            timings["report_s"] = laps.lap()
+            timings["eval_within_train_s"] = dict(self.eval_seconds)
+            timings["wall_s"] = laps.total()
+            timings["sum_s"] = timings["setup_s"] + measured + timings["report_s"]
+            write_json(self.out / "timings.json", timings)
+            atomic_write_text(self.out / "index.html", html)
+            atomic_write_text(self.out / "results.json", text)
+        return unstrict(results)
+
+    def _label(self, defense: str, eps: float | None, setting: str | None = None) -> str:
+        return self.cell_dir(defense, eps, setting).name
+
+    def _read_timings(self, defense: str, eps: float | None, setting: str | None = None
+                      ) -> dict[str, Any]:
+        path = self.cell_dir(defense, eps, setting) / TIMINGS
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def plan_cell(self, defense: str, eps: float | None, setting: str | None = None
+                  ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        """Which of a cell's files to compute, and the fingerprints they must carry."""
+        prints = self.fingerprints(defense, eps, setting)
+        stat = self.stats
+        if not self.resume:
+            return list(prints), prints
+        todo = []
+        for name, want in prints.items():
+            path = self.cell_dir(defense, eps, setting) / f"{name}.json"
+            if not path.is_file():
+                todo.append(name)
+                stat["missing"] = stat.get("missing", 0) + 1
+                continue
+            problem = _file_problem(path, TRAIN_FILE if name == "train" else ATTACK_FILE)
+            if problem is None:
+                have = json.loads(path.read_text())["fingerprint"]
+                if have["sha256"] == want["sha256"]:
+                    continue
+                diff = fp.first_difference(have["fields"], want["fields"]) or "its hash"
+                if self.resume == "check":
+                    raise PrivbenchError(
+                        f"--resume: {path} is stale ({diff}); rerun with "
+                        "--resume=rerun-stale to recompute stale cells, or choose another --out")
+                stat["stale"] = stat.get("stale", 0) + 1
+            else:
+                print(f"privbench: warning: {path} is damaged ({problem}); recomputing it",
+                      file=sys.stderr)
+                stat["damaged"] = stat.get("damaged", 0) + 1
+            todo.append(name)
+        stat["reused"] = stat.get("reused", 0) + (len(prints) - len(todo))
+        return todo, prints
+
+    def run_cell(self, defense: str, eps: float | None, setting: str | None, todo: list[str],
+                 prints: dict[str, dict[str, Any]], laps: Laps) -> dict[str, float]:
+        """Compute the files `todo` of one cell; returns the laps measured (seconds by part)."""
+        folder = self.cell_dir(defense, eps, setting)
+        run, overrides, used = self.cell_run(defense, eps, setting)
+        measured: dict[str, float] = {}
+        built, cell = self._train(defense, run, overrides, measured, laps)
+        self.eval_seconds[folder.name] = cell.detail.get("eval_seconds", 0.0)  # within train_s
+        cell = cell.without("seconds", "eval_seconds")
+        if used is not None:
+            cell = cell.with_detail(tuned=used)
+        if setting:
+            paper = _paper_setting(self.paper_overrides(defense, eps), cell.to_json(), eps)
+            cell = dataclasses.replace(cell, epsilon=None).with_detail(setting=paper)
+        if "train" in todo:
+            write_json(folder / "train.json", {**cell.to_json(), "fingerprint": prints["train"]})
+        attacks = [a for a in self.audit.attacks if a in todo]
+        views = None
+        if cell.ok and any(is_inversion(a) for a in attacks):
+            views = self._inversion_views(defense, run, overrides)
+            measured["inversion_views_s"] = laps.lap()
+        for attack in attacks:
+            if not cell.ok:
+                result = AttackResult(f"skipped: training {cell.status}")
+            else:
+                with self.phase(f"attack {attack} ({attacks.index(attack) + 1} of "
+                                f"{len(attacks)})"):
+                    result = run_attack(built, attack, self.audit, run.seed, views)
+            result = result.without("seconds")  # timings live in timings.json, not in results
+            write_json(folder / f"{attack}.json",
+                       {**result.to_json(), "fingerprint": prints[attack]})
+            measured[f"{attack}_s"] = laps.lap()
+        write_json(folder / TIMINGS, {**self._read_timings(defense, eps, setting), **measured})
+        return measured
+
+    def _inversion_views(self, defense: str, run: RunConfig,
+                         overrides: dict[str, Any]) -> dict[int, Built | str] | None:
+        """Per batch size of the audit's inversion views: the defense run at that batch size
+        (same ε, same configured rounds, so the same calibration) for the first rounds the
+        inversion needs, or the reason there is none. None: invert the cell's own run."""
+        if not self.audit.inversion_batch_sizes or self.messages_dir is not None:
+            return None
+        stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2 +
+                   _placed_extra(run, self.audit))
+        policy = RecordPolicy(rounds=frozenset(range(stop)))
+        views: dict[int, Built | str] = {}
+        for b in self.audit.inversion_batch_sizes:
+            vrun = dataclasses.replace(run, batch_size=b)
+            try:
+                built = build(vrun, defense, overrides, policy=policy)
+            except ConfigError as exc:
+                views[b] = f"not applicable: {exc}"
+                continue
+            with self.phase(f"inversion view (batch {b})", stop, "round") as bar:
+                res = train(built.trainer, rounds=stop, progress=bar.update)
+            views[b] = (built if res.diverged_round is None else
+                        f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
+        return views
+
+    def _tuned(self, defense: str, run: RunConfig, eps: float | None, setting: str | None,
+               ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+        """The cell's run and defense overrides with the entry tuned at the cell's own ε (and
+        for its paper setting or reading, if any) applied, and the lookup's record (the entry
+        used, or why none applies: the cell then runs the untuned defaults). None: the sweep
+        has no tuned values (--untuned)."""
+        from privbench.commands.tuning import apply_tuned
+
+        if not self.tuned:
+            return run, {}, None
+        fixed = self.paper_overrides(defense, eps) if setting else {}
+        return apply_tuned(self.tuned.get(defense, []), run, eps, defense, fixed)
+
+    def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
+               timing: dict[str, float], laps: Laps) -> tuple[Built, TrainedCell]:
+        if self.messages_dir is not None:
+            built, cell = self._load_messages(defense, run)
+            timing["build_s"] = laps.lap()
+            return built, cell
+        built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit, defense))
+        timing["build_s"] = laps.lap()
+        with self.phase(f"train {defense}", run.rounds, "round") as bar, \
+                recording_sampling() as drawn:
+            res = train(built.trainer, progress=bar.update)
+        timing["train_s"] = laps.lap()
+        status = ("ok" if res.diverged_round is None
+                  else diverged_text(res.diverged_round, run.rounds))
+        full = train_result(built, res)
+        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None, status,
+                           res.average_accuracy, tuple(full["privacy"]), tuple(full["messages"]),
+                           {"node_accuracy": res.node_accuracy,
+                            "defense_config": full["defense_config"], "history": res.history,
+                            "sampling_drawn": sorted(drawn), "seconds": res.seconds,
+                            "eval_seconds": res.eval_seconds})
+        trace = sensitivity_trace(built)
+        if trace is not None:
+            cell = cell.with_detail(sensitivity_trace=trace)
+        timing["summary_s"] = laps.lap()
+        return built, cell
+
+    def _load_messages(self, defense: str, run: RunConfig) -> tuple[Built, TrainedCell]:
+        """Rebuild a saved training run's context and attach its logged messages; the
+        member/non-member split rebuilt from the saved run config must be the one the run
+        trained on (its digest is stored with the ground truth), or the attack is refused."""
+        saved = read_results(self.messages_dir / "results.json")  # type: ignore[operator]
+        built = build(run, defense, saved.get("defense_config", {}), policy=RecordPolicy.none())
+        built.ctx.bus.log = MessageLog.load(self.messages_dir)  # type: ignore[arg-type]
+        built.ctx.truth = GroundTruth.load(self.messages_dir)  # type: ignore[arg-type]
+        check_split(built, self.messages_dir)  # type: ignore[arg-type]
+        privacy = saved.get("privacy", [])
+        built.saved_privacy = privacy  # the claims the saved run made, read by the attacks
+        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None,
+                           "ok" if saved.get("diverged_round") is None else "diverged",
+                           saved["accuracy"]["average_model"], tuple(privacy),
+                           tuple(saved["messages"]),
+                           {"node_accuracy": saved["accuracy"]["per_node"],
+                            "defense_config": saved.get("defense_config", {}),
+                            "history": saved.get("history", []),
+                            "source": str(self.messages_dir)})
+        return built, cell
+
+    def assemble(self) -> dict[str, Any]:
+        """results.json from the cell files (each validated), in the grid's order."""
+        cells, prints = [], []
+        for defense, eps, setting in self.grid():
+            folder = self.cell_dir(defense, eps, setting)
+            trained = TrainedCell.from_json(_read_cell_file(folder / "train.json", TRAIN_FILE))
+            prints.append(trained.detail["fingerprint"]["sha256"])
+            cell = trained.with_detail(fingerprint=prints[-1]).to_json()
+            cell["attacks"] = {}
+            for a in sorted(self.audit.attacks):
+                att = AttackResult.from_json(_read_cell_file(folder / f"{a}.json", ATTACK_FILE))
+                prints.append(att.detail["fingerprint"]["sha256"])
+                cell["attacks"][a] = dataclasses.replace(
+                    att, detail={**att.detail, "fingerprint": prints[-1]}).to_json()
+            cells.append(cell)
+        import hashlib
+
+        run_print = hashlib.sha256(" ".join(prints).encode()).hexdigest()
+        return {"schema_version": SCHEMA_VERSION, "kind": "audit",
+                "command": self.command,
+                "config": {"run": to_dict(self.base), "defense_overrides": self.overrides,
+                           "audit": to_dict(self.audit), "threat": self.audit.threat,
+                           "fingerprint": run_print, "threads": torch.get_num_threads(),
+                           **({"tuned": self._tuned_summary(cells)} if self.tuned else {})},
+                "environment": environment(_cell_device(self.base.device)),
+                "cells": cells}
+
+    @staticmethod
+    def _tuned_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+        """Per cell, the tuned entry it ran with (its values, the ε it was tuned at, the
+        command, the tuning's privacy cost) or, under `missing`, why none applied (for the
+        terminal and the report)."""
+        from privbench.commands.tuning import PRIVACY_NOTE
+
+        keys = ("entry", "run", "defense", "tuned_at_epsilon", "fixed", "command",
+                "privacy_cost")
+        looked = {f"{c['defense']}@{cell_key(c)}": c["tuned"] for c in cells if c.get("tuned")}
+        used = {cell: {k: t.get(k) for k in keys} for cell, t in looked.items()
+                if t.get("entry") or t.get("command")}
+        missing = {cell: {"reason": t.get("reason"), "privacy_cost": t.get("privacy_cost")}
+                   for cell, t in looked.items() if cell not in used}
+        return {"source": "privbench/presets/tuned.toml", "cells": used, "missing": missing,
+                "privacy_note": PRIVACY_NOTE}
+
+
+TIMINGS = "timings.json"
+
+
+def resolve_names(names: list[str] | None, default: tuple[str, ...],
+                  registry: Any) -> tuple[str, ...]:
+    """Expand "all", check every name against the registry (one-line error listing known ones)."""
+    load_plugins()
+    if not names:
+        return tuple(n for n in default if n in registry)
+    out: list[str] = []
+    for item in names:
+        for name in item.split(","):
+            name = name.strip()
+            if name == "all":
+                out.extend(registry.names())
+            elif name:
+                registry.get(name)
+                out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | None,
+                 attacks: list[str] | None, threat: str | None,
+                 sets: dict[str, Any]) -> AuditConfig:
+    """The sweep's config from a preset and the command line."""
+    p = PRESETS[preset]
+    sets = dict(sets)
+    attack_config = {k: dict(v) for k, v in p["attack_config"].items()}
+    for name, over in sets.pop("attack_config", {}).items():
+        if not isinstance(over, dict):
+            raise ConfigError(f"[audit.attack_config.{name}] must be a table of config keys")
+        attack_config.setdefault(name, {}).update(over)
+    cfg = AuditConfig(
+        inversion_batch_sizes=tuple(p.get("inversion_batch_sizes", ())),
+        pool_victims=bool(p.get("pool_victims", False)),
+        paper_settings={k: dict(v) for k, v in p.get("paper_settings", {}).items()},
+        paper_readings={k: dict(v) for k, v in p.get("paper_readings", {}).items()},
+        defenses=resolve_names(defenses, DEFAULT_DEFENSES, DEFENSES),
+        eps=tuple(eps) if eps else tuple(p["eps"]),
+        attacks=resolve_names(attacks, tuple(p["attacks"]), ATTACKS),
+        threat=threat or "eavesdropper",
+        inversion_rounds=tuple(p["inversion_rounds"]),
+        reference_models=p["reference_models"],
+        attack_config=attack_config,
+    )
+    return replace_checked(cfg, sets, where="audit") if sets else cfg

@@ -1,0 +1,185 @@
+"""`privbench train`: one defense trained, its results and message log written."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from privbench.commands.attack import _tuned_entries
+from privbench.commands.common import (
+    EXIT_DIVERGED,
+    _again,
+    _checkpoint_seconds,
+    _claim,
+    _on_interrupt,
+    run_config_from_args,
+)
+from privbench.errors import PrivbenchError
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`privbench train`: train one defense, print accuracies, write results and messages.
+
+    With `--backend distributed` this process is one rank of a torchrun launch: it runs its
+    block of nodes, and rank 0 writes the merged output.
+    """
+    run, overrides = run_config_from_args(args)
+    run, overrides, tuned = _train_tuned(args, run, overrides)
+    if args.backend == "local":
+        return _train(args, run, overrides, None, None, tuned)
+    if args.checkpoint_every is not None:
+        raise PrivbenchError("--checkpoint-every: accepted with --backend local only (a rank "
+                             "holds its own nodes' state alone)")
+    import os
+
+    from privbench.engine.comm import DistComm, partition, process_group
+
+    if args.dist_timeout <= 0:
+        raise PrivbenchError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+    partition(run.nodes, int(os.environ.get("WORLD_SIZE", "1")))  # fail before joining
+    with process_group(run.device, args.dist_timeout) as device:
+        return _train(args, run, overrides, DistComm(run.nodes, device), device, tuned)
+
+
+def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
+                 ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+    """Apply the committed tuned values (any preset's entry tuned for exactly these settings:
+    dataset, model, nodes, rounds, batch size, partition, topology, at the run's own ε) to a
+    `train` run; the user's flags, --set and --config win, --untuned ignores them. Says which
+    entry was used, or why none applies (the run then keeps the untuned defaults)."""
+    import os
+
+    from privbench.commands.tuning import apply_tuned
+
+    if args.untuned:
+        return run, overrides, None
+    mine = _tuned_entries(args, overrides, every_preset=True).get(args.defense, [])
+    keys = {k for e in mine for k in e.get("fixed", {})}
+    fixed = {k: v for k, v in overrides.items() if k in keys}  # a paper setting set by --set
+    run, tuned, used = apply_tuned(mine, run, run.epsilon, args.defense, fixed)
+    if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
+        if used["entry"] is not None:
+            values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())
+            print(f"tuned values for {args.defense} from {used['source']}: {values} (entry "
+                  f"{used['entry']}, chosen on a validation split of the members by "
+                  f"`{used['command']}`; --untuned ignores them; tuning's privacy cost: "
+                  f"{_cost_text(used['privacy_cost'])})")
+        elif mine:
+            print(f"{args.defense}: {used['reason']} ({_TUNED_FILE})")
+    return run, {**tuned, **overrides}, used
+
+
+_TUNED_FILE = "privbench/presets/tuned.toml"
+
+
+def _cost_text(cost: dict[str, Any]) -> str:
+    """'not charged (30 candidates): the cell's ε covers ...' from `tuning.privacy_cost`."""
+    k = cost.get("candidates")
+    return f"{cost['rule']}{f' ({k} candidates)' if k else ''}: {cost['meaning']}"
+
+
+def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
+           device: Any, tuned: dict[str, Any] | None = None) -> int:
+    """Build, train, save (`comm` None: every node in this process)."""
+    rank0 = comm is None or comm.rank == 0
+    out = Path(args.out)
+    _on_interrupt(lambda: _train_kept(args, out))
+    with contextlib.ExitStack() as stack:  # rank 0 holds the folder until it has written
+        problem = _claim(stack, out, "results.json", args.overwrite) if rank0 else None
+        agreed = comm.all_ok(problem is None) if comm is not None else problem is None
+        if not agreed:  # every rank stops, not only rank 0
+            raise problem or PrivbenchError(f"rank 0 cannot write the output folder {out}")
+        return _train_into(args, run, overrides, comm, device, tuned, out)
+
+
+def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
+                device: Any, tuned: dict[str, Any] | None, out: Path) -> int:
+    """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
+    from privbench.engine.checkpoint import prepare
+    from privbench.engine.loop import train
+    from privbench.engine.messages import parse_record_spec
+    from privbench.engine.runner import build, save_run
+    from privbench.progress import Phase
+
+    rank0 = comm is None or comm.rank == 0
+    every = _checkpoint_seconds(args.checkpoint_every, default=0.0)
+    built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
+                  comm=comm, device=device)
+    start, so_far, saver = 0, None, None
+    if every > 0:
+        start, so_far, saver = prepare(
+            out / "checkpoint.ckpt", built, _train_fingerprint(args, built), every,
+            None if args.quiet else
+            (lambda note: print(f"train {built.defense}: {note}", file=sys.stderr)))
+    with Phase(f"train {args.defense}", run.rounds, "round", initial=start,
+               enabled=not args.quiet and rank0) as bar:
+        res = train(built.trainer, progress=bar.update, start=start, result=so_far,
+                    after_round=saver)
+    result = save_run(built, res, out, extra={"tuned": tuned})
+    if saver is not None:  # the run's results are written: its checkpoint has served
+        saver.path.unlink(missing_ok=True)
+    if rank0:
+        _print_train(res, result, out, comm)
+    return 0 if res.diverged_round is None else EXIT_DIVERGED
+
+
+def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
+    """What determines a `privbench train` run's result, hashed: the key of its checkpoint
+    (with the code and device, `checkpoint.prepare`): defense, both configurations, the
+    `--record` rounds, the dataset, the privbench and torch versions and the thread count."""
+    import torch
+
+    from privbench import __version__
+    from privbench.config import to_dict
+    from privbench.results.fingerprint import dataset_identity, fingerprint
+
+    run = built.ctx.run
+    return fingerprint({"command": "train", "defense": built.defense,
+                        "run": {k: v for k, v in to_dict(run).items() if k != "device"},
+                        "defense_config": to_dict(built.trainer.cfg), "record": args.record,
+                        "data": dataset_identity(run.dataset, run.data_root, run.download),
+                        "versions": {"privbench": __version__, "torch": torch.__version__},
+                        "threads": torch.get_num_threads()})["sha256"]
+
+
+def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
+    from privbench.results.store import diverged_text, noise_feedback_text, privacy_line
+
+    rounds = result["run"]["rounds"]
+    if res.node_accuracy:
+        nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
+        last = res.history[-1] if res.history else {}
+        on = last.get("node_test_samples")
+        where = (f" (on {on:,} test samples)" if on is not None
+                 and on != last.get("test_samples") else "")
+        print(f"per-node test accuracy{where}: {nodes}")
+    where = f", {comm.world} ranks" if comm is not None else ""
+    print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
+          f"({res.seconds:.1f} s, of which evaluation {res.eval_seconds:.1f} s; "
+          f"device {result['environment']['device']}{where})")
+    print(f"data: {result['run']['dataset']} from {result['data_source']}")
+    for rep in result["privacy"]:
+        if rep.get("node", 0) == 0:
+            print(f"privacy (node 0): {privacy_line(rep)}")
+    what = "the merged message log" if comm is not None else "the message log"
+    print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
+    if res.diverged_round is not None:
+        why = noise_feedback_text(result["privacy"])
+        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}"
+              + (f"; {why}" if why else ""), file=sys.stderr)
+
+
+def _train_kept(args: argparse.Namespace, out: Path) -> str:
+    """`train` stopped: its checkpoint, if it saved one, else nothing of the run."""
+    ckpt = out / "checkpoint.ckpt"
+    if args.checkpoint_every is not None and ckpt.is_file():
+        return f"kept: the checkpoint {ckpt}; `{_again(args)}` continues from it"
+    if args.checkpoint_every is not None:
+        return f"no checkpoint was saved yet, nothing of the run is kept; `{_again(args)}` " \
+               "starts again"
+    return (f"nothing of the run is kept (results.json is written when it ends); "
+            f"`{_again(args, '--checkpoint-every')} MINUTES` saves checkpoints a stopped run "
+            "continues from")

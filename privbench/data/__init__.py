@@ -1,0 +1,1 @@
+"""Datasets (registered loaders, node splits, sampling) and the data files they read."""

@@ -1,0 +1,444 @@
+"""The privacy regression gate: `privbench check RESULTS.json --policy privacy.toml`.
+
+A policy is TOML. Each `[[bound]]` table applies to the cells it selects (`defense`, default "*";
+`eps`, default every ε; "none" selects the non-private cell, "private" every cell with a
+privacy claim, at any ε of the grid or a paper setting) and names any of these bounds:
+
+    max_psnr, max_ssim, min_mse, max_lpips_similarity (= max of 1 - LPIPS), max_label_accuracy,
+    max_auc, max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}, min_accuracy,
+    require_sampling_match (the sampling scheme drawn is the scheme each ledger accounts),
+    max_measured_ratio (the mechanism audit's measured ε / claimed ε: fails when the lower end
+    of its interval is above the bound, and when the audit could not measure it, saying why),
+    require_mechanism (the mechanism audit ran and found nothing: every covered data-dependent
+    message noised, noise fresh across rounds and nodes, one sample's contribution bounded,
+    the replay equal to the run), require_sampling_rate (every node's realised sampling rate
+    consistent with its ledger's: a test on the rate, not the scheme's name),
+    max_empirical_ratio (empirical ε lower bound / claimed ε; fails when the audit's cap, the ε a
+    perfect attack would certify, is not above the bound), require_coverage (no uncovered
+    data-dependent message kind), min_psnr / min_auc (floors that prove an attack still works,
+    for the non-private baseline: a gate that can fail both ways)
+
+Reconstruction and MIA metrics are read as the worst case over a cell's attacks
+(`privbench.results.attack_metric`). A `[tolerance]` table gives, per metric, how far a value may
+move toward less privacy relative to `--baseline BASELINE.json` before it is flagged (defaults
+below; `--tolerance` scales them all).
+
+Exit codes: 0 all checks hold, 1 any violated, 2 malformed policy or results (one-line error).
+The gate never passes having checked nothing: a bound with selectors but no limit, a run where
+no check was evaluated, and a `--baseline` sharing no (defense, ε) cell with the results are
+each a failed check (exit 1) that says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from privbench.config import read_toml
+from privbench.errors import ConfigError
+from privbench.results.store import (
+    attack_metric,
+    cell_state,
+    claimed_eps,
+    dataset_classes,
+    eps_label,
+    finite_or_none,
+    uncovered_leaks,
+)
+
+# bound key -> (metric, comparison): value must be <= bound for "max", >= for "min".
+SIMPLE_BOUNDS: dict[str, tuple[str, str]] = {
+    "max_psnr": ("psnr", "max"), "max_ssim": ("ssim", "max"), "min_mse": ("mse", "min"),
+    "max_label_accuracy": ("label_accuracy", "max"), "max_auc": ("auc", "max"),
+    "min_accuracy": ("accuracy", "min"), "min_psnr": ("psnr", "min"), "min_auc": ("auc", "min"),
+    "max_lpips_similarity": ("lpips_similarity", "max"),
+}
+OTHER_BOUNDS = ("max_tpr_at_fpr", "max_empirical_ratio", "require_coverage",
+                "require_sampling_match", "max_measured_ratio", "require_mechanism",
+                "require_sampling_rate")
+FLAGS = ("require_coverage", "require_sampling_match", "require_mechanism",
+         "require_sampling_rate")
+SELECTORS = ("defense", "eps")
+# Direction in which a metric moving means *less* privacy, and its default tolerance.
+BASELINE_METRICS: dict[str, tuple[int, float]] = {
+    "psnr": (+1, 1.0), "ssim": (+1, 0.05), "mse": (-1, 0.002), "label_accuracy": (+1, 0.1),
+    "auc": (+1, 0.03), "tpr_at_1%_fpr": (+1, 0.03), "empirical_epsilon": (+1, 0.25),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One evaluated check."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+def load_policy(path: str | Path) -> dict[str, Any]:
+    """Read and validate a policy file (one-line ConfigError on any problem)."""
+    policy = read_toml(path, "policy file")
+    unknown = set(policy) - {"bound", "tolerance"}
+    if unknown:
+        raise ConfigError(f"policy {path}: unknown section(s) {sorted(unknown)}; "
+                          "accepted: [[bound]], [tolerance]")
+    bounds = policy.get("bound", [])
+    if not isinstance(bounds, list) or not bounds:
+        raise ConfigError(f"policy {path}: needs at least one [[bound]] table")
+    accepted = sorted([*SIMPLE_BOUNDS, *OTHER_BOUNDS, *SELECTORS])
+    for i, b in enumerate(bounds):
+        for key, value in b.items():
+            if key not in accepted:
+                raise ConfigError(f"policy {path}: bound #{i + 1} has unknown key {key!r}; "
+                                  f"accepted: {', '.join(accepted)}")
+            _check_type(path, i, key, value)
+    for key, value in policy.get("tolerance", {}).items():
+        if key not in BASELINE_METRICS or not _is_number(value) or value < 0:
+            raise ConfigError(f"policy {path}: tolerance {key!r} must be a metric of "
+                              f"{', '.join(BASELINE_METRICS)} with a number >= 0")
+    return policy
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
+    where = f"policy {path}: bound #{i + 1} {key}"
+    if key in SIMPLE_BOUNDS or key in ("max_empirical_ratio", "max_measured_ratio"):
+        ok = _is_number(value)
+    elif key in FLAGS:
+        ok = isinstance(value, bool)
+    elif key == "defense":
+        ok = isinstance(value, str)
+    elif key == "eps":
+        ok = _is_number(value) or value in ("none", "private")
+    else:  # max_tpr_at_fpr
+        ok = (isinstance(value, dict) and set(value) == {"fpr", "tpr"}
+              and all(_is_number(v) for v in value.values()))
+    if not ok:
+        raise ConfigError(f"{where} has the wrong type ({type(value).__name__}: {value!r})")
+
+
+def _selects(bound: dict[str, Any], cell: dict[str, Any]) -> bool:
+    if bound.get("defense", "*") not in ("*", cell["defense"]):
+        return False
+    if "eps" not in bound:
+        return True
+    eps = cell.get("epsilon")
+    if bound["eps"] == "none":
+        return eps is None and not cell.get("setting")  # a paper-setting cell is not "no DP"
+    if bound["eps"] == "private":
+        return eps is not None or bool(cell.get("setting"))
+    return eps is not None and abs(eps - bound["eps"]) < 1e-9
+
+
+def _metric(cell: dict[str, Any], metric: str) -> float | None:
+    if metric == "accuracy":
+        return finite_or_none(cell.get("accuracy"))
+    if metric == "lpips_similarity":
+        lp = attack_metric(cell, "lpips")
+        return None if lp is None else 1.0 - lp
+    return attack_metric(cell, metric)
+
+
+def _tpr_at(cell: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
+    """Best TPR at FPR <= fpr over the cell's attacks, and whether every reading is resolved.
+
+    Read exactly: from an attack's `tpr_at_fpr` entry at this FPR when it stores one, else from
+    its exact ROC corners (`roc_steps`); only results without either (older files) fall back to
+    the plotted `roc` grid, which can under-read the TPR between grid points. A reading is
+    resolved when the attack has enough non-members for one false positive under the FPR.
+    """
+    best, resolved = None, True
+    for att in cell.get("attacks", {}).values():
+        if not str(att.get("status", "ok")).startswith("ok"):
+            continue
+        tpr, ok = _exact_tpr(att, fpr)
+        resolved = resolved and ok
+        if tpr is None:
+            continue
+        best = tpr if best is None else max(best, tpr)
+    return best, resolved
+
+
+def _exact_tpr(att: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
+    """One attack's TPR at FPR <= fpr (exact where stored) and whether it is resolved."""
+    n_neg = att.get("n_nonmembers")
+    ok = n_neg is None or n_neg * fpr >= 1.0 - 1e-9
+    for item in att.get("tpr_at_fpr") or []:
+        if abs(float(item["fpr"]) - fpr) < 1e-12:
+            return item.get("tpr"), bool(item.get("resolved", ok)) and item.get("tpr") is not None
+    roc = att.get("roc_steps") or att.get("roc") or {}
+    pts = [t for f, t in zip(roc.get("fpr", []), roc.get("tpr", []), strict=False)
+           if f <= fpr + 1e-12]
+    return (max(pts) if pts else None), ok
+
+
+def cell_label(cell: dict[str, Any]) -> str:
+    """defense@ε (or defense@no-DP, defense@paper at a fixed paper setting, defense@paper-eps8
+    at the paper's reading of ε = 8)."""
+    eps, setting = cell.get("epsilon"), cell.get("setting")
+    if setting:
+        return f"{cell['defense']}@{setting.get('name', 'paper')}"
+    return f"{cell['defense']}@{'no-DP' if eps is None else eps_label(eps)}"
+
+
+ATTACK_BOUNDS = frozenset(k for k, (m, _) in SIMPLE_BOUNDS.items() if m != "accuracy") | {
+    "max_tpr_at_fpr", "max_empirical_ratio"}
+
+
+def check_bound(bound: dict[str, Any], cell: dict[str, Any],
+                classes: int | None = None) -> list[Check]:
+    """Evaluate one [[bound]] table on one cell. On a diverged cell (`results.cell_state`) every
+    attack bound fails as not measured; on one whose model did not learn, its detail says so."""
+    out = []
+    label = cell_label(cell)
+    state = cell_state(cell, classes)
+    if state["kind"] == "diverged":
+        out = [Check(f"{label} {key}", False, f"not measured: training {state['text']}")
+               for key in bound if key in ATTACK_BOUNDS]
+        bound = {k: v for k, v in bound.items() if k not in ATTACK_BOUNDS}
+    out += _checks(bound, cell, label)
+    if state["kind"] == "uninformative":
+        out = [Check(c.name, c.passed, f"{c.detail}; {state['text']}")
+               if c.name.removeprefix(f"{label} ").split(" ")[0] in ATTACK_BOUNDS else c
+               for c in out]
+    return out
+
+
+def _checks(bound: dict[str, Any], cell: dict[str, Any], label: str) -> list[Check]:
+    out = []
+    for key, limit in bound.items():
+        if key in SIMPLE_BOUNDS:
+            metric, kind = SIMPLE_BOUNDS[key]
+            value = _metric(cell, metric)
+            if value is None:
+                out.append(Check(f"{label} {key}", False, f"{metric} was not measured"))
+                continue
+            ok = value <= limit if kind == "max" else value >= limit
+            out.append(Check(f"{label} {key}", ok, f"{metric} = {value:.4g} (bound {limit:g})"))
+        elif key == "max_tpr_at_fpr":
+            tpr, resolved = _tpr_at(cell, limit["fpr"])
+            ok = tpr is not None and resolved and tpr <= limit["tpr"]
+            shown = (f"unresolved (too few non-members for FPR {limit['fpr']:g})"
+                     if not resolved else "not measured" if tpr is None else f"{tpr:.4g}")
+            out.append(Check(f"{label} max_tpr_at_fpr", ok,
+                             f"TPR at FPR <= {limit['fpr']:g} = {shown} (bound {limit['tpr']:g})"))
+        elif key == "max_empirical_ratio":
+            out.append(empirical_ratio_check(label, cell, limit))
+        elif key == "require_coverage" and limit:
+            leaks = uncovered_leaks(cell)
+            out.append(Check(f"{label} require_coverage", not leaks,
+                             "all data-dependent messages covered" if not leaks else
+                             "uncovered data-dependent messages: " + ", ".join(leaks)))
+        elif key == "require_sampling_match" and limit:
+            out.append(sampling_check(label, cell))
+        elif key in MECHANISM_RULES and limit is not False:
+            out.append(MECHANISM_RULES[key](label, cell, limit))
+    return out
+
+
+def _mechanism(cell: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The cell's mechanism audit, or None with why there is none."""
+    att = cell.get("attacks", {}).get("mechanism")
+    if att is None:
+        return None, "the cell has no mechanism audit (add `mechanism` to the audit's attacks)"
+    if not str(att.get("status", "")).startswith("ok"):
+        return None, f"the mechanism audit did not run: {att.get('status')}"
+    return att["mechanism"], ""
+
+
+def measured_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:
+    """The mechanism audit's measured ε / claimed ε: fails when its interval lies above the
+    bound (a measured violation), and when no measured ε exists (saying why)."""
+    name = f"{label} max_measured_ratio"
+    mech, why = _mechanism(cell)
+    if mech is None:
+        return Check(name, False, why)
+    eps = mech["epsilon"]
+    if not eps.get("applicable"):
+        return Check(name, False, f"not measured: {eps.get('reason')}")
+    lo, hi = eps["ratio_interval"]
+    why = (f"noise multiplier x{_num(eps['z_ratio'])}, sampling rate {_num(eps['rate'])} vs "
+           f"{_num(eps['ledger_rate'])}" if "z_ratio" in eps else
+           f"flip rate {_num(eps['flip_rate'])} vs {_num(eps['ledger_flip_rate'])}"
+           + (f"; {eps['note']}" if eps.get("note") else "")
+           if "flip_rate" in eps else eps.get("basis", ""))
+    detail = (f"node {eps['node']}: measured ε {_num(eps['epsilon'])} "
+              f"[{_num(eps['interval'][0])}, {_num(eps['interval'][1])}] vs claimed "
+              f"{_num(eps['claimed'])}: ratio {_num(eps['ratio'])} [{_num(lo)}, {_num(hi)}] "
+              f"(bound {limit:g}; {why})")
+    return Check(name, lo <= limit, detail)
+
+
+def mechanism_check(label: str, cell: dict[str, Any], _: Any) -> Check:
+    """The mechanism audit ran and found nothing (coverage, freshness, bounded contributions,
+    an exact replay)."""
+    name = f"{label} require_mechanism"
+    mech, why = _mechanism(cell)
+    if mech is None:
+        return Check(name, False, why)
+    found = mech["findings"]
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return Check(name, not found, "; ".join(found[:3]) + more if found else
+                 f"noise on every covered message, fresh across rounds and nodes "
+                 f"(largest correlation {_num(mech['freshness']['max_correlation_rounds'])} / "
+                 f"{_num(mech['freshness']['max_correlation_nodes'])}), contributions bounded, "
+                 f"over {len(mech['rounds'])} replayed rounds")
+
+
+def sampling_rate_check(label: str, cell: dict[str, Any], _: Any) -> Check:
+    """Every node's realised sampling is consistent with its ledger's scheme and rate."""
+    name = f"{label} require_sampling_rate"
+    mech, why = _mechanism(cell)
+    if mech is None:
+        return Check(name, False, why)
+    rows = mech["sampling"]
+    if not rows:
+        return Check(name, False, "no batch was drawn through the sampling path")
+    bad = [r for r in rows if not r["consistent"]]
+    worst = max(rows, key=lambda r: abs((r["rate"] or 0) - (r["ledger_rate"] or 0)))
+    detail = (f"node {worst['node']}: {worst['scheme']} rate {_num(worst['rate'])}"
+              + (f" [{_num(worst['rate_interval'][0])}, {_num(worst['rate_interval'][1])}]"
+                 if "rate_interval" in worst else "")
+              + f" vs ledger {_num(worst['ledger_rate'])}")
+    return Check(name, not bad, (f"{len(bad)} of {len(rows)} nodes inconsistent; " if bad
+                                 else "every node consistent; ") + detail)
+
+
+def _num(x: Any) -> str:
+    return "n/a" if x is None else "∞" if x == float("inf") else f"{float(x):.3g}"
+
+
+MECHANISM_RULES = {"max_measured_ratio": measured_ratio_check,
+                   "require_mechanism": mechanism_check,
+                   "require_sampling_rate": sampling_rate_check}
+
+
+def sampling_check(label: str, cell: dict[str, Any]) -> Check:
+    """The sampling the trainer drew (`sampling_drawn`, recorded by the data layer while the
+    cell trained) is the sampling every privacy report accounts (its `sampling` field); a ledger
+    without subsampling amplification ("none") fits any draw."""
+    name = f"{label} require_sampling_match"
+    drawn = cell.get("sampling_drawn")
+    claimed = {str(r.get("sampling")) for r in cell.get("privacy", [])}
+    if drawn is None:
+        return Check(name, False, "the sampling drawn was not recorded")
+    if not cell.get("privacy") or "None" in claimed:
+        return Check(name, False, "a privacy report records no sampling model")
+    wrong = sorted((claimed - {"none"}) - set(drawn))
+    detail = f"drawn {', '.join(drawn) or 'nothing'}; accounted {', '.join(sorted(claimed))}"
+    return Check(name, not wrong and (claimed == {"none"} or set(drawn) <= claimed), detail)
+
+
+def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:
+    """empirical ε / claimed ε <= limit, and only where the audit could have failed it.
+
+    The empirical ε is the largest lower bound over the cell's audits (`attack_metric`), its cap
+    the largest ε any of them could certify with a perfect attack (`empirical_epsilon_cap`: the
+    canary count of the one-run audit, the member / non-member counts of the ROC bound). A cap
+    below limit x claimed means no outcome of the audit could exceed the bound: that check cannot
+    fail, so it is not a pass. An audit that reports `empirical_ratio` (the canary audit: each
+    node's bound over that node's own claim in the audited run) is held to that ratio too.
+    """
+    name = f"{label} max_empirical_ratio"
+    emp, cal = attack_metric(cell, "empirical_epsilon"), claimed_eps(cell, "calibrated")
+    cap = attack_metric(cell, "empirical_epsilon_cap")
+    own = attack_metric(cell, "empirical_ratio")  # an audit's bound over its node's own claim
+    if emp is None or not cal:
+        return Check(name, False, "empirical or calibrated ε missing")
+    ratio = max(emp / cal, own or 0.0)
+    detail = (f"empirical {emp:.3g} (cap {'not recorded' if cap is None else f'{cap:.3g}'}) / "
+              f"claimed {cal:.3g} = {emp / cal:.3g}"
+              + ("" if own is None else f"; over the audited node's own claim {own:.3g}")
+              + f" (bound {limit:g})")
+    if cap is None or cap <= limit * cal:
+        return Check(name, False, f"{detail}: the audit cannot fail, a perfect attack certifies "
+                                  f"at most the cap, not above {limit:g} x {cal:.3g}")
+    return Check(name, ratio <= limit, detail)
+
+
+def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],
+                     tolerances: dict[str, float], scale: float = 1.0) -> list[Check]:
+    """Flag metrics that moved toward less privacy than the baseline beyond their tolerance."""
+    base_cells = {cell_label(c): c for c in baseline.get("cells", [])}
+    common = [cell_label(c) for c in results.get("cells", []) if cell_label(c) in base_cells]
+    if not common:
+        return [Check("baseline", False, "the baseline shares no (defense, ε) cell with the "
+                      f"results (baseline: {', '.join(sorted(base_cells)) or 'no cells'}); "
+                      "nothing was compared")]
+    out = []
+    for cell in results.get("cells", []):
+        label = cell_label(cell)
+        ref = base_cells.get(label)
+        if ref is None:
+            continue
+        for metric, (direction, default_tol) in BASELINE_METRICS.items():
+            now, before = attack_metric(cell, metric), attack_metric(ref, metric)
+            if now is None or before is None:
+                continue
+            tol = tolerances.get(metric, default_tol) * scale
+            worse = (now - before) * direction
+            out.append(Check(f"{label} baseline {metric}", worse <= tol,
+                             f"{metric} {before:.4g} -> {now:.4g} (tolerance {tol:g} toward "
+                             "less privacy)"))
+    return out
+
+
+def run_checks(results: dict[str, Any], policy: dict[str, Any],
+               baseline: dict[str, Any] | None = None, scale: float = 1.0) -> list[Check]:
+    """Every check of a policy (and optional baseline) on a results dict."""
+    checks: list[Check] = []
+    for i, bound in enumerate(policy["bound"]):
+        if not _limits(bound):
+            checks.append(Check(f"bound #{i + 1}", False, "policy error: the bound has no limit "
+                                f"(only selectors); give one of {', '.join(SIMPLE_BOUNDS)}, "
+                                f"{', '.join(OTHER_BOUNDS)}"))
+            continue
+        cells = [c for c in results.get("cells", []) if _selects(bound, c)]
+        if not cells:
+            sel = f"defense={bound.get('defense', '*')}, eps={bound.get('eps', '*')}"
+            msg = f"selects no cell of the results ({sel})"
+            checks.append(Check(f"bound #{i + 1}", False, msg))
+        for cell in cells:
+            checks.extend(check_bound(bound, cell, dataset_classes(results)))
+    if baseline is not None:
+        checks.extend(compare_baseline(results, baseline, policy.get("tolerance", {}), scale))
+    if not checks:
+        checks.append(Check("policy", False, "no check was evaluated (no bound selected a "
+                            "cell with a limit to check)"))
+    return checks
+
+
+def _limits(bound: dict[str, Any]) -> list[str]:
+    """The keys of a bound that check something (`require_coverage = false` checks nothing)."""
+    return [k for k, v in bound.items() if k not in SELECTORS
+            and not (k in FLAGS and v is False)]
+
+
+def junit_xml(checks: list[Check]) -> str:
+    """JUnit XML with one testcase per check."""
+    failures = sum(not c.passed for c in checks)
+    suite = ET.Element("testsuite", name="privbench-check", tests=str(len(checks)),
+                       failures=str(failures), errors="0")
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname="privbench.check", name=c.name)
+        if not c.passed:
+            ET.SubElement(case, "failure", message=c.detail).text = c.detail
+        else:
+            ET.SubElement(case, "system-out").text = c.detail
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def format_table(checks: list[Check]) -> str:
+    """A readable table of every check."""
+    width = max((len(c.name) for c in checks), default=10)
+    lines = [f"{'check':<{width}}  result  detail"]
+    for c in checks:
+        lines.append(f"{c.name:<{width}}  {'PASS' if c.passed else 'FAIL'}    {c.detail}")
+    failed = sum(not c.passed for c in checks)
+    lines.append(f"{len(checks) - failed} passed, {failed} failed")
+    return "\n".join(lines)

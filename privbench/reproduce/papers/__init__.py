@@ -1,0 +1,1 @@
+"""The papers' tables as declarations, one file per paper (registered on import)."""
