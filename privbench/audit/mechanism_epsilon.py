@@ -14,17 +14,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench.metrics.audit import clopper_pearson
+
 
 def _inv_sqrt(x: float) -> float:
     return math.inf if x <= 0 else 1 / math.sqrt(x)
-
-
-def _clopper_pearson(k: int, n: int, level: float) -> tuple[float, float]:
-    from scipy.stats import beta
-
-    lo = 0.0 if k == 0 else float(beta.ppf(level / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - level / 2, k + 1, n - k))
-    return lo, hi
 
 
 def node_ledgers(privacy: list[dict[str, Any]], n: int) -> list[dict[str, Any] | None]:
@@ -51,7 +45,7 @@ def sampling_rows(sizes: list[Tensor], counts: list[int], ledgers: list[dict[str
                                "rate": total / trials if trials else None,
                                "draws": len(drawn), "members": counts[i]}
         if scheme == "poisson" and rate is not None:
-            lo, hi = _clopper_pearson(total, trials, level)
+            lo, hi = clopper_pearson(total, trials, level)
             row.update(rate_interval=[lo, hi], consistent=lo <= rate <= hi)
         elif scheme.startswith("fixed") and rate is not None:
             want = round(rate * counts[i])
@@ -285,7 +279,7 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
             acc[1] += r["live"]
         flips, total = max(by_kind.values(), key=lambda a: a[0] / a[1])
         p = flips / total
-        p_lo, p_hi = _clopper_pearson(round(flips), round(total), level)
+        p_lo, p_hi = clopper_pearson(round(flips), round(total), level)
         near = min(max(0.5, p_lo), p_hi)  # the rate in the interval nearest 1/2: lowest ε
         far = p_lo if abs(p_lo - 0.5) > abs(p_hi - 0.5) else p_hi
         ledger_coord = _rr_coordinate_epsilon(1 - float(led["keep_prob"]))
