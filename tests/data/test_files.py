@@ -131,15 +131,10 @@ def test_truncated_gz_leaves_nothing_behind_and_the_good_file_then_works(tmp_pat
     assert load_dataset("mnist", folder).x_train.shape == (40, 1, 28, 28)
 
 
-@pytest.mark.parametrize("command", [
-    ["train", "--rounds", "1", "--quiet"],
-    ["attack", "--defense", "sgp", "--attack", "mia_threshold", "--rounds", "2", "--quiet"],
-    ["tune", "--defense", "sgp", "--grid", "lr=0.1", "--rounds", "1", "--quiet"],
-    ["leakage", "--defense", "sgp", "--rounds", "1", "--quiet"],
-], ids=["train", "attack", "tune", "leakage"])
-def test_a_data_root_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, monkeypatch,
-                                                              no_data_places, command):
-    # a copy found elsewhere (the Debian package's) must not be trained on instead
+@pytest.fixture
+def debian_copy_untrained(tmp_path, monkeypatch):
+    """A Debian-package copy of the data is found next (it must not be trained on instead), and
+    any training fails the test."""
     deb = tmp_path / "deb"
     write_mnist(deb)
     monkeypatch.setattr(datafiles, "DEBIAN", {"fashion-mnist": ("dataset-fashion-mnist", deb)})
@@ -147,8 +142,19 @@ def test_a_data_root_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, 
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr("privbench.engine.loop.train", refuse)
-    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
+    for where in ("privbench.engine.loop.train", "privbench.commands.sweep.train",
+                  "privbench.audit.leakage.train"):
+        monkeypatch.setattr(where, refuse)
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "--rounds", "1", "--quiet"],
+    ["attack", "--defense", "sgp", "--attack", "mia_threshold", "--rounds", "2", "--quiet"],
+    ["tune", "--defense", "sgp", "--grid", "lr=0.1", "--rounds", "1", "--quiet"],
+    ["leakage", "--defense", "sgp", "--rounds", "1", "--quiet"],
+], ids=["train", "attack", "tune", "leakage"])
+def test_a_data_root_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, no_data_places,
+                                                              debian_copy_untrained, command):
     missing = tmp_path / "typo"
     code = main([*command, "--dataset", "fashion-mnist", "--data-root", str(missing),
                  "--device", "cpu", "--out", str(tmp_path / "out")]
@@ -183,18 +189,8 @@ def test_a_new_data_root_is_accepted_with_download(tmp_path):
     ["leakage", "--defense", "sgp", "--rounds", "2", "--quiet"],
 ], ids=["train", "attack", "tune", "leakage"])
 def test_a_privbench_data_that_is_not_there_is_refused_not_skipped(tmp_path, capsys, monkeypatch,
-                                                                   no_data_places, command):
-    # the Debian package's copy is found next: it must not be trained on instead
-    deb = tmp_path / "deb"
-    write_mnist(deb)
-    monkeypatch.setattr(datafiles, "DEBIAN", {"fashion-mnist": ("dataset-fashion-mnist", deb)})
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("training started")
-
-    monkeypatch.setattr("privbench.engine.loop.train", refuse)
-    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
-    monkeypatch.setattr("privbench.audit.leakage.train", refuse)
+                                                                   no_data_places,
+                                                                   debian_copy_untrained, command):
     missing = tmp_path / "typo"
     monkeypatch.setenv(datafiles.ENV_VAR, str(missing))
     code = main([*command, "--dataset", "fashion-mnist", "--out", str(tmp_path / "out")])
