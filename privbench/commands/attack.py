@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from privbench.commands.common import (
     _RUN_FLAGS,
@@ -18,6 +18,9 @@ from privbench.commands.common import (
     _out_folder,
     run_config_from_args,
 )
+
+if TYPE_CHECKING:
+    from privbench.results.records import AuditRun
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
@@ -90,18 +93,18 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
     return out
 
 
-def _print_tuned(results: dict[str, Any]) -> None:
+def _print_tuned(results: AuditRun) -> None:
     """Per cell, in the grid's order: the tuned entry it ran with and the tuning's privacy
     cost, or why it ran the untuned defaults."""
     from privbench.commands.cells import cell_key
 
-    tuned = results["config"].get("tuned")
+    tuned = results.config.tuned if results.config else None
     if not tuned or not (tuned["cells"] or tuned.get("missing")):
         return
     print(f"tuned values from {tuned['source']} (each cell's own ε; chosen on a validation "
           f"split of the members; {tuned['privacy_note']}):")
-    for c in results["cells"]:
-        cell = f"{c['defense']}@{cell_key(c)}"
+    for c in results.cells:
+        cell = f"{c.defense}@{cell_key(c.trained.to_json())}"
         used, missing = tuned["cells"].get(cell), tuned.get("missing", {}).get(cell)
         if used is not None:
             values = " ".join(f"{k}={v}" for k, v in {**used["run"], **used["defense"]}.items())

@@ -10,13 +10,14 @@ from privbench.errors import PrivbenchError
 def cmd_check(args: argparse.Namespace) -> int:
     """`privbench check`: exit 0 when every policy bound holds, 1 when any is violated."""
     from privbench.report import gate
+    from privbench.results.records import AuditRun
     from privbench.results.store import atomic_write_text, read_results
 
     if args.tolerance <= 0:
         raise PrivbenchError(f"--tolerance must be > 0, got {args.tolerance}")
     policy = gate.load_policy(args.policy)
-    results = read_results(args.results)
-    baseline = read_results(args.baseline) if args.baseline else None
+    results = AuditRun.from_json(read_results(args.results))  # schema-checked, then the record
+    baseline = AuditRun.from_json(read_results(args.baseline)) if args.baseline else None
     checks = gate.run_checks(results, policy, baseline, args.tolerance)
     print(gate.format_table(checks))
     if args.junit:

@@ -4,28 +4,33 @@ alone."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from privbench.errors import PrivbenchError
+
+if TYPE_CHECKING:
+    from privbench.results.records import AuditRun
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`privbench report RESULTS.json [...] -o report.html`: render/merge without training code."""
     from privbench.report import merge_results
-    from privbench.results.store import atomic_write_text, read_results
+    from privbench.results.store import atomic_write_text, read_audit
 
-    items = [read_results(p, "audit", "`privbench report` renders audit results written by "
-                          "`privbench attack`") for p in args.results]
-    for path, item in zip(args.results, items, strict=True):  # named by its folder
-        item.setdefault("run_name", Path(path).resolve().parent.name)
-    merged = merge_results(items)
-    atomic_write_text(args.output, _render(merged, merged["run_name"]))
+    items = [read_audit(p, "`privbench report` renders audit results written by "
+                        "`privbench attack`") for p in args.results]
+    items = [dataclasses.replace(item, detail={  # each named by its folder
+        "run_name": Path(path).resolve().parent.name, **item.detail})
+        for path, item in zip(args.results, items, strict=True)]
+    merged = merge_results(list(items))
+    atomic_write_text(args.output, _render(merged, str(merged.detail["run_name"])))
     print(f"wrote {args.output}")
     return 0
 
 
-def _render(results: dict[str, Any], name: str) -> str:
+def _render(results: AuditRun, name: str) -> str:
     """The report page; a results file that passes the schema check but still lacks what the
     page shows (hand-edited, another tool's) is a one-line error, never a traceback."""
     from jinja2.exceptions import UndefinedError

@@ -54,7 +54,14 @@ from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import fingerprint as fp
-from privbench.results.records import AttackResult, TrainedCell
+from privbench.results.records import (
+    AttackResult,
+    AuditCell,
+    AuditRun,
+    AuditSettings,
+    TrainedCell,
+    TunedSummary,
+)
 from privbench.results.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.results.store import (
     SCHEMA_VERSION,
@@ -63,7 +70,6 @@ from privbench.results.store import (
     dumps,
     read_results,
     remove_stale_temps,
-    unstrict,
     write_json,
 )
 
@@ -232,7 +238,7 @@ class Sweep:
         return run, {**tuned, **self.overrides_for(defense),
                      **(self.paper_overrides(defense, eps) if setting else {})}, used
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> AuditRun:
         """Train and attack every cell to (re)compute, then write results.json, timings.json and
         index.html, once all three are built. Holds the folder's lock throughout.
 
@@ -272,7 +278,7 @@ class Sweep:
 
             with self.phase("report (index.html)"):
                 html = render_html(results, run_name=self.out.name)
-            text = dumps(results)
+            text = dumps(results.to_json())
             timings["report_s"] = laps.lap()
             timings["eval_within_train_s"] = dict(self.eval_seconds)
             timings["wall_s"] = laps.total()
@@ -280,7 +286,7 @@ class Sweep:
             write_json(self.out / "timings.json", timings)
             atomic_write_text(self.out / "index.html", html)
             atomic_write_text(self.out / "results.json", text)
-        return unstrict(results)
+        return results
 
     def _label(self, defense: str, eps: float | None, setting: str | None = None) -> str:
         return self.cell_dir(defense, eps, setting).name
@@ -447,35 +453,33 @@ class Sweep:
                             "source": str(self.messages_dir)})
         return built, cell
 
-    def assemble(self) -> dict[str, Any]:
-        """results.json from the cell files (each validated), in the grid's order."""
+    def assemble(self) -> AuditRun:
+        """The audit's record from the cell files (each validated), in the grid's order."""
         cells, prints = [], []
         for defense, eps, setting in self.grid():
             folder = self.cell_dir(defense, eps, setting)
             trained = TrainedCell.from_json(_read_cell_file(folder / "train.json", TRAIN_FILE))
             prints.append(trained.detail["fingerprint"]["sha256"])
-            cell = trained.with_detail(fingerprint=prints[-1]).to_json()
-            cell["attacks"] = {}
+            trained = trained.with_detail(fingerprint=prints[-1])
+            attacks = {}
             for a in sorted(self.audit.attacks):
                 att = AttackResult.from_json(_read_cell_file(folder / f"{a}.json", ATTACK_FILE))
                 prints.append(att.detail["fingerprint"]["sha256"])
-                cell["attacks"][a] = dataclasses.replace(
-                    att, detail={**att.detail, "fingerprint": prints[-1]}).to_json()
-            cells.append(cell)
+                attacks[a] = dataclasses.replace(
+                    att, detail={**att.detail, "fingerprint": prints[-1]})
+            cells.append(AuditCell(trained, attacks))
         import hashlib
 
         run_print = hashlib.sha256(" ".join(prints).encode()).hexdigest()
-        return {"schema_version": SCHEMA_VERSION, "kind": "audit",
-                "command": self.command,
-                "config": {"run": to_dict(self.base), "defense_overrides": self.overrides,
-                           "audit": to_dict(self.audit), "threat": self.audit.threat,
-                           "fingerprint": run_print, "threads": torch.get_num_threads(),
-                           **({"tuned": self._tuned_summary(cells)} if self.tuned else {})},
-                "environment": environment(_cell_device(self.base.device)),
-                "cells": cells}
+        config = AuditSettings(
+            run=to_dict(self.base), defense_overrides=self.overrides, audit=to_dict(self.audit),
+            threat=self.audit.threat, fingerprint=run_print, threads=torch.get_num_threads(),
+            tuned=self._tuned_summary(cells) if self.tuned else None)
+        return AuditRun(tuple(cells), SCHEMA_VERSION, "audit", self.command, config,
+                        environment(_cell_device(self.base.device)))
 
     @staticmethod
-    def _tuned_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    def _tuned_summary(cells: list[AuditCell]) -> TunedSummary:
         """Per cell, the tuned entry it ran with (its values, the ε it was tuned at, the
         command, the tuning's privacy cost) or, under `missing`, why none applied (for the
         terminal and the report)."""
@@ -483,7 +487,8 @@ class Sweep:
 
         keys = ("entry", "run", "defense", "tuned_at_epsilon", "fixed", "command",
                 "privacy_cost")
-        looked = {f"{c['defense']}@{cell_key(c)}": c["tuned"] for c in cells if c.get("tuned")}
+        looked = {f"{c.defense}@{cell_key(c.trained.to_json())}": c.trained.detail["tuned"]
+                  for c in cells if c.trained.detail.get("tuned")}
         used = {cell: {k: t.get(k) for k in keys} for cell, t in looked.items()
                 if t.get("entry") or t.get("command")}
         missing = {cell: {"reason": t.get("reason"), "privacy_cost": t.get("privacy_cost")}

@@ -31,13 +31,15 @@ each a failed check (exit 1) that says why.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from xml.etree import ElementTree as ET
 
 from privbench.config import read_toml
 from privbench.errors import ConfigError
+from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
 from privbench.results.store import (
     attack_metric,
     cell_state,
@@ -68,6 +70,43 @@ BASELINE_METRICS: dict[str, tuple[int, float]] = {
 }
 
 
+class TprLimit(TypedDict):
+    """`max_tpr_at_fpr = {fpr = ..., tpr = ...}`."""
+
+    fpr: float
+    tpr: float
+
+
+class Bound(TypedDict, total=False):
+    """One `[[bound]]` table of a policy: its selectors and limits (see the module's doc)."""
+
+    defense: str
+    eps: float | str
+    max_psnr: float
+    max_ssim: float
+    min_mse: float
+    max_lpips_similarity: float
+    max_label_accuracy: float
+    max_auc: float
+    max_tpr_at_fpr: TprLimit
+    min_accuracy: float
+    min_psnr: float
+    min_auc: float
+    max_empirical_ratio: float
+    max_measured_ratio: float
+    require_coverage: bool
+    require_sampling_match: bool
+    require_mechanism: bool
+    require_sampling_rate: bool
+
+
+class Policy(TypedDict, total=False):
+    """A policy file: its bounds and the baseline tolerances by metric."""
+
+    bound: list[Bound]
+    tolerance: dict[str, float]
+
+
 @dataclass(frozen=True)
 class Check:
     """One evaluated check."""
@@ -77,7 +116,7 @@ class Check:
     detail: str
 
 
-def load_policy(path: str | Path) -> dict[str, Any]:
+def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file (one-line ConfigError on any problem)."""
     policy = read_toml(path, "policy file")
     unknown = set(policy) - {"bound", "tolerance"}
@@ -98,14 +137,14 @@ def load_policy(path: str | Path) -> dict[str, Any]:
         if key not in BASELINE_METRICS or not _is_number(value) or value < 0:
             raise ConfigError(f"policy {path}: tolerance {key!r} must be a metric of "
                               f"{', '.join(BASELINE_METRICS)} with a number >= 0")
-    return policy
+    return policy  # type: ignore[return-value]  (checked above)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Json) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
+def _check_type(path: str | Path, i: int, key: str, value: Json) -> None:
     where = f"policy {path}: bound #{i + 1} {key}"
     if key in SIMPLE_BOUNDS or key in ("max_empirical_ratio", "max_measured_ratio"):
         ok = _is_number(value)
@@ -122,29 +161,29 @@ def _check_type(path: str | Path, i: int, key: str, value: Any) -> None:
         raise ConfigError(f"{where} has the wrong type ({type(value).__name__}: {value!r})")
 
 
-def _selects(bound: dict[str, Any], cell: dict[str, Any]) -> bool:
-    if bound.get("defense", "*") not in ("*", cell["defense"]):
+def _selects(bound: Bound, cell: AuditCell) -> bool:
+    if bound.get("defense", "*") not in ("*", cell.defense):
         return False
     if "eps" not in bound:
         return True
-    eps = cell.get("epsilon")
+    eps = cell.epsilon
     if bound["eps"] == "none":
-        return eps is None and not cell.get("setting")  # a paper-setting cell is not "no DP"
+        return eps is None and not cell.setting  # a paper-setting cell is not "no DP"
     if bound["eps"] == "private":
-        return eps is not None or bool(cell.get("setting"))
-    return eps is not None and abs(eps - bound["eps"]) < 1e-9
+        return eps is not None or bool(cell.setting)
+    return eps is not None and abs(eps - float(bound["eps"])) < 1e-9
 
 
-def _metric(cell: dict[str, Any], metric: str) -> float | None:
+def _metric(cell: AuditCell, metric: str) -> float | None:
     if metric == "accuracy":
-        return finite_or_none(cell.get("accuracy"))
+        return finite_or_none(cell.accuracy)
     if metric == "lpips_similarity":
         lp = attack_metric(cell, "lpips")
         return None if lp is None else 1.0 - lp
     return attack_metric(cell, metric)
 
 
-def _tpr_at(cell: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
+def _tpr_at(cell: AuditCell, fpr: float) -> tuple[float | None, bool]:
     """Best TPR at FPR <= fpr over the cell's attacks, and whether every reading is resolved.
 
     Read exactly: from an attack's `tpr_at_fpr` entry at this FPR when it stores one, else from
@@ -153,8 +192,8 @@ def _tpr_at(cell: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
     resolved when the attack has enough non-members for one false positive under the FPR.
     """
     best, resolved = None, True
-    for att in cell.get("attacks", {}).values():
-        if not str(att.get("status", "ok")).startswith("ok"):
+    for att in cell.attacks.values():
+        if not att.status.startswith("ok"):
             continue
         tpr, ok = _exact_tpr(att, fpr)
         resolved = resolved and ok
@@ -164,43 +203,46 @@ def _tpr_at(cell: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
     return best, resolved
 
 
-def _exact_tpr(att: dict[str, Any], fpr: float) -> tuple[float | None, bool]:
+def _exact_tpr(att: AttackResult, fpr: float) -> tuple[float | None, bool]:
     """One attack's TPR at FPR <= fpr (exact where stored) and whether it is resolved."""
-    n_neg = att.get("n_nonmembers")
+    n_neg = att.n_nonmembers
     ok = n_neg is None or n_neg * fpr >= 1.0 - 1e-9
-    for item in att.get("tpr_at_fpr") or []:
+    for item in att.tpr_at_fpr:
         if abs(float(item["fpr"]) - fpr) < 1e-12:
             return item.get("tpr"), bool(item.get("resolved", ok)) and item.get("tpr") is not None
-    roc = att.get("roc_steps") or att.get("roc") or {}
+    roc = att.roc_steps or att.roc or {}
     pts = [t for f, t in zip(roc.get("fpr", []), roc.get("tpr", []), strict=False)
            if f <= fpr + 1e-12]
     return (max(pts) if pts else None), ok
 
 
-def cell_label(cell: dict[str, Any]) -> str:
+def cell_label(cell: AuditCell | Mapping[str, Json]) -> str:
     """defense@ε (or defense@no-DP, defense@paper at a fixed paper setting, defense@paper-eps8
     at the paper's reading of ε = 8)."""
-    eps, setting = cell.get("epsilon"), cell.get("setting")
+    cell = as_cell(cell)
+    eps, setting = cell.epsilon, cell.setting
     if setting:
-        return f"{cell['defense']}@{setting.get('name', 'paper')}"
-    return f"{cell['defense']}@{'no-DP' if eps is None else eps_label(eps)}"
+        return f"{cell.defense}@{setting.get('name', 'paper')}"
+    return f"{cell.defense}@{'no-DP' if eps is None else eps_label(eps)}"
 
 
 ATTACK_BOUNDS = frozenset(k for k, (m, _) in SIMPLE_BOUNDS.items() if m != "accuracy") | {
     "max_tpr_at_fpr", "max_empirical_ratio"}
 
 
-def check_bound(bound: dict[str, Any], cell: dict[str, Any],
+def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
                 classes: int | None = None) -> list[Check]:
-    """Evaluate one [[bound]] table on one cell. On a diverged cell (`results.cell_state`) every
-    attack bound fails as not measured; on one whose model did not learn, its detail says so."""
+    """Evaluate one [[bound]] table on one cell (a record, or a results.json cell object). On
+    a diverged cell (`results.cell_state`) every attack bound fails as not measured; on one
+    whose model did not learn, its detail says so."""
+    cell = as_cell(cell)
     out = []
     label = cell_label(cell)
     state = cell_state(cell, classes)
     if state["kind"] == "diverged":
         out = [Check(f"{label} {key}", False, f"not measured: training {state['text']}")
                for key in bound if key in ATTACK_BOUNDS]
-        bound = {k: v for k, v in bound.items() if k not in ATTACK_BOUNDS}
+        bound = {k: v for k, v in bound.items() if k not in ATTACK_BOUNDS}  # type: ignore
     out += _checks(bound, cell, label)
     if state["kind"] == "uninformative":
         out = [Check(c.name, c.passed, f"{c.detail}; {state['text']}")
@@ -209,7 +251,7 @@ def check_bound(bound: dict[str, Any], cell: dict[str, Any],
     return out
 
 
-def _checks(bound: dict[str, Any], cell: dict[str, Any], label: str) -> list[Check]:
+def _checks(bound: Bound, cell: AuditCell, label: str) -> list[Check]:
     out = []
     for key, limit in bound.items():
         if key in SIMPLE_BOUNDS:
@@ -241,17 +283,19 @@ def _checks(bound: dict[str, Any], cell: dict[str, Any], label: str) -> list[Che
     return out
 
 
-def _mechanism(cell: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def _mechanism(cell: AuditCell) -> tuple[Mapping[str, Json] | None, str]:
     """The cell's mechanism audit, or None with why there is none."""
-    att = cell.get("attacks", {}).get("mechanism")
+    att = cell.attacks.get("mechanism")
     if att is None:
         return None, "the cell has no mechanism audit (add `mechanism` to the audit's attacks)"
-    if not str(att.get("status", "")).startswith("ok"):
-        return None, f"the mechanism audit did not run: {att.get('status')}"
-    return att["mechanism"], ""
+    if not att.status.startswith("ok"):
+        return None, f"the mechanism audit did not run: {att.status}"
+    if att.mechanism is None:
+        raise KeyError("mechanism")
+    return att.mechanism, ""
 
 
-def measured_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:
+def measured_ratio_check(label: str, cell: AuditCell, limit: float) -> Check:
     """The mechanism audit's measured ε / claimed ε: fails when its interval lies above the
     bound (a measured violation), and when no measured ε exists (saying why)."""
     name = f"{label} max_measured_ratio"
@@ -274,7 +318,7 @@ def measured_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Chec
     return Check(name, lo <= limit, detail)
 
 
-def mechanism_check(label: str, cell: dict[str, Any], _: Any) -> Check:
+def mechanism_check(label: str, cell: AuditCell, _: Json) -> Check:
     """The mechanism audit ran and found nothing (coverage, freshness, bounded contributions,
     an exact replay)."""
     name = f"{label} require_mechanism"
@@ -290,7 +334,7 @@ def mechanism_check(label: str, cell: dict[str, Any], _: Any) -> Check:
                  f"over {len(mech['rounds'])} replayed rounds")
 
 
-def sampling_rate_check(label: str, cell: dict[str, Any], _: Any) -> Check:
+def sampling_rate_check(label: str, cell: AuditCell, _: Json) -> Check:
     """Every node's realised sampling is consistent with its ledger's scheme and rate."""
     name = f"{label} require_sampling_rate"
     mech, why = _mechanism(cell)
@@ -309,7 +353,7 @@ def sampling_rate_check(label: str, cell: dict[str, Any], _: Any) -> Check:
                                  else "every node consistent; ") + detail)
 
 
-def _num(x: Any) -> str:
+def _num(x: Json) -> str:
     return "n/a" if x is None else "∞" if x == float("inf") else f"{float(x):.3g}"
 
 
@@ -318,23 +362,24 @@ MECHANISM_RULES = {"max_measured_ratio": measured_ratio_check,
                    "require_sampling_rate": sampling_rate_check}
 
 
-def sampling_check(label: str, cell: dict[str, Any]) -> Check:
+def sampling_check(label: str, cell: AuditCell) -> Check:
     """The sampling the trainer drew (`sampling_drawn`, recorded by the data layer while the
     cell trained) is the sampling every privacy report accounts (its `sampling` field); a ledger
     without subsampling amplification ("none") fits any draw."""
     name = f"{label} require_sampling_match"
-    drawn = cell.get("sampling_drawn")
-    claimed = {str(r.get("sampling")) for r in cell.get("privacy", [])}
+    drawn = cell.trained.sampling_drawn
+    claimed = {str(r.get("sampling")) for r in cell.privacy}
     if drawn is None:
         return Check(name, False, "the sampling drawn was not recorded")
-    if not cell.get("privacy") or "None" in claimed:
+    if not cell.privacy or "None" in claimed:
         return Check(name, False, "a privacy report records no sampling model")
     wrong = sorted((claimed - {"none"}) - set(drawn))
     detail = f"drawn {', '.join(drawn) or 'nothing'}; accounted {', '.join(sorted(claimed))}"
     return Check(name, not wrong and (claimed == {"none"} or set(drawn) <= claimed), detail)
 
 
-def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Check:
+def empirical_ratio_check(label: str, cell: AuditCell | Mapping[str, Json],
+                          limit: float) -> Check:
     """empirical ε / claimed ε <= limit, and only where the audit could have failed it.
 
     The empirical ε is the largest lower bound over the cell's audits (`attack_metric`), its cap
@@ -345,6 +390,7 @@ def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Che
     node's bound over that node's own claim in the audited run) is held to that ratio too.
     """
     name = f"{label} max_empirical_ratio"
+    cell = as_cell(cell)
     emp, cal = attack_metric(cell, "empirical_epsilon"), claimed_eps(cell, "calibrated")
     cap = attack_metric(cell, "empirical_epsilon_cap")
     own = attack_metric(cell, "empirical_ratio")  # an audit's bound over its node's own claim
@@ -361,17 +407,17 @@ def empirical_ratio_check(label: str, cell: dict[str, Any], limit: float) -> Che
     return Check(name, ratio <= limit, detail)
 
 
-def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],
-                     tolerances: dict[str, float], scale: float = 1.0) -> list[Check]:
+def compare_baseline(results: AuditRun, baseline: AuditRun, tolerances: Mapping[str, float],
+                     scale: float = 1.0) -> list[Check]:
     """Flag metrics that moved toward less privacy than the baseline beyond their tolerance."""
-    base_cells = {cell_label(c): c for c in baseline.get("cells", [])}
-    common = [cell_label(c) for c in results.get("cells", []) if cell_label(c) in base_cells]
+    base_cells = {cell_label(c): c for c in baseline.cells}
+    common = [cell_label(c) for c in results.cells if cell_label(c) in base_cells]
     if not common:
         return [Check("baseline", False, "the baseline shares no (defense, ε) cell with the "
                       f"results (baseline: {', '.join(sorted(base_cells)) or 'no cells'}); "
                       "nothing was compared")]
     out = []
-    for cell in results.get("cells", []):
+    for cell in results.cells:
         label = cell_label(cell)
         ref = base_cells.get(label)
         if ref is None:
@@ -388,17 +434,19 @@ def compare_baseline(results: dict[str, Any], baseline: dict[str, Any],
     return out
 
 
-def run_checks(results: dict[str, Any], policy: dict[str, Any],
-               baseline: dict[str, Any] | None = None, scale: float = 1.0) -> list[Check]:
-    """Every check of a policy (and optional baseline) on a results dict."""
+def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
+               baseline: AuditRun | Mapping[str, Json] | None = None,
+               scale: float = 1.0) -> list[Check]:
+    """Every check of a policy (and optional baseline) on an audit's results."""
+    results = as_run(results)
     checks: list[Check] = []
-    for i, bound in enumerate(policy["bound"]):
+    for i, bound in enumerate(policy.get("bound", [])):
         if not _limits(bound):
             checks.append(Check(f"bound #{i + 1}", False, "policy error: the bound has no limit "
                                 f"(only selectors); give one of {', '.join(SIMPLE_BOUNDS)}, "
                                 f"{', '.join(OTHER_BOUNDS)}"))
             continue
-        cells = [c for c in results.get("cells", []) if _selects(bound, c)]
+        cells = [c for c in results.cells if _selects(bound, c)]
         if not cells:
             sel = f"defense={bound.get('defense', '*')}, eps={bound.get('eps', '*')}"
             msg = f"selects no cell of the results ({sel})"
@@ -406,14 +454,15 @@ def run_checks(results: dict[str, Any], policy: dict[str, Any],
         for cell in cells:
             checks.extend(check_bound(bound, cell, dataset_classes(results)))
     if baseline is not None:
-        checks.extend(compare_baseline(results, baseline, policy.get("tolerance", {}), scale))
+        checks.extend(compare_baseline(results, as_run(baseline), policy.get("tolerance", {}),
+                                       scale))
     if not checks:
         checks.append(Check("policy", False, "no check was evaluated (no bound selected a "
                             "cell with a limit to check)"))
     return checks
 
 
-def _limits(bound: dict[str, Any]) -> list[str]:
+def _limits(bound: Bound) -> list[str]:
     """The keys of a bound that check something (`require_coverage = false` checks nothing)."""
     return [k for k, v in bound.items() if k not in SELECTORS
             and not (k in FLAGS and v is False)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import matplotlib
@@ -19,6 +20,8 @@ from privbench.results.store import fmt_num
 # Labels are names from results files (defenses, attacks): show them as written, never parse
 # `$...$` in them as mathtext (a name like "a$b" would otherwise fail to render).
 matplotlib.rcParams["text.parse_math"] = False
+
+Color = tuple[float, ...]  # an RGB(A) colour, each channel in [0, 1]
 
 
 def _plain_log_axis(axis: Any) -> None:
@@ -50,7 +53,7 @@ def _png(fig: Any) -> str:
 def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[str, float],
                   ylabel: str, title: str,
                   extra: dict[str, tuple[float, float]] | None = None,
-                  colors: dict[str, Any] | None = None) -> str | None:
+                  colors: Mapping[str, Color] | None = None) -> str | None:
     """One line per defense of (ε, value) points; non-private baselines as dashed lines;
     `extra`: single labelled points (a defense at its paper setting, x = its composed ε; its
     label starts with the defense's name). `colors`: defense -> colour (`palette`), the same in
@@ -96,7 +99,7 @@ STABLE_ORDER = ("sgp", "d_psgd", "adp_vrsgp", "defl_vp", "dyn_d2p", "partpsp", "
                 "const_d2p", "dyn_c_d2p", "dyn_mu_d2p", "dfl_compression", "dfl_vr")
 
 
-def palette(names: list[str]) -> dict[str, Any]:
+def palette(names: list[str]) -> dict[str, Color]:
     """One colour per defense, the same in every panel and on every page: a shipped defense by
     its place in `STABLE_ORDER` (tab10, then tab20's light shades), others after them, sorted."""
     base = list(plt.cm.tab10.colors) + list(plt.cm.tab20.colors[1::2])
@@ -215,8 +218,8 @@ def image_pairs(true: list[Any], rec: list[Any], captions: list[str]) -> str:
     return _png(fig)
 
 
-def sensitivity_traces(traces: list[tuple[str, dict[str, Any]]],
-                       colors: dict[str, Any] | None = None) -> str | None:
+def sensitivity_traces(traces: list[tuple[str, Mapping[str, list[float | None]]]],
+                       colors: Mapping[str, Color] | None = None) -> str | None:
     """Per round, the sensitivity estimate (solid) vs the real sensitivity (dashed) of each
     cell, log y; rounds where the estimate fell below the real value are marked with a cross."""
     traces = [(label, tr) for label, tr in traces if tr.get("S_est")]

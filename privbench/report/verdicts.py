@@ -30,11 +30,14 @@ under-reports also say what would fix them.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 from privbench.metrics.roc import clear_of_chance
 from privbench.report import bounds
+from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
 from privbench.results.store import (
+    CellState,
     attack_metric,
     auc_interval,
     cell_state,
@@ -57,34 +60,79 @@ PSNR_LEAK_DB = 20.0  # a reconstruction at or above this PSNR on [0, 1] images i
 UNDER_REPORT_MARGIN = 0.01  # paper ε below calibrated ε by more than this fraction
 
 
+class Finding(TypedDict, total=False):
+    """One finding of a cell's verdict: its level, the evidence in words, what would fix it,
+    and for an attack's finding its strength (PSNR or AUC: the strongest is quoted first)."""
+
+    level: str
+    evidence: str
+    fix: str
+    strength: float
+
+
+class MembershipFinding(TypedDict, total=False):
+    """One membership attack's AUC, its interval, whether it is clear of chance, the message
+    kinds it read, and (for a private cell) the AUC bound of the claim and the distance to it."""
+
+    attack: str
+    auc: float
+    ci: tuple[float, float] | None
+    uses: list[str]
+    success: bool
+    bound_auc: float
+    closeness: float | None
+
+
+class CellVerdict(TypedDict):
+    """The verdict of one cell: level and its title, the cell named for people, its findings
+    and its training state."""
+
+    level: str
+    title: str
+    where: str
+    findings: list[Finding]
+    state: CellState
+
+
+class DefenseVerdict(TypedDict):
+    """The verdict of one defense: its worst cell's level, the title, whether it is private,
+    every cell's verdict (input order) and the evidence lines, the most severe first."""
+
+    level: str
+    title: str
+    private: bool
+    cells: list[CellVerdict]
+    reasons: list[str]
+
+
 def severity(level: str) -> int:
     """Rank of a level: 0 is the most severe ("reference" ranks after "resists")."""
     return LEVELS.index(level) if level in LEVELS else len(LEVELS)
 
 
-def where(cell: dict[str, Any]) -> str:
+def where(cell: AuditCell | Mapping[str, Json]) -> str:
     """How a cell is named to people: "ε=1", "no DP", or its setting's label."""
-    setting = cell.get("setting") or {}
-    if setting:
-        return str(setting.get("label", "paper setting"))
-    return eps_text(cell.get("epsilon"))
+    cell = as_cell(cell)
+    if cell.setting:
+        return str(cell.setting.get("label", "paper setting"))
+    return eps_text(cell.epsilon)
 
 
-def _ok(att: dict[str, Any]) -> bool:
-    return str(att.get("status", "")).startswith("ok")
+def _ok(att: AttackResult) -> bool:
+    return att.status.startswith("ok")
 
 
-def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
+def membership_findings(cell: AuditCell) -> list[MembershipFinding]:
     """Per membership attack: AUC, interval, success and distance to the DP bound."""
     eps, delta, _ = claimed_for_audit(cell)
     out = []
-    for name, att in sorted(cell.get("attacks", {}).items()):
-        auc = finite_or_none((att.get("metrics") or {}).get("auc"))
+    for name, att in sorted(cell.attacks.items()):
+        auc = finite_or_none(att.metrics.get("auc"))
         if auc is None or not _ok(att):
             continue
         ci = auc_interval(att)
-        item = {"attack": name, "auc": auc, "ci": ci, "uses": list(att.get("uses") or []),
-                "success": clear_of_chance(ci, 0.5)}
+        item: MembershipFinding = {"attack": name, "auc": auc, "ci": ci, "uses": list(att.uses),
+                                   "success": clear_of_chance(ci, 0.5)}
         if eps is not None:
             b_auc = bounds.eps_delta_auc(eps, delta or 0.0)
             item.update(bound_auc=b_auc, closeness=bounds.closeness(auc, b_auc))
@@ -92,7 +140,7 @@ def membership_findings(cell: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _text_auc(m: dict[str, Any]) -> str:
+def _text_auc(m: MembershipFinding) -> str:
     ci = m.get("ci")
     text = f"{m['attack']} AUC {fmt_num(m['auc'])}"
     if ci:
@@ -103,20 +151,21 @@ def _text_auc(m: dict[str, Any]) -> str:
     return text
 
 
-def _inversion_hits(cell: dict[str, Any]) -> list[tuple[str, float, list[str]]]:
+def _inversion_hits(cell: AuditCell) -> list[tuple[str, float, list[str]]]:
     """(attack, PSNR, message kinds its views were derived from) of recognisable inversions."""
     hits = []
-    for name, att in sorted(cell.get("attacks", {}).items()):
-        psnr = finite_or_none((att.get("metrics") or {}).get("psnr"))
+    for name, att in sorted(cell.attacks.items()):
+        psnr = finite_or_none(att.metrics.get("psnr"))
         if _ok(att) and psnr is not None and psnr >= PSNR_LEAK_DB:
-            hits.append((name, psnr, list(att.get("uses") or [])))
+            hits.append((name, psnr, list(att.uses)))
     return sorted(hits, key=lambda h: -h[1])  # the strongest first
 
 
-def realized_overspend(cell: dict[str, Any]) -> str | None:
+def realized_overspend(cell: AuditCell | Mapping[str, Json]) -> str | None:
     """A sentence when a defense's realized ε (DPPS / PartPSP: the noise drawn w.r.t. the true
     sensitivity) exceeds the ε it assumed, else None."""
-    reps = cell.get("privacy", [])
+    cell = as_cell(cell)
+    reps = cell.privacy
     real = [r for r in reps if r.get("reading") == "realized"]
     assumed = [r for r in reps if r.get("mode") == "calibrated" and r.get("reading") == "assumed"]
     if not real or not assumed:
@@ -130,7 +179,7 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
     if per_round and claim != per_round:
         ran = round(claim / per_round)
         stopped = (f"; training stopped there, so it is below the target {eps_text(target)}"
-                   if isinstance(target := cell.get("epsilon"), (int, float)) and claim < target
+                   if isinstance(target := cell.epsilon, (int, float)) and claim < target
                    else "")
         claim_text = (f"{fmt_num(claim)} (its per-round ε {fmt_num(per_round)} composed over "
                       f"the {ran} rounds that ran{stopped})")
@@ -146,26 +195,25 @@ def realized_overspend(cell: dict[str, Any]) -> str | None:
     return f"realized ε {fmt_num(worst)} exceeds the assumed ε {claim_text} ({why})"
 
 
-def _rounds(check: dict[str, Any], key: str) -> str:
+def _rounds(check: Mapping[str, Json], key: str) -> str:
     """'1 round', 'N rounds', or '? rounds' when the privacy report lacks the count."""
     n = check.get(key, "?")
     return f"{n} round" if n == 1 else f"{n} rounds"
 
 
-def self_feeding(cell: dict[str, Any]) -> str | None:
+def self_feeding(cell: AuditCell) -> str | None:
     """Why a DPPS cell went non-finite when its noise alone grows the next round's sensitivity
     (the privacy report's `noise_feedback`, growth > 1 per round), else None."""
-    real = [r for r in cell.get("privacy", []) if r.get("reading") == "realized"]
+    real = [r for r in cell.privacy if r.get("reading") == "realized"]
     if not real or not (real[0].get("sensitivity_check") or {}).get("non_finite_count"):
         return None
     return noise_feedback_text(real)
 
 
-def _accounting_findings(cell: dict[str, Any], here: str,
-                         emp: float | None) -> list[dict[str, Any]]:
+def _accounting_findings(cell: AuditCell, here: str, emp: float | None) -> list[Finding]:
     """Findings read from the privacy reports alone (they hold whatever training did); `emp`:
     the cell's empirical ε where its attacks are read."""
-    findings: list[dict[str, Any]] = []
+    findings: list[Finding] = []
     overspend = realized_overspend(cell)
     if overspend:
         fix = ("a per-round ε above the bound named (sharing fewer coordinates lowers it): "
@@ -184,13 +232,13 @@ def _accounting_findings(cell: dict[str, Any], here: str,
     return findings
 
 
-def mechanism_findings(cell: dict[str, Any], here: str) -> list[dict[str, Any]]:
+def mechanism_findings(cell: AuditCell, here: str) -> list[Finding]:
     """The mechanism audit's findings (each a violation) and a measured ε above its claim."""
-    att = cell.get("attacks", {}).get("mechanism") or {}
-    mech = att.get("mechanism") if _ok(att) else None
+    att = cell.attacks.get("mechanism")
+    mech = att.mechanism if att is not None and _ok(att) else None
     if not mech:
         return []
-    out = [{"level": "violates", "evidence": f"{here}: mechanism audit: {text}",
+    out: list[Finding] = [{"level": "violates", "evidence": f"{here}: mechanism audit: {text}",
             "fix": "noise every covered message afresh each round, with the sensitivity and "
                    "sampling the ledger accounts"} for text in mech.get("findings") or []]
     eps = mech.get("epsilon") or {}
@@ -204,11 +252,11 @@ def mechanism_findings(cell: dict[str, Any], here: str) -> list[dict[str, Any]]:
     return out
 
 
-def _attack_findings(cell: dict[str, Any], here: str) -> list[dict[str, Any]]:
+def _attack_findings(cell: AuditCell, here: str) -> list[Finding]:
     """Findings from the attacks that ran: an empirical ε above the claim, recognisable
     reconstructions (the strongest attack quoted), membership inference clear of chance."""
-    findings: list[dict[str, Any]] = []
-    private = bool(cell.get("privacy"))
+    findings: list[Finding] = []
+    private = bool(cell.privacy)
     eps, _, which = claimed_for_audit(cell)
     emp = attack_metric(cell, "empirical_epsilon")
     if private and emp is not None and eps is not None and emp > eps:
@@ -251,7 +299,8 @@ def _attack_findings(cell: dict[str, Any], here: str) -> list[dict[str, Any]]:
     return findings
 
 
-def cell_verdict(cell: dict[str, Any], classes: int | None = None) -> dict[str, Any]:
+def cell_verdict(cell: AuditCell | Mapping[str, Json], classes: int | None = None
+                 ) -> CellVerdict:
     """The verdict of one (defense, ε) cell: level, findings (level, evidence, fix) and the
     cell's training state (`results.cell_state`; `classes` sets chance accuracy).
 
@@ -259,8 +308,9 @@ def cell_verdict(cell: dict[str, Any], classes: int | None = None) -> dict[str, 
     did not run on a finite model); a cell whose model did not learn is "uninformative", never
     "resists".
     """
+    cell = as_cell(cell)
     here = where(cell)
-    private = bool(cell.get("privacy"))
+    private = bool(cell.privacy)
     state = cell_state(cell, classes)
     emp = None if state["kind"] == "diverged" else attack_metric(cell, "empirical_epsilon")
     findings = _accounting_findings(cell, here, emp) if private else []
@@ -284,7 +334,7 @@ def cell_verdict(cell: dict[str, Any], classes: int | None = None) -> dict[str, 
             "state": state}
 
 
-def _title(level: str, per: list[dict[str, Any]]) -> str:
+def _title(level: str, per: list[CellVerdict]) -> str:
     """The defense's title: its level, then the cells whose training did not give a model to
     judge (diverged, did not learn) when the level does not already say so."""
     title = TITLES[level]
@@ -295,7 +345,7 @@ def _title(level: str, per: list[dict[str, Any]]) -> str:
     return title
 
 
-def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def verdicts(results: AuditRun | Mapping[str, Json]) -> dict[str, DefenseVerdict]:
     """Per defense: the worst cell's level over its ε grid, with every cell's verdict, ordered
     by severity (then name), the non-private references last.
 
@@ -304,14 +354,15 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "reasons": evidence lines of the findings, the most severe first (within a level in
         cell order, the strongest attack first)}}.
     """
+    results = as_run(results)
     classes = dataset_classes(results)
-    by_def: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for cell in results.get("cells", []):
-        by_def[cell["defense"]].append(cell)
-    out = {}
+    by_def: dict[str, list[AuditCell]] = defaultdict(list)
+    for cell in results.cells:
+        by_def[cell.defense].append(cell)
+    out: dict[str, DefenseVerdict] = {}
     for name, cells in by_def.items():
         per = [cell_verdict(c, classes) for c in cells]
-        private = any(c.get("privacy") for c in cells)
+        private = any(c.privacy for c in cells)
         level = min((v["level"] for v in per), key=severity) if private else "reference"
         found = sorted((f for v in per for f in v["findings"]),
                        key=lambda f: (severity(f["level"]), -f.get("strength", 0.0),
@@ -324,7 +375,7 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n: out[n] for n in order}
 
 
-def verdict_summary(results: dict[str, Any]) -> str:
+def verdict_summary(results: AuditRun | Mapping[str, Json]) -> str:
     """The terminal's verdict block: one line per defense, its level and the finding that set
     it (the most severe, with its fix), and how many more findings the report lists."""
     lines = ["verdicts (per defense, its most severe cell; every finding in index.html):"]

@@ -1,7 +1,10 @@
-"""Typed records of what an audit computes: a trained cell and an attack result.
+"""Typed records of what an audit computes: a trained cell, an attack result, and the whole
+audit run (`AuditRun`: its configuration, environment and cells, each cell a `TrainedCell` with
+its `AttackResult`s by attack name).
 
 An audit cell file (`cells/<defense>@<ε>/train.json`, `<attack>.json`) and each cell of
-`results.json` hold a record's `to_json()`; a reader rebuilds it with `from_json`. The schema
+`results.json` hold a record's `to_json()`, `results.json` an `AuditRun`'s; a reader rebuilds
+it with `from_json`, once, where it reads the file. The schema
 the files are checked against when read (`privbench.results.schema`) takes its required fields
 from these records, so the two cannot drift apart.
 
@@ -22,9 +25,51 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 Json = Any  # a JSON value (strict: no NaN, written key-sorted by `privbench.results.store`)
+
+
+class PrivacyReport(TypedDict, total=False):
+    """One per-node ε report of a defense's ledger (`privbench.accounting`), as written."""
+
+    node: int
+    mode: str  # "paper", "calibrated" or "realized"
+    epsilon: float | str | None  # "inf" for an unbounded ε
+    delta: float | None
+    accountant: str
+    unit: str
+    uncovered: list[str]
+    sampling: str | None
+    reading: str  # "assumed" / "realized" (DPPS, PartPSP)
+    realized: dict[str, float]  # {epsilon, delta} of the noise actually drawn
+    note: str
+    mu: float
+    approximate: bool
+    epsilon_round: float
+    sensitivity_check: dict[str, Json]
+    noise_feedback: dict[str, Json]
+
+
+class MessageKind(TypedDict, total=False):
+    """One message kind a defense sends, with its DP coverage."""
+
+    name: str
+    covered: bool
+    data_dependent: bool
+    per_edge: bool
+    description: str
+
+
+class PaperSetting(TypedDict, total=False):
+    """A paper cell's description: its name and label, the overrides it runs with, the ε it
+    composes to and (for a reading of the grid's ε) that ε."""
+
+    name: str
+    label: str
+    overrides: dict[str, Json]
+    composed_epsilon: float | None
+    epsilon: float
 
 
 @dataclass(frozen=True)
@@ -74,6 +119,46 @@ class AttackResult:
         return cls(**{**typed, "uses": tuple(typed.get("uses", ()))},
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
 
+    @property
+    def n_members(self) -> int | None:
+        """Members the membership attack scored (None: not a membership attack)."""
+        return self.detail.get("n_members")
+
+    @property
+    def n_nonmembers(self) -> int | None:
+        """Non-members the membership attack scored."""
+        return self.detail.get("n_nonmembers")
+
+    @property
+    def roc(self) -> Mapping[str, list[float]] | None:
+        """The plotted ROC curve ({fpr, tpr} on a grid), if any."""
+        return self.detail.get("roc")
+
+    @property
+    def roc_steps(self) -> Mapping[str, list[float]] | None:
+        """The exact ROC corners ({fpr, tpr}), if stored."""
+        return self.detail.get("roc_steps")
+
+    @property
+    def tpr_at_fpr(self) -> list[Mapping[str, Json]]:
+        """Exact TPR readings ({fpr, tpr, resolved}) at fixed FPRs, if stored."""
+        return self.detail.get("tpr_at_fpr") or []
+
+    @property
+    def views(self) -> list[Mapping[str, Json]] | None:
+        """An inversion's results per batch-size view (None: the cell's own run only)."""
+        return self.detail.get("views")
+
+    @property
+    def gallery(self) -> Mapping[str, Json] | None:
+        """True and reconstructed images of an inversion, if any."""
+        return self.detail.get("gallery")
+
+    @property
+    def mechanism(self) -> Mapping[str, Json] | None:
+        """The mechanism audit's report (`privbench.audit.mechanism`), if this is one."""
+        return self.detail.get("mechanism")
+
     def without(self, *keys: str) -> AttackResult:
         """The record without these detail keys, in it and in each of its inversion views
         (timings are written to timings.json, not with the results)."""
@@ -103,8 +188,8 @@ class TrainedCell:
     epsilon: float | None
     status: str
     accuracy: float | None
-    privacy: tuple[Mapping[str, Json], ...] = ()
-    messages: tuple[Mapping[str, Json], ...] = ()
+    privacy: tuple[PrivacyReport, ...] = ()
+    messages: tuple[MessageKind, ...] = ()
     detail: Mapping[str, Json] = field(default_factory=dict)
 
     TYPED = ("defense", "epsilon", "status", "accuracy", "privacy", "messages")
@@ -113,6 +198,27 @@ class TrainedCell:
     def ok(self) -> bool:
         """Whether training ended normally (attacks run on it)."""
         return self.status == "ok"
+
+    @property
+    def setting(self) -> PaperSetting | None:
+        """The paper setting or reading the cell runs (None: a calibrated or non-private
+        cell)."""
+        return self.detail.get("setting") or None
+
+    @property
+    def history(self) -> list[Mapping[str, Json]]:
+        """The evaluations during training (round, accuracy, test_samples, ...)."""
+        return self.detail.get("history") or []
+
+    @property
+    def sampling_drawn(self) -> list[str] | None:
+        """The sampling schemes the trainer drew (None: not recorded)."""
+        return self.detail.get("sampling_drawn")
+
+    @property
+    def sensitivity_trace(self) -> Mapping[str, Json] | None:
+        """Per round, the estimated and the real sensitivity (DPPS-style defenses)."""
+        return self.detail.get("sensitivity_trace") or None
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object of `train.json` (and of a results cell, without its attacks)."""
@@ -143,3 +249,162 @@ def required_fields(record: type) -> tuple[str, ...]:
     that may be left out): what the schema requires of a cell file."""
     return tuple(f.name for f in dataclasses.fields(record) if f.name in record.TYPED
                  and f.name not in ("kind", "threat", "intervals"))
+
+
+class TunedSummary(TypedDict, total=False):
+    """Per cell, the tuned entry it ran with (`cells`) or why none applied (`missing`)."""
+
+    source: str
+    cells: dict[str, dict[str, Json]]
+    missing: dict[str, dict[str, Json]]
+    privacy_note: str
+
+
+@dataclass(frozen=True)
+class AuditCell:
+    """One cell of an audit: the trained (defense, ε or paper setting) and its attacks' results
+    by attack name. Its JSON is the `TrainedCell`'s with an `attacks` object."""
+
+    trained: TrainedCell
+    attacks: Mapping[str, AttackResult] = field(default_factory=dict)
+
+    @property
+    def defense(self) -> str:
+        return self.trained.defense
+
+    @property
+    def epsilon(self) -> float | None:
+        return self.trained.epsilon
+
+    @property
+    def status(self) -> str:
+        return self.trained.status
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.trained.accuracy
+
+    @property
+    def privacy(self) -> tuple[PrivacyReport, ...]:
+        return self.trained.privacy
+
+    @property
+    def messages(self) -> tuple[MessageKind, ...]:
+        return self.trained.messages
+
+    @property
+    def setting(self) -> PaperSetting | None:
+        return self.trained.setting
+
+    def to_json(self) -> dict[str, Json]:
+        """The cell's object in results.json."""
+        return {**self.trained.to_json(),
+                "attacks": {name: att.to_json() for name, att in self.attacks.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Json]) -> AuditCell:
+        """The record of a results.json cell. Only `defense` and `attacks` are required there
+        (results merged or written by other tools): a missing name reads as "", a missing ε
+        or accuracy as None, a missing status as "ok", a missing attack status as "" (not
+        graded)."""
+        trained = {"defense": "", "epsilon": None, "status": "ok", "accuracy": None,
+                   **{k: v for k, v in data.items() if k != "attacks"}}
+        return cls(TrainedCell.from_json(trained),
+                   {name: AttackResult.from_json({"status": "", **att})
+                    for name, att in (data.get("attacks") or {}).items()})
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """What an audit ran with (results.json's `config`): the base run config and the defense
+    overrides as written, the audit's config, the threat model, the fingerprint of every cell
+    file, the threads, and the tuned values used (if any); `detail`: any other key."""
+
+    run: Mapping[str, Json] | None = None
+    defense_overrides: Mapping[str, Json] | None = None
+    audit: Mapping[str, Json] | None = None
+    threat: str | None = None
+    fingerprint: str | None = None
+    threads: int | None = None
+    tuned: TunedSummary | None = None
+    detail: Mapping[str, Json] = field(default_factory=dict)
+
+    TYPED = ("run", "defense_overrides", "audit", "threat", "fingerprint", "threads", "tuned")
+
+    def to_json(self) -> dict[str, Json]:
+        """results.json's `config` object (a field written only when set)."""
+        typed = {k: getattr(self, k) for k in self.TYPED if getattr(self, k) is not None}
+        return {**typed, **self.detail}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Json]) -> AuditSettings:
+        """The record of results.json's `config` object."""
+        typed = {k: data[k] for k in cls.TYPED if data.get(k) is not None}
+        return cls(**typed, detail={k: v for k, v in data.items() if k not in cls.TYPED})
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """A whole audit (results.json of `privbench attack`): its cells in the grid's order, the
+    command that ran it, its settings and environment; `detail`: any other top-level key.
+
+    Attributes:
+        cells: one `AuditCell` per (defense, ε or paper setting).
+        schema_version: the results schema (`privbench.results.store.SCHEMA_VERSION`).
+        kind: "audit".
+        command: the command line, as run.
+        config: the audit's settings (None: a file without them).
+        environment: versions, device and code identity (`privbench.engine.runner.environment`).
+    """
+
+    cells: tuple[AuditCell, ...]
+    schema_version: int = 1
+    kind: str = "audit"
+    command: str | None = None
+    config: AuditSettings | None = None
+    environment: Mapping[str, Json] | None = None
+    detail: Mapping[str, Json] = field(default_factory=dict)
+
+    TYPED = ("cells", "schema_version", "kind", "command", "config", "environment")
+
+    @property
+    def dataset(self) -> str:
+        """The audit's dataset registry key ("" when the file does not say)."""
+        run = (self.config.run if self.config else None) or {}
+        return str(run.get("dataset", ""))
+
+    def to_json(self) -> dict[str, Json]:
+        """results.json's object (written key-sorted, strict, by `privbench.results.store`)."""
+        out: dict[str, Json] = {"schema_version": self.schema_version, "kind": self.kind}
+        if self.command is not None:
+            out["command"] = self.command
+        if self.config is not None:
+            out["config"] = self.config.to_json()
+        if self.environment is not None:
+            out["environment"] = dict(self.environment)
+        return {**out, "cells": [c.to_json() for c in self.cells], **self.detail}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Json]) -> AuditRun:
+        """The record of results.json's object (checked against the schema by the reader)."""
+        config = data.get("config")
+        return cls(tuple(AuditCell.from_json(c) for c in data.get("cells") or ()),
+                   schema_version=data.get("schema_version", 1),
+                   kind=data.get("kind", "audit"), command=data.get("command"),
+                   config=None if config is None else AuditSettings.from_json(config),
+                   environment=data.get("environment"),
+                   detail={k: v for k, v in data.items() if k not in cls.TYPED})
+
+    def __getitem__(self, key: str) -> Json:
+        """results.json's value at `key`, for callers that read the file's layout."""
+        return self.to_json()[key]
+
+
+def as_run(results: AuditRun | Mapping[str, Json]) -> AuditRun:
+    """The record of an audit run, or of its results.json object."""
+    return results if isinstance(results, AuditRun) else AuditRun.from_json(results)
+
+
+def as_cell(cell: AuditCell | Mapping[str, Json]) -> AuditCell:
+    """The record of an audit cell, or of its results.json object."""
+    return cell if isinstance(cell, AuditCell) else AuditCell.from_json(cell)

@@ -1,4 +1,6 @@
-"""The `RunResult` JSON contract between computation and presentation, with atomic writes.
+"""The results files between computation and presentation: atomic writes, strict JSON, the
+schema-checked readers (`read_audit` gives the typed `AuditRun` record) and the readers of an
+audit's cells shared by the report, the terminal summary and the gate.
 
 Every file privbench writes goes through `atomic_write_text`: a temporary file in the same folder,
 flushed and renamed over the target, so an interrupted run never leaves a half-written file (the
@@ -17,10 +19,21 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from privbench.errors import DataError, PrivbenchError
+from privbench.results.records import (
+    AttackResult,
+    AuditCell,
+    AuditRun,
+    Json,
+    PrivacyReport,
+    TrainedCell,
+    as_cell,
+    as_run,
+)
 
 SCHEMA_VERSION = 1
 
@@ -144,19 +157,31 @@ def read_results(path: str | Path, kind: str | None = None, wrong_kind: str = ""
     return data
 
 
-# Readers of audit results, shared by the report and the CI gate (pure functions of dicts).
+
+def read_audit(path: str | Path, wrong_kind: str = "") -> AuditRun:
+    """An audit's results.json as its record (`read_results`, then `AuditRun.from_json`)."""
+    return AuditRun.from_json(read_results(path, "audit", wrong_kind))
 
 
-def finite_or_none(x: Any) -> float | None:
+def write_audit(path: str | Path, run: AuditRun) -> None:
+    """Atomically write an audit's results.json (the record's JSON, strict, key-sorted)."""
+    atomic_write_text(path, dumps(run.to_json()))
+
+
+# Readers of audit results, shared by the report and the CI gate (pure functions of records;
+# a results.json object given instead is read with `AuditCell.from_json` / `AuditRun.from_json`).
+
+
+def finite_or_none(x: Json) -> float | None:
     """x as a float when it is a finite number, else None."""
     return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
 
 
-def headline_reports(privacy: list[dict[str, Any]], mode: str) -> dict[Any, dict[str, Any]]:
+def headline_reports(privacy: Sequence[PrivacyReport], mode: str) -> dict[int, PrivacyReport]:
     """node -> its headline report in `mode`: the realized reading where the defense reports one
     (`reading: "realized"`, DPPS / PartPSP: the ε of the noise actually drawn w.r.t. the true
     sensitivity), else the node's first report of that mode."""
-    out: dict[Any, dict[str, Any]] = {}
+    out: dict[int, PrivacyReport] = {}
     for r in privacy:
         if r.get("mode") != mode:
             continue
@@ -167,22 +192,29 @@ def headline_reports(privacy: list[dict[str, Any]], mode: str) -> dict[Any, dict
     return out
 
 
-def claimed_eps(cell: dict[str, Any], mode: str) -> float | None:
+def _privacy(cell: AuditCell | TrainedCell | Mapping[str, Json]) -> Sequence[PrivacyReport]:
+    if isinstance(cell, (AuditCell, TrainedCell)):
+        return cell.privacy
+    return cell.get("privacy") or []
+
+
+def claimed_eps(cell: AuditCell | TrainedCell | Mapping[str, Json], mode: str) -> float | None:
     """The largest over nodes of each node's headline ε in `mode` ("paper" or "calibrated").
 
     A defense may report several readings per mode (e.g. DeFL-VP's per-coordinate and
     per-vector paper readings); the first one of each node is its headline claim, unless the
     node reports a realized reading (`headline_reports`); the others appear in the report's
-    privacy table. An infinite claim is returned as inf.
+    privacy table. An infinite claim is returned as inf. `cell`: a record, or any object with
+    a `privacy` list.
     """
     first = {node: r.get("epsilon")
-             for node, r in headline_reports(cell.get("privacy", []), mode).items()}
+             for node, r in headline_reports(_privacy(cell), mode).items()}
     values = []
     for v in first.values():
         if v in ("inf", float("inf")):
             return float("inf")
         if finite_or_none(v) is not None:
-            values.append(float(v))
+            values.append(float(v))  # type: ignore[arg-type]
     return max(values) if values else None
 
 
@@ -196,34 +228,38 @@ def eps_label(eps: float) -> str:
 LOWER_MEANS_LEAKIER = frozenset({"mse", "lpips"})
 
 
-def attack_metric(cell: dict[str, Any], key: str) -> float | None:
+def _graded(att: AttackResult) -> bool:
+    return att.status.startswith("ok")
+
+
+def attack_metric(cell: AuditCell | Mapping[str, Json], key: str) -> float | None:
     """The worst case (most leaking) value of a metric over a cell's attacks."""
-    vals = [finite_or_none(a.get("metrics", {}).get(key)) for a in cell.get("attacks", {}).values()
-            if str(a.get("status", "")).startswith("ok")]
-    vals = [v for v in vals if v is not None]
-    if not vals:
+    vals = [finite_or_none(a.metrics.get(key)) for a in as_cell(cell).attacks.values()
+            if _graded(a)]
+    found = [v for v in vals if v is not None]
+    if not found:
         return None
-    return min(vals) if key in LOWER_MEANS_LEAKIER else max(vals)
+    return min(found) if key in LOWER_MEANS_LEAKIER else max(found)
 
 
-def attack_interval(cell: dict[str, Any], key: str) -> list[float] | None:
+def attack_interval(cell: AuditCell | Mapping[str, Json], key: str) -> list[float] | None:
     """The 95 % interval stored with the attack whose `key` is the cell's worst case (the value
     `attack_metric` reports), or None when that attack stores none."""
+    cell = as_cell(cell)
     worst = attack_metric(cell, key)
     if worst is None:
         return None
-    for a in cell.get("attacks", {}).values():
-        if (str(a.get("status", "")).startswith("ok")
-                and finite_or_none(a.get("metrics", {}).get(key)) == worst):
-            ci = (a.get("intervals") or {}).get(key)
+    for a in cell.attacks.values():
+        if _graded(a) and finite_or_none(a.metrics.get(key)) == worst:
+            ci = (a.intervals or {}).get(key)
             if ci is not None:
                 return [float(ci[0]), float(ci[1])]
     return None
 
 
-def uncovered_leaks(cell: dict[str, Any]) -> list[str]:
+def uncovered_leaks(cell: AuditCell) -> list[str]:
     """Message kinds that carry data-dependent content outside the DP guarantee."""
-    return [m["name"] for m in cell.get("messages", [])
+    return [m["name"] for m in cell.messages
             if not m.get("covered") and m.get("data_dependent", True)]
 
 
@@ -235,59 +271,67 @@ CELL_STATES = ("trained", "diverged", "uninformative")
 DATASET_CLASSES = {"digits": 10, "cifar10": 10}
 
 
-def dataset_classes(results: dict[str, Any]) -> int | None:
+class CellState(TypedDict):
+    """What happened to a cell's training: `kind` one of CELL_STATES, `text` a short sentence
+    for people, `round` the 1-based round that went non-finite (or None)."""
+
+    kind: str
+    text: str
+    round: int | None
+
+
+def dataset_classes(results: AuditRun | Mapping[str, Json]) -> int | None:
     """The number of labels of the audit's dataset (None when privbench does not know it)."""
     from privbench.data.files import IDX_DATASETS
 
-    name = str(((results.get("config") or {}).get("run") or {}).get("dataset", ""))
+    name = as_run(results).dataset
     if name in IDX_DATASETS:
         return IDX_DATASETS[name].classes
     return DATASET_CLASSES.get(name)
 
 
-def accuracy_interval(cell: dict[str, Any]) -> list[float] | None:
+def accuracy_interval(cell: AuditCell) -> list[float] | None:
     """The 95 % Clopper-Pearson interval of the cell's test accuracy over the test samples its
     last evaluation counted, or None without an accuracy or a count."""
     from privbench.metrics.roc import clopper_pearson
 
-    acc = finite_or_none(cell.get("accuracy"))
-    last = (cell.get("history") or [{}])[-1]
-    n = last.get("test_samples") if isinstance(last, dict) else None
+    acc = finite_or_none(cell.accuracy)
+    last = (cell.trained.history or [{}])[-1]
+    n = last.get("test_samples") if isinstance(last, Mapping) else None
     if acc is None or not isinstance(n, int) or n < 1:
         return None
     return clopper_pearson(round(acc * n), n)
 
 
-def _diverged_attacks(cell: dict[str, Any]) -> list[str]:
+def _diverged_attacks(cell: AuditCell) -> list[str]:
     """Attacks that could not run because the run's model or messages were non-finite."""
-    return sorted(a for a, att in cell.get("attacks", {}).items()
-                  if str(att.get("status", "")).startswith("not applicable")
-                  and "non-finite" in str(att.get("status", "")))
+    return sorted(a for a, att in cell.attacks.items()
+                  if att.status.startswith("not applicable") and "non-finite" in att.status)
 
 
-def cell_state(cell: dict[str, Any], classes: int | None = None) -> dict[str, Any]:
-    """What happened to a cell's training: {"kind": one of CELL_STATES, "text": a short
-    sentence for people, "round": the 1-based round that went non-finite or None}.
+def cell_state(cell: AuditCell | Mapping[str, Json], classes: int | None = None) -> CellState:
+    """What happened to a cell's training (`CellState`).
 
     diverged: training stopped on a non-finite model (`status` "diverged ... in round r"), the
     accuracy is not finite, or an attack found the run's messages non-finite. uninformative:
     the accuracy's interval reaches chance (1 / `classes`). Otherwise trained.
     """
-    status = str(cell.get("status", "ok"))
+    cell = as_cell(cell)
+    status = str(cell.status)
     if status.startswith("diverged"):
         match = re.search(r"round (\d+)", status)
         r = int(match.group(1)) if match else None
         return {"kind": "diverged", "round": r,
                 "text": f"diverged in round {r}" if r else "diverged"}
     bad = _diverged_attacks(cell)
-    if bad or (finite_or_none(cell.get("accuracy")) is None and cell.get("history")):
+    if bad or (finite_or_none(cell.accuracy) is None and cell.trained.history):
         seen = f" (seen by {', '.join(bad)})" if bad else ""
         return {"kind": "diverged", "round": None,
                 "text": f"diverged: non-finite messages{seen}"}
     ci = accuracy_interval(cell)
     if classes and ci is not None and ci[0] <= 1.0 / classes:
         return {"kind": "uninformative", "round": None,
-                "text": f"did not learn: accuracy {fmt_num(cell.get('accuracy'))} "
+                "text": f"did not learn: accuracy {fmt_num(cell.accuracy)} "
                         f"[{fmt_num(ci[0])}, {fmt_num(ci[1])}] reaches chance "
                         f"{fmt_num(1.0 / classes)}"}
     return {"kind": "trained", "round": None, "text": "trained"}
@@ -298,7 +342,7 @@ SCIENTIFIC_FROM = 1e4
 SCIENTIFIC_BELOW = 1e-3
 
 
-def fmt_num(x: Any, digits: int = 3, missing: str = "–") -> str:
+def fmt_num(x: Json, digits: int = 3, missing: str = "–") -> str:
     """A number for people, to `digits` significant digits: fixed point from 1e-3 to 1e4 in
     magnitude (85.0, 0.908, 5000), scientific notation outside it (1.03e+06, 3.17e-09: a tiny ε
     is not no ε), "0" for zero, "∞" / "-∞" for an infinite value and `missing` for anything
@@ -322,6 +366,7 @@ def fmt_num(x: Any, digits: int = 3, missing: str = "–") -> str:
     return text
 
 
+
 def counted(n: int, noun: str) -> str:
     """"1 run", "2 runs": a count with its noun (a regular plural)."""
     return f"{n} {noun}{'s' * (n != 1)}"
@@ -332,14 +377,14 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def eps_text(eps: Any) -> str:
+def eps_text(eps: Json) -> str:
     """A target ε for people: "ε=1", "ε=1.03e+06", or "no DP" when there is none."""
     if not isinstance(eps, (int, float)):
         return "no DP"
     return f"ε={eps:g}" if abs(eps) < SCIENTIFIC_FROM else f"ε={fmt_num(eps)}"
 
 
-def privacy_line(rep: dict[str, Any]) -> str:
+def privacy_line(rep: PrivacyReport) -> str:
     """One privacy report entry as a sentence: ε, δ, accountant, unit, what it does not cover."""
     delta = rep.get("delta")
     reading = f" ({rep['reading']})" if rep.get("reading") else ""  # DPPS: assumed / realized
@@ -353,7 +398,7 @@ def privacy_line(rep: dict[str, Any]) -> str:
     return text
 
 
-def noise_feedback_text(reps: list[dict[str, Any]]) -> str | None:
+def noise_feedback_text(reps: Sequence[PrivacyReport]) -> str | None:
     """Why a DPPS-style run diverged, when its privacy report predicts it (`noise_feedback`:
     the noise grows the next round's sensitivity by more than 1 per round), else None."""
     loop = next((r["noise_feedback"] for r in reps if r.get("noise_feedback")), None)
@@ -371,7 +416,8 @@ def diverged_text(round0: int, rounds: int) -> str:
     return f"diverged (NaN/Inf) in round {round0 + 1} of {rounds}"
 
 
-def auc_interval(attack: dict[str, Any], z: float = 1.96) -> tuple[float, float] | None:
+def auc_interval(attack: AttackResult | Mapping[str, Json], z: float = 1.96
+                 ) -> tuple[float, float] | None:
     """The AUC's 95% interval of one membership attack result.
 
     The attack's own interval when it has one (`intervals.auc` or `auc_ci` = [lo, hi], top
@@ -380,13 +426,15 @@ def auc_interval(attack: dict[str, Any], z: float = 1.96) -> tuple[float, float]
     SE^2 = (A(1-A) + (n1-1)(Q1-A^2) + (n0-1)(Q2-A^2)) / (n1 n0), Q1 = A/(2-A), Q2 = 2A^2/(1+A).
     None when the attack has no AUC or no counts.
     """
-    metrics = attack.get("metrics") or {}
-    ci = (attack.get("intervals") or {}).get("auc") or attack.get("auc_ci", metrics.get("auc_ci"))
+    att = attack if isinstance(attack, AttackResult) else AttackResult.from_json(
+        {"status": "", **attack})
+    metrics = att.metrics
+    ci = (att.intervals or {}).get("auc") or att.detail.get("auc_ci", metrics.get("auc_ci"))
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(finite_or_none(v) is not None
                                                               for v in ci):
         return float(ci[0]), float(ci[1])
     a = finite_or_none(metrics.get("auc"))
-    n1, n0 = attack.get("n_members"), attack.get("n_nonmembers")
+    n1, n0 = att.n_members, att.n_nonmembers
     if a is None or not isinstance(n1, int) or not isinstance(n0, int) or n1 < 1 or n0 < 1:
         return None
     q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
@@ -395,13 +443,14 @@ def auc_interval(attack: dict[str, Any], z: float = 1.96) -> tuple[float, float]
     return max(0.0, a - z * se), min(1.0, a + z * se)
 
 
-def claimed_for_audit(cell: dict[str, Any]) -> tuple[float | None, float | None, str]:
+def claimed_for_audit(cell: AuditCell | Mapping[str, Json]
+                      ) -> tuple[float | None, float | None, str]:
     """(ε, δ, which) the audit holds a cell to: the largest over nodes of a `realized` ε when the
     privacy report has one (the ε of the noise actually drawn, e.g. DPPS / PartPSP: a report
     with mode "realized", a `realized` {epsilon, delta} entry, or a note starting "realized"),
     else the calibrated claim; δ from the same reports."""
-    reps = cell.get("privacy", [])
-    realized = [_realized_part(r) for r in reps if _realized_part(r) is not None]
+    reps = _privacy(cell)
+    realized = [p for p in (_realized_part(r) for r in reps) if p is not None]
     chosen = realized or [r for r in reps if r.get("mode") == "calibrated"]
     which = "realized" if realized else "calibrated"
     eps = [float("inf") if r.get("epsilon") in ("inf", float("inf")) else
@@ -411,9 +460,9 @@ def claimed_for_audit(cell: dict[str, Any]) -> tuple[float | None, float | None,
     return (max(eps_v) if eps_v else None), (max(delta_v) if delta_v else None), which
 
 
-def _realized_part(rep: dict[str, Any]) -> dict[str, Any] | None:
+def _realized_part(rep: PrivacyReport) -> PrivacyReport | None:
     if isinstance(rep.get("realized"), dict):
-        return {"delta": rep.get("delta"), **rep["realized"]}
+        return {"delta": rep.get("delta"), **rep["realized"]}  # type: ignore[typeddict-item]
     if (rep.get("reading") == "realized" or rep.get("mode") == "realized"
             or str(rep.get("note", "")).startswith("realized")):
         return rep

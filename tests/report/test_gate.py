@@ -161,6 +161,7 @@ def test_tpr_bound_reads_the_exact_value_not_the_grid(tmp_path, capsys):
     import numpy as np
 
     from privbench.report.gate import _tpr_at
+    from privbench.results.records import AuditCell
 
     neg = np.r_[np.full(5, 10.0), np.linspace(0, 1, 595)]
     pos = np.r_[np.full(40, 5.0), np.linspace(-1, 0.5, 60)]
@@ -169,8 +170,8 @@ def test_tpr_bound_reads_the_exact_value_not_the_grid(tmp_path, capsys):
     grid = cell["attacks"]["lira"]["roc"]
     on_grid = max(t for f, t in zip(grid["fpr"], grid["tpr"], strict=True) if f <= 0.0087)
     assert on_grid < 0.4  # the grid under-reads here
-    assert _tpr_at(cell, 0.0087) == (0.4, True)
-    assert _tpr_at(cell, 0.01) == (0.4, True)  # a standard FPR: read from tpr_at_fpr
+    assert _tpr_at(AuditCell.from_json(cell), 0.0087) == (0.4, True)
+    assert _tpr_at(AuditCell.from_json(cell), 0.01) == (0.4, True)  # read from tpr_at_fpr
     res = _results()
     res["cells"] = [cell]
     assert _run(tmp_path, '[[bound]]\nmax_tpr_at_fpr = {fpr = 0.0087, tpr = 0.3}\n', res) == 1

@@ -77,6 +77,7 @@ def test_a_defense_has_one_colour_in_every_panel(figures):
 
 def test_roc_panels_show_bands_the_unresolved_region_and_the_test_at_a_crossing(figures):
     from privbench.report.render import _plots
+    from privbench.results.records import AuditRun
 
     fpr = [0.0, 0.001, 0.01, 0.1, 1.0]
     tpr = [0.0, 0.02, 0.1, 0.4, 1.0]  # above the ε = 0.1 bound at low FPR
@@ -85,7 +86,7 @@ def test_roc_panels_show_bands_the_unresolved_region_and_the_test_at_a_crossing(
     cell = {"defense": "d", "epsilon": 0.1, "accuracy": 0.8, "status": "ok", "messages": [],
             "privacy": [{"node": 0, "mode": "calibrated", "epsilon": 0.1, "delta": 0.0}],
             "attacks": {"mia": mia}}
-    panel = _plots({"cells": [cell]})["roc"][0]
+    panel = _plots(AuditRun.from_json({"cells": [cell]}))["roc"][0]
     assert len(panel["notes"]) == 1
     assert "the empirical-ε test certifies ε ≥ 0.0500, within the calibrated ε 0.100" in \
         panel["notes"][0]
