@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from privbench.commands.common import (
     _RUN_FLAGS,
@@ -20,7 +20,8 @@ from privbench.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from privbench.results.records import AuditRun
+    from privbench.commands.sweep import Sweep
+    from privbench.results.records import AuditRun, Overrides
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
@@ -28,7 +29,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     from privbench.commands import sweep
     from privbench.config import load_toml
 
-    audit_sets: dict[str, Any] = load_toml(args.config)[2] if args.config else {}
+    audit_sets: Overrides = load_toml(args.config)[2] if args.config else {}
     _add_audit_sets(audit_sets, args.sets)
     preset = sweep.PRESETS[args.preset]
     if args.messages:
@@ -48,7 +49,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     return _finish_sweep(runner, out, args)
 
 
-def _finish_sweep(runner: Any, out: Path, args: argparse.Namespace) -> int:
+def _finish_sweep(runner: Sweep, out: Path, args: argparse.Namespace) -> int:
     from privbench.report.summary import summary_table
     from privbench.report.verdicts import verdict_summary
 
@@ -67,8 +68,8 @@ def _finish_sweep(runner: Any, out: Path, args: argparse.Namespace) -> int:
     return 0
 
 
-def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
-                   every_preset: bool = False) -> dict[str, list[dict[str, Any]]]:
+def _tuned_entries(args: argparse.Namespace, overrides: Overrides,
+                   every_preset: bool = False) -> dict[str, list[Overrides]]:
     """The tuned values of `--preset` (or of every preset) in privbench/presets/tuned.toml,
     minus the keys the user set explicitly (flags, --set, --config win); empty with
     --untuned."""
@@ -81,7 +82,7 @@ def _tuned_entries(args: argparse.Namespace, overrides: dict[str, Any],
     explicit |= set(parse_sets([s for s in args.sets if not s.startswith("audit.")])[0])
     if args.config:
         explicit |= set(load_toml(args.config)[0])
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Overrides]] = {}
     tuned = load_tuned()
     for preset in tuned if every_preset else (args.preset,):
         for defense, entries in tuned.get(preset, {}).items():
@@ -140,7 +141,7 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     return _finish_sweep(runner, out, args)
 
 
-def _sweep_kept(runner: Any, out: Path, args: argparse.Namespace) -> str:
+def _sweep_kept(runner: Sweep, out: Path, args: argparse.Namespace) -> str:
     """`attack` stopped: how many of its cells are done (their files are kept)."""
     again = _again(args, "--resume")
     if not runner.planned:

@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -59,6 +59,9 @@ from privbench.results.records import (
     AuditCell,
     AuditRun,
     AuditSettings,
+    ConfigValue,
+    Fingerprint,
+    Overrides,
     TrainedCell,
     TunedSummary,
 )
@@ -88,6 +91,18 @@ def duplicate_eps(values: list[float] | None) -> list[float]:
 RESUME_MODES = ("check", "rerun-stale")
 
 
+class Timings(TypedDict, total=False):
+    """timings.json of an audit (see `Sweep.run`)."""
+
+    setup_s: float
+    cells: dict[str, dict[str, float]]
+    reused: list[str]
+    report_s: float
+    eval_within_train_s: dict[str, float]
+    wall_s: float
+    sum_s: float
+
+
 @dataclass
 class Sweep:
     """An audit run writing into `out`.
@@ -97,7 +112,7 @@ class Sweep:
     """
 
     base: RunConfig
-    overrides: dict[str, Any]
+    overrides: Overrides
     audit: AuditConfig
     out: Path
     resume: str | None = None
@@ -105,7 +120,7 @@ class Sweep:
     command: str = "privbench attack"
     messages_dir: Path | None = None
     stats: dict[str, int] = dataclasses.field(default_factory=dict)
-    tuned: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    tuned: dict[str, list[Overrides]] = dataclasses.field(default_factory=dict)
     eval_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     planned: int = 0  # cells of the grid, once `run` has planned them
     finished: int = 0  # of those, the cells whose files are all written (reused ones too)
@@ -114,7 +129,7 @@ class Sweep:
     def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
         return self.out / "cells" / f"{defense}@{_cell_key(eps, setting)}"
 
-    def overrides_for(self, defense: str) -> dict[str, Any]:
+    def overrides_for(self, defense: str) -> Overrides:
         """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
         key applies to every defense whose config has that field, and must fit at least one)."""
         fields = {f.name for f in dataclasses.fields(DEFENSES.get(defense).Config)}
@@ -143,7 +158,7 @@ class Sweep:
                 cells.extend((name, eps, PAPER) for eps in self.audit.eps)
         return cells
 
-    def _adds_cells(self, defense: str, table: dict[str, dict[str, Any]]) -> bool:
+    def _adds_cells(self, defense: str, table: dict[str, Overrides]) -> bool:
         """Whether `table` names overrides for `defense` that the sweep does not already apply
         (those would repeat the calibrated cells)."""
         over = table.get(defense)
@@ -152,7 +167,7 @@ class Sweep:
         mine = self.overrides_for(defense)
         return any(k not in mine or mine[k] != v for k, v in over.items())
 
-    def paper_overrides(self, defense: str, eps: float | None) -> dict[str, Any]:
+    def paper_overrides(self, defense: str, eps: float | None) -> Overrides:
         """The overrides of a paper cell: the fixed setting (ε None) or the reading at ε."""
         table = self.audit.paper_settings if eps is None else self.audit.paper_readings
         return dict(table[defense])
@@ -193,13 +208,13 @@ class Sweep:
         return Phase(label, total, unit, enabled=self.progress)
 
     def fingerprints(self, defense: str, eps: float | None, setting: str | None = None
-                     ) -> dict[str, dict[str, Any]]:
+                     ) -> dict[str, Fingerprint]:
         """The fingerprint of each file of a cell ("train" and one per attack)."""
         import privbench
 
         run, over, _ = self.cell_run(defense, eps, setting)
         cfg = replace_checked(DEFENSES.get(defense).Config(), over, where="defense")
-        fields: dict[str, Any] = {
+        fields: dict[str, ConfigValue] = {
             "run": {k: v for k, v in to_dict(run).items() if k not in ("data_root", "download")},
             "defense": {"name": defense, **to_dict(cfg)},
             # what the code makes of them (a changed split or model, the configuration equal)
@@ -225,7 +240,7 @@ class Sweep:
         return out
 
     def cell_run(self, defense: str, eps: float | None, setting: str | None = None
-                 ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+                 ) -> tuple[RunConfig, Overrides, Overrides | None]:
         """A cell's run config and defense overrides, and the tuned-values lookup's record
         (the entry used, or why none; None when the sweep has no tuned values).
 
@@ -257,7 +272,7 @@ class Sweep:
             plan = [(cell, self.plan_cell(*cell)) for cell in grid]  # before training
             self.check_cells([cell for cell, (todo, _) in plan if todo])  # before training too
             self.planned = len(grid)
-            timings: dict[str, Any] = {"setup_s": laps.lap(), "cells": {}, "reused": []}
+            timings: Timings = {"setup_s": laps.lap(), "cells": {}, "reused": []}
             measured = 0.0
             for k, (cell, (todo, prints)) in enumerate(plan, 1):
                 if not todo:
@@ -292,7 +307,7 @@ class Sweep:
         return self.cell_dir(defense, eps, setting).name
 
     def _read_timings(self, defense: str, eps: float | None, setting: str | None = None
-                      ) -> dict[str, Any]:
+                      ) -> dict[str, float]:
         path = self.cell_dir(defense, eps, setting) / TIMINGS
         try:
             data = json.loads(path.read_text())
@@ -301,7 +316,7 @@ class Sweep:
         return data if isinstance(data, dict) else {}
 
     def plan_cell(self, defense: str, eps: float | None, setting: str | None = None
-                  ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+                  ) -> tuple[list[str], dict[str, Fingerprint]]:
         """Which of a cell's files to compute, and the fingerprints they must carry."""
         prints = self.fingerprints(defense, eps, setting)
         stat = self.stats
@@ -334,7 +349,7 @@ class Sweep:
         return todo, prints
 
     def run_cell(self, defense: str, eps: float | None, setting: str | None, todo: list[str],
-                 prints: dict[str, dict[str, Any]], laps: Laps) -> dict[str, float]:
+                 prints: dict[str, Fingerprint], laps: Laps) -> dict[str, float]:
         """Compute the files `todo` of one cell; returns the laps measured (seconds by part)."""
         folder = self.cell_dir(defense, eps, setting)
         run, overrides, used = self.cell_run(defense, eps, setting)
@@ -369,7 +384,7 @@ class Sweep:
         return measured
 
     def _inversion_views(self, defense: str, run: RunConfig,
-                         overrides: dict[str, Any]) -> dict[int, Built | str] | None:
+                         overrides: Overrides) -> dict[int, Built | str] | None:
         """Per batch size of the audit's inversion views: the defense run at that batch size
         (same ε, same configured rounds, so the same calibration) for the first rounds the
         inversion needs, or the reason there is none. None: invert the cell's own run."""
@@ -393,7 +408,7 @@ class Sweep:
         return views
 
     def _tuned(self, defense: str, run: RunConfig, eps: float | None, setting: str | None,
-               ) -> tuple[RunConfig, dict[str, Any], dict[str, Any] | None]:
+               ) -> tuple[RunConfig, Overrides, Overrides | None]:
         """The cell's run and defense overrides with the entry tuned at the cell's own ε (and
         for its paper setting or reading, if any) applied, and the lookup's record (the entry
         used, or why none applies: the cell then runs the untuned defaults). None: the sweep
@@ -405,7 +420,7 @@ class Sweep:
         fixed = self.paper_overrides(defense, eps) if setting else {}
         return apply_tuned(self.tuned.get(defense, []), run, eps, defense, fixed)
 
-    def _train(self, defense: str, run: RunConfig, overrides: dict[str, Any],
+    def _train(self, defense: str, run: RunConfig, overrides: Overrides,
                timing: dict[str, float], laps: Laps) -> tuple[Built, TrainedCell]:
         if self.messages_dir is not None:
             built, cell = self._load_messages(defense, run)
@@ -520,7 +535,7 @@ def resolve_names(names: list[str] | None, default: tuple[str, ...],
 
 def audit_config(preset: str, defenses: list[str] | None, eps: list[float] | None,
                  attacks: list[str] | None, threat: str | None,
-                 sets: dict[str, Any]) -> AuditConfig:
+                 sets: Overrides) -> AuditConfig:
     """The sweep's config from a preset and the command line."""
     p = PRESETS[preset]
     sets = dict(sets)

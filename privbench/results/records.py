@@ -28,6 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 Json = Any  # a JSON value (strict: no NaN, written key-sorted by `privbench.results.store`)
+# A configuration value as TOML, the command line or a results file gives it.
+ConfigValue = bool | int | float | str | None | list["ConfigValue"] | dict[str, "ConfigValue"]
+Overrides = dict[str, ConfigValue]  # config keys -> values (defense or run overrides)
+
+
+class Fingerprint(TypedDict):
+    """What determined a cell file (`privbench.results.fingerprint`): its hash and fields."""
+
+    sha256: str
+    fields: dict[str, ConfigValue]
 
 
 class PrivacyReport(TypedDict, total=False):

@@ -226,3 +226,40 @@ def test_the_data_layer_records_the_sampling_drawn():
             train(build(run, name).trainer)
         drawn[name] = sorted(got)
     assert drawn == {"dp_sgp": ["poisson"], "sgp": ["fixed_without_replacement"]}
+
+
+def test_the_gate_reads_the_audit_record_as_it_reads_the_file(tmp_path):
+    """`run_checks` takes the `AuditRun` record (what the sweep returns and `read_audit` gives):
+    the same checks as on the file's JSON, and a baseline record compared alike."""
+    from privbench.report import gate
+    from privbench.results.records import AuditRun
+    from privbench.results.store import read_audit
+
+    write_json(tmp_path / "results.json", _results())
+    record = read_audit(tmp_path / "results.json")
+    assert isinstance(record, AuditRun) and record.cells[0].attacks["lira"].roc is not None
+    policy = gate.load_policy(_policy(tmp_path, "[[bound]]\nmax_psnr = 30\nmax_auc = 0.6\n"))
+    on_record = gate.run_checks(record, policy, record)
+    assert on_record == gate.run_checks(_results(), policy, _results())
+    assert [c.passed for c in on_record if "max_psnr" in c.name] == [True, False, False]
+
+
+def test_a_malformed_results_file_is_one_line_for_the_gate_and_the_record_reader(tmp_path,
+                                                                                  capsys):
+    from privbench.errors import DataError
+    from privbench.results.store import read_audit
+
+    bad = _results()
+    bad["cells"][0]["attacks"] = ["geiping"]  # an array where an object of results belongs
+    assert _run(tmp_path, "[[bound]]\nmax_psnr = 30\n", bad) == 2
+    err = capsys.readouterr().err
+    assert "does not match the results schema: .cells: [0]: .attacks: expected an object" in err
+    assert err.count("\n") == 1
+    with pytest.raises(DataError, match=r"\.attacks: expected an object, got array"):
+        read_audit(tmp_path / "results.json")
+
+
+def _policy(tmp_path, text):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path

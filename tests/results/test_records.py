@@ -54,3 +54,39 @@ def test_the_schema_requires_the_records_typed_fields() -> None:
     assert schema.ATTACK_FILE({"status": "ok", "metrics": {},
                                "fingerprint": {"sha256": "x", "fields": {}}}) == \
         "missing field 'uses'"
+
+
+def test_a_written_results_file_round_trips_through_its_audit_record() -> None:
+    """The committed default audit's results.json: `AuditRun.from_json(d).to_json() == d`, the
+    same bytes written back, and every cell's attacks read as typed records."""
+    from privbench.results.records import AuditCell, AuditRun
+    from privbench.results.store import dumps
+
+    text = gzip.decompress(DEFAULT_AUDIT.read_bytes()).decode("utf-8")
+    data = json.loads(text)
+    run = AuditRun.from_json(data)
+    assert run.to_json() == data
+    assert dumps(run.to_json()) == dumps(data)
+    assert AuditRun.from_json(run.to_json()) == run
+    assert run.dataset == "digits" and run.config is not None and run.config.threat
+    assert all(isinstance(c, AuditCell) and c.trained.detail["fingerprint"] for c in run.cells)
+    assert {c.defense for c in run.cells} >= {"sgp", "dpdl", "partpsp"}
+    assert run["cells"] == data["cells"]  # the file's layout, for callers that index it
+
+
+def test_the_audit_record_keeps_the_layout_of_a_sparse_file() -> None:
+    """Only what a key holds is written back: no config, environment or command is invented,
+    and keys the record does not type stay where they were."""
+    from privbench.results.records import AuditRun
+
+    data = {"schema_version": 1, "kind": "audit", "run_name": "x",
+            "config": {"run": {"dataset": "digits"}, "threat": "eavesdropper", "extra": [1]},
+            "cells": [{"defense": "sgp", "epsilon": None, "status": "ok", "accuracy": 0.5,
+                       "privacy": [], "messages": [], "setting": {"name": "paper"},
+                       "attacks": {"idlg": {"status": "ok", "uses": ["model"],
+                                            "metrics": {"psnr": 30.0}, "gallery": None}}}]}
+    run = AuditRun.from_json(data)
+    assert run.to_json() == data
+    assert run.cells[0].setting == {"name": "paper"}
+    assert run.cells[0].attacks["idlg"].metrics["psnr"] == 30.0
+    assert run.detail == {"run_name": "x"} and run.config.detail == {"extra": [1]}
