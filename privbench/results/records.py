@@ -16,8 +16,8 @@ Compatibility rule (as for any results file a later version must still read):
   a new field;
 - `detail` holds everything an attack or a training run adds beyond the typed fields (ROC
   curves, galleries, per-node audits), written at the top level of the record's JSON as
-  before: `from_json(to_json(r)) == r` and `to_json(from_json(d)) == d` for every file this
-  version writes.
+  before (an `AuditRun`'s and its `AuditSettings`' other keys alike): `from_json(to_json(r))
+  == r` and `to_json(from_json(d)) == d` for every file this version writes.
 """
 
 from __future__ import annotations

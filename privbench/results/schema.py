@@ -6,7 +6,8 @@ an aggregate or ending in a traceback deep inside the report or the gate. A sche
 of checkers: each takes a value and returns None when it fits, or what is wrong with it.
 
 The fields a cell file must carry are the typed fields of its record
-(`privbench.results.records`: `TrainedCell`, `AttackResult`), each with its checker here.
+(`privbench.results.records`: `TrainedCell`, `AttackResult`), each with its checker here; the
+typed fields of an audit's results (`AuditRun`) are checked where present.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from privbench.results.records import AttackResult, TrainedCell, required_fields
+from privbench.results.records import AttackResult, AuditRun, TrainedCell, required_fields
 
 Checker = Callable[[Any], str | None]
 
@@ -102,7 +103,8 @@ GALLERY = record({"true": array(ANY), "reconstructed": array(ANY)})
 FIELD_CHECKS: dict[str, Checker] = {
     "status": STR, "uses": array(STR), "metrics": mapping(ANY), "defense": STR,
     "epsilon": optional(NUM), "accuracy": optional(NUM), "privacy": array(PRIVACY),
-    "messages": array(MESSAGE),
+    "messages": array(MESSAGE), "command": STR, "environment": mapping(ANY),
+    "config": mapping(ANY),
 }
 _ATTACK_FIELDS = {k: FIELD_CHECKS[k] for k in required_fields(AttackResult)}
 _ATTACK_OPTIONAL = {"roc": optional(ROC), "gallery": optional(GALLERY), "kind": STR}
@@ -120,7 +122,8 @@ ATTACK = record({}, {**_ATTACK_FIELDS, **_ATTACK_OPTIONAL})
 CELL = record({"defense": STR, "attacks": mapping(ATTACK)},
               {**_CELL_FIELDS, **_CELL_OPTIONAL, "fingerprint": STR})
 AUDIT = record({"kind": STR, "cells": array(CELL)},
-               {"command": STR, "environment": mapping(ANY), "config": mapping(ANY)})
+               {k: FIELD_CHECKS[k] for k in AuditRun.TYPED
+                if k not in ("cells", "kind", "schema_version")})
 TRAIN = record({"kind": STR, "defense": STR, "run": mapping(ANY),
                 "accuracy": record({"average_model": optional(NUM),
                                     "per_node": array(optional(NUM))}),

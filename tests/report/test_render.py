@@ -79,24 +79,18 @@ def test_report_command_renders_the_same_html_from_json(tmp_path, capsys):
     assert out.read_text() == render_html(json.loads(path.read_text()))
 
 
-def test_the_report_renders_the_audit_record_the_sweep_returns(tmp_path):
-    """`render_html` takes the `AuditRun` record: the same page as from the file's JSON; a
-    malformed file is one line from `privbench report`, and no page is written."""
+def test_the_report_renders_the_audit_record_the_sweep_returns():
+    """`render_html` takes the `AuditRun` record: the same page as from the file's JSON."""
     from privbench.results.records import AuditRun
 
     record = AuditRun.from_json(_results())
     assert record.cells[0].attacks["geiping"].gallery is not None
     assert render_html(record, run_name="demo") == render_html(_results())
-    bad = _results()
-    bad["cells"][1]["messages"] = "model"  # a string where the message kinds belong
-    path = tmp_path / "results.json"
-    write_json(path, bad)
-    assert main(["report", str(path), "-o", str(tmp_path / "x.html")]) == 2
 
 
 def test_a_malformed_results_file_is_one_line_for_the_report(tmp_path, capsys):
     bad = _results()
-    bad["cells"][1]["messages"] = "model"
+    bad["cells"][1]["messages"] = "model"  # a string where the message kinds belong
     path = tmp_path / "results.json"
     write_json(path, bad)
     assert main(["report", str(path), "-o", str(tmp_path / "x.html")]) == 2
