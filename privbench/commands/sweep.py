@@ -254,8 +254,9 @@ class Sweep:
                      **(self.paper_overrides(defense, eps) if setting else {})}, used
 
     def run(self) -> AuditRun:
-        """Train and attack every cell to (re)compute, then write results.json, timings.json and
-        index.html, once all three are built. Holds the folder's lock throughout.
+        """Train and attack every cell to (re)compute, then write results.json (the returned
+        record's JSON), timings.json and index.html, once all three are built. Holds the
+        folder's lock throughout.
 
         `timings.json`: wall_s (this call), setup_s (validation, fingerprints), per cell build_s
         (data, model, the privacy plan), train_s (the round loop), summary_s (privacy report,
