@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 from privbench.config import FieldValue, Overrides, RunConfig, read_toml, replace_checked
 from privbench.errors import ConfigError
@@ -281,7 +281,7 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
 def load_tuned(path: Path = TUNED_FILE) -> dict[str, dict[str, list[TunedEntry]]]:
     """The tuned-values file: {preset: {defense: [entry, ...]}} (empty when absent)."""
     data = read_toml(path, "tuned-values file") if path.is_file() else {}
-    return data  # type: ignore[return-value]  # written by `toml_entry` in this layout
+    return cast(dict[str, dict[str, list[TunedEntry]]], data)  # `toml_entry`'s layout
 
 
 def fixed_values(defense: str, overrides: Mapping[str, object]) -> Overrides:
