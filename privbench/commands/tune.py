@@ -37,6 +37,7 @@ from privbench.config import FieldValue, JSONObject, RunConfig, to_dict
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
+from privbench.reproduce.line import Fingerprint
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class CellResult(tuning.TuneResult):
     cell: str
     fixed: dict[str, FieldValue]
     run: JSONObject  # the run config (`to_dict`)
-    fingerprint: NotRequired[JSONObject]  # added once tuned, with the two commands
+    fingerprint: NotRequired[Fingerprint]  # added once tuned, with the two commands
     command: NotRequired[str]
     written_by: NotRequired[str]
 
@@ -114,7 +115,7 @@ def cell_command(command: str, cell: TuneCell, save: str | None) -> str:
 
 
 def cell_fingerprint(run: RunConfig, cell: TuneCell, validation: float, test: bool
-                     ) -> JSONObject:
+                     ) -> Fingerprint:
     """What determines a cell's tune.json: run, defense, fixed values, the grid, the split,
     whether test accuracies are measured, the privbench and torch versions and thread count."""
     import torch
@@ -130,7 +131,7 @@ def cell_fingerprint(run: RunConfig, cell: TuneCell, validation: float, test: bo
         "threads": torch.get_num_threads()})
 
 
-def _reusable(path: Path, want: JSONObject) -> CellResult | None:
+def _reusable(path: Path, want: Fingerprint) -> CellResult | None:
     """The tune.json at `path` when it is whole and its fingerprint is `want`'s, else None."""
     try:
         data = json.loads(path.read_text())

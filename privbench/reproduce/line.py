@@ -5,8 +5,8 @@ sorted on writing), and a line of an older format lacks the keys added since (`N
 which readers test with `in` / `.get`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: `RunLine.__required_keys__` must see
+# `NotRequired` (string annotations hide it), and the tests compare lines with it.
 from typing import NotRequired, TypedDict
 
 from privbench.config import FieldValue, JSONObject
