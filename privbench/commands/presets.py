@@ -26,7 +26,7 @@ class AuditPreset(TypedDict):
     reference_models: int
     inversion_batch_sizes: NotRequired[tuple[int, ...]]
     pool_victims: NotRequired[bool]
-    attack_config: NotRequired[dict[str, dict[str, FieldValue]]]  # per attack, its settings
+    attack_config: dict[str, dict[str, FieldValue]]  # per attack, its settings
     paper_settings: NotRequired[dict[str, dict[str, FieldValue]]]  # per defense, fixed values
     paper_readings: NotRequired[dict[str, dict[str, FieldValue]]]
 
