@@ -13,6 +13,7 @@ import dataclasses
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,15 @@ from typing import Any, TypeVar
 from privbench.errors import ConfigError
 
 C = TypeVar("C")
+
+# A run or defense field's value: as given (a TOML value, a `--set` string, a list from a TOML
+# array) or as typed by its config (tuples for sequence fields).
+FieldValue = str | int | float | bool | tuple[object, ...] | list[object] | None
+# Field name -> value: overrides of a run or a defense config, checked by `replace_checked`.
+Overrides = dict[str, FieldValue]
+# A JSON document as `json.loads` / `tomllib.loads` returns it (keys and values unchecked).
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+JSONObject = dict[str, JSONValue]
 
 
 @dataclass(frozen=True)
@@ -147,7 +157,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     return value
 
 
-def replace_checked(cfg: C, updates: dict[str, Any], where: str = "") -> C:
+def replace_checked(cfg: C, updates: Mapping[str, object], where: str = "") -> C:
     """`dataclasses.replace` with each key and value checked against the fields' names and types."""
     hints = typing.get_type_hints(type(cfg))
     names = [f.name for f in dataclasses.fields(cfg)]  # type: ignore[arg-type]
@@ -176,7 +186,7 @@ def parse_sets(pairs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     return run, defense
 
 
-def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+def read_toml(path: str | Path, what: str) -> JSONObject:
     """Parse a TOML file; a missing or malformed file is a one-line ConfigError naming `what`."""
     try:
         return tomllib.loads(Path(path).read_text())
@@ -190,10 +200,10 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
 
 
-def load_toml(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def load_toml(path: str | Path) -> tuple[JSONObject, JSONObject, JSONObject]:
     """Read a run file: (top-level run keys, [defense] table, [audit] table)."""
     data = read_toml(path, "config file")
-    tables = {}
+    tables: dict[str, JSONObject] = {}
     for name in ("defense", "audit"):
         tables[name] = data.pop(name, {})
         if not isinstance(tables[name], dict):
@@ -209,7 +219,7 @@ def check_choices(owner: str, cfg: Any, choices: dict[str, tuple[Any, ...]]) -> 
                               f"got {getattr(cfg, name)!r}")
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
+def to_dict(cfg: object) -> JSONObject:
     """JSON-ready dict of a config dataclass (tuples become lists)."""
     return json_ready(dataclasses.asdict(cfg))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from unittest import mock
 
@@ -86,8 +86,9 @@ def noise_off() -> Iterator[None]:
     randn, rand, normal, exponential = (torch.randn, torch.rand, torch.normal,
                                         torch.Tensor.exponential_)
 
-    def is_noise(kwargs: dict[str, Any]) -> bool:
-        return is_noise_generator(kwargs.get("generator"))
+    def is_noise(kwargs: Mapping[str, object]) -> bool:
+        gen = kwargs.get("generator")
+        return isinstance(gen, torch.Generator) and is_noise_generator(gen)
 
     def fake_randn(*args: Any, **kwargs: Any) -> torch.Tensor:
         out = randn(*args, **kwargs)

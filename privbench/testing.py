@@ -17,11 +17,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from privbench.config import RunConfig, replace_checked
+from privbench.config import JSONObject, RunConfig, replace_checked
 from privbench.report.gate import Check, check_bound
 from privbench.seeding import noise_off
 
@@ -32,9 +32,9 @@ TINY_ATTACKS = {"idlg": {"adam_steps": 150}, "geiping": {"steps": 150}}
 
 def audit(defense: str, eps: float | Sequence[float] = 1.0,
           attacks: Sequence[str] = ("idlg", "mia_threshold"),
-          defense_config: dict[str, Any] | None = None,
-          attack_config: dict[str, dict[str, Any]] | None = None,
-          out: str | Path | None = None, **run: Any) -> dict[str, Any]:
+          defense_config: Mapping[str, object] | None = None,
+          attack_config: Mapping[str, Mapping[str, object]] | None = None,
+          out: str | Path | None = None, **run: Any) -> JSONObject:
     """Train `defense` on a tiny digits setup, run `attacks`, return the audit results dict.
 
     Args:
@@ -65,7 +65,7 @@ def audit(defense: str, eps: float | Sequence[float] = 1.0,
         return runner.run()
 
 
-def evaluate_bounds(results: dict[str, Any], defense: str, eps: float | None = None,
+def evaluate_bounds(results: JSONObject, defense: str, eps: float | None = None,
                     **bounds: Any) -> list[Check]:
     """Evaluate `privbench check` bounds (max_psnr=..., max_auc=..., ...) on matching cells."""
     cells = [c for c in results["cells"] if c["defense"] == defense
@@ -75,7 +75,7 @@ def evaluate_bounds(results: dict[str, Any], defense: str, eps: float | None = N
     return [chk for cell in cells for chk in check_bound(bounds, cell)]
 
 
-def assert_bounds(results: dict[str, Any], defense: str, eps: float | None = None,
+def assert_bounds(results: JSONObject, defense: str, eps: float | None = None,
                   **bounds: Any) -> None:
     """Assert every bound holds; the message lists each failed check."""
     failed = [c for c in evaluate_bounds(results, defense, eps, **bounds) if not c.passed]

@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -59,6 +60,10 @@ from privbench.engine.trainer import Context
 from privbench.errors import ConfigError, NotApplicable
 from privbench.metrics.audit import one_run_audit, one_run_cap
 from privbench.threat.observation import observe, threat_for
+
+if TYPE_CHECKING:
+    from privbench.audit.input_canary import ThreatJSON
+    from privbench.config import JSONObject
 
 NODE_CHOICES = ("all", "worst")
 P_STAR = 0.05
@@ -200,8 +205,61 @@ def node_scores(obs: Any, cls: type, node: int, coords: Tensor, background: Tens
     return score, "per-round"
 
 
+class GdpFit(TypedDict):
+    """`gdp_fit`'s estimate."""
+
+    mu: float
+    mu_interval: list[float]  # normal 95 % interval
+    epsilon: float  # at `delta`
+    epsilon_interval: list[float]
+    delta: float
+    method: str
+
+
+class CanaryRate(TypedDict):
+    """How often a node's canaries were drawn, against the rate its ledger claims."""
+
+    drawn: int
+    offered: int
+    realised: float | None
+    rate: float
+    ledger: float
+    members_realised: float | None
+
+
+class NodeCanaryResult(TypedDict):
+    """One audited node's result (`_node_result`)."""
+
+    node: int
+    claimed_epsilon: dict[str, JSONObject]  # per mode, the node's claim
+    delta: float
+    one_run: dict[str, object]  # `metrics.audit.one_run_audit`
+    estimate: GdpFit
+    ratio: float  # the one-run bound over the claimed ε
+    estimated_ratio: float
+    scorer: str
+    threat: ThreatJSON
+    canary_rate: CanaryRate
+
+
+class GradientCanaryAudit(TypedDict):
+    """`gradient_canary_audit`'s JSON-ready result (only `reason` when not applicable)."""
+
+    applicable: bool
+    reason: NotRequired[str]
+    canaries: NotRequired[int]
+    canary_norm: NotRequired[float]
+    nodes_audited: NotRequired[str]
+    p_star: NotRequired[float]
+    guess_fraction: NotRequired[float]
+    cap: NotRequired[float]
+    nodes: NotRequired[list[NodeCanaryResult]]
+    worst: NotRequired[NodeCanaryResult]
+    threat: NotRequired[ThreatJSON]
+
+
 # ---------------------------------------------------------------------------------- estimate
-def gdp_fit(scores: np.ndarray, included: np.ndarray, delta: float) -> dict[str, Any]:
+def gdp_fit(scores: np.ndarray, included: np.ndarray, delta: float) -> GdpFit:
     """The μ-GDP fit of canary scores: μ = (mean_in - mean_out) / pooled sd with its normal 95 %
     interval (se^2 = 1 / n_in + 1 / n_out + μ^2 / (2 (n_in + n_out))), and ε at `delta`."""
     from privbench.accounting.gdp import gdp_epsilon
@@ -233,7 +291,7 @@ def guesses(m: int, guess_fraction: float) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------- audit
-def audit_nodes(privacy: list[dict[str, Any]], n: int, nodes: str) -> list[int]:
+def audit_nodes(privacy: list[JSONObject], n: int, nodes: str) -> list[int]:
     """The nodes to audit: all, or the one with the largest calibrated claim."""
     from privbench.audit.candidates import claims
 
@@ -250,10 +308,10 @@ def audit_nodes(privacy: list[dict[str, Any]], n: int, nodes: str) -> list[int]:
 
 
 def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
-                          overrides: dict[str, Any] | None = None,
+                          overrides: Mapping[str, object] | None = None,
                           gen: torch.Generator | None = None, threat: str = "eavesdropper",
                           norm_factor: float = 10.0, nodes: str = "all",
-                          guess_fraction: float = 0.2) -> dict[str, Any]:
+                          guess_fraction: float = 0.2) -> GradientCanaryAudit:
     """The audit of the module docstring.
 
     Args:
@@ -301,7 +359,7 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
     background[bank.coords] = False
     p_star = P_STAR / len(audited)
     kp, km = guesses(canaries, guess_fraction)
-    per_node = []
+    per_node: list[NodeCanaryResult] = []
     for a, v in enumerate(audited):
         tm = threat_for(threat, built.ctx.topology, v)
         obs = observe(built, tm)
@@ -350,10 +408,10 @@ def _train(base: Any, rows: dict[int, Tensor], gen: torch.Generator) -> Any:
     return built
 
 
-def _node_result(node: int, claimed: dict[str, Any], scores: np.ndarray, included: np.ndarray,
-                 kp: int, km: int, p_star: float, run_delta: float, scorer: str,
-                 ctx: CanaryContext, ledger_rate: float,
-                 threat: dict[str, Any]) -> dict[str, Any]:
+def _node_result(node: int, claimed: dict[str, JSONObject], scores: np.ndarray,
+                 included: np.ndarray, kp: int, km: int, p_star: float, run_delta: float,
+                 scorer: str, ctx: CanaryContext, ledger_rate: float,
+                 threat: ThreatJSON) -> NodeCanaryResult:
     """One audited node's bound, estimate, ratio to its own claim and realised canary rate."""
     head = claimed.get("calibrated", claimed.get("paper", {}))
     delta = float(head.get("delta", run_delta))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +53,13 @@ class AuditConfig:
     victim: int = 0
     inversion_rounds: tuple[int, ...] = (1,)
     reference_models: int = 4
-    attack_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # per attack, config values over its defaults (checked when `attack_cfg` builds it)
+    attack_config: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
     inversion_batch_sizes: tuple[int, ...] = ()
     pool_victims: bool = False
-    paper_settings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    paper_readings: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # per defense, defense config values (checked when the cell's defense is built)
+    paper_settings: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+    paper_readings: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from privbench.threat.observation import PLACEMENTS, THREATS, is_threat

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from privbench.audit.candidates import (
     claims,
     observed_model,
 )
-from privbench.config import RunConfig, replace_checked
+from privbench.config import JSONObject, RunConfig, replace_checked
 from privbench.data.datasets import NodeData, load_dataset
 from privbench.engine.messages import MessageBus
 from privbench.engine.trainer import Context, provides
@@ -47,12 +48,39 @@ def with_extra_members(data: NodeData, victim: int, x_extra: Tensor, y_extra: Te
     return dataclasses.replace(data, x=x, y=y, idx=idx, counts=counts)
 
 
+class ThreatJSON(TypedDict):
+    """A threat model as an audit result records it."""
+
+    kind: str
+    observers: list[int]
+
+
+class InputCanaryAudit(TypedDict):
+    """`canary_audit`'s JSON-ready result (see its Returns)."""
+
+    kind: str
+    defense: str
+    victim: int
+    canaries: int
+    applicable: NotRequired[bool]  # set on every return; absent only while it is built
+    reason: NotRequired[str]  # why not applicable
+    attack: NotRequired[str]
+    included: NotRequired[int]
+    mislabelled: NotRequired[bool]
+    threat: NotRequired[ThreatJSON]
+    claimed_epsilon: NotRequired[dict[str, JSONObject]]  # per mode, the victim's claim
+    cap: NotRequired[float]
+    one_run: NotRequired[dict[str, object]]  # `metrics.audit.one_run_audit`
+    one_run_sweep: NotRequired[dict[str, object]]  # `metrics.audit.one_run_audit_sweep`
+
+
 def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
-                 attack: str = "mia_message", attack_cfg: dict[str, Any] | None = None,
-                 overrides: dict[str, Any] | None = None, gen: torch.Generator | None = None,
+                 attack: str = "mia_message", attack_cfg: Mapping[str, object] | None = None,
+                 overrides: Mapping[str, object] | None = None,
+                 gen: torch.Generator | None = None,
                  threat: ThreatModel | None = None, k_plus: int | None = None,
                  k_minus: int | None = None, mislabel: bool = True,
-                 kind: str = "input") -> dict[str, Any]:
+                 kind: str = "input") -> InputCanaryAudit:
     """One-run audit (Steinke, Nasr, Jagielski 2023) of node `victim`'s sample-level claim with
     input-space canaries (the white-box gradient canaries are `privbench.audit.canary_audit`).
 
@@ -99,7 +127,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     delta = claimed.get("calibrated", claimed.get("paper", {})).get("delta", run.delta)
     kp = canaries // 4 if k_plus is None else k_plus
     km = canaries // 4 if k_minus is None else k_minus
-    head = {"kind": kind, "attack": attack,
+    head: InputCanaryAudit = {"kind": kind, "attack": attack,
             "defense": defense, "victim": victim, "canaries": canaries,
             "included": int(included.sum()), "mislabelled": mislabel,
             "threat": {"kind": threat.kind, "observers": list(threat.observers)},
@@ -116,7 +144,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
 CANARY_KINDS = ("input",)
 
 
-def _reference_free_attack(attack: str, attack_cfg: dict[str, Any] | None) -> Any:
+def _reference_free_attack(attack: str, attack_cfg: Mapping[str, object] | None) -> Any:
     cls_atk = ATTACKS.get(attack)
     atk = cls_atk(replace_checked(cls_atk.Config(), attack_cfg or {}, where="attack"))
     if "reference_systems" in atk.needs:
@@ -200,7 +228,7 @@ def _train_with_members(base: Any, victim: int, x_extra: Tensor, y_extra: Tensor
     return built
 
 
-def _sample_rate(privacy: list[dict[str, Any]], victim: int, ctx: Context) -> float:
+def _sample_rate(privacy: list[JSONObject], victim: int, ctx: Context) -> float:
     """The victim's claimed sampling rate (its privacy report's), else batch / members."""
     for rep in privacy:
         if rep.get("node", victim) == victim and isinstance(rep.get("sample_rate"), (int, float)):

@@ -40,8 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 from privbench.errors import ConfigError
 
+# A planner option's value (`-o KEY=VALUE`, typed by the option's default) or a config value a
+# defense fixes for its planner.
+OptionValue = bool | int | float | str | None
+Options = dict[str, OptionValue]
+
 if TYPE_CHECKING:
     from privbench.accounting import EpsilonReport, PrivacyPlan
+    from privbench.config import JSONObject
 
 # The accountants (dp-accounting, scipy) and the defense registry (torch) take seconds to import:
 # they are imported inside the functions that use them, after the cheap checks, so a refused
@@ -100,7 +106,7 @@ def add_account_arguments(parser: argparse.ArgumentParser) -> None:
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-def _convert(name: str, key: str, text: str, default: Any) -> Any:
+def _convert(name: str, key: str, text: str, default: object) -> OptionValue:
     if isinstance(default, bool):
         if text.lower() in _TRUE + _FALSE:
             return text.lower() in _TRUE
@@ -117,11 +123,11 @@ def _convert(name: str, key: str, text: str, default: Any) -> Any:
     raise ConfigError(f"option {key} of {name!r} must be {kind_name}, got {text!r}")
 
 
-def parse_options(name: str, items: list[str]) -> dict[str, Any]:
+def parse_options(name: str, items: list[str]) -> Options:
     """Parse repeated KEY=VALUE items against the options `name`'s planner accepts (and their
     types); an option the defense's config fixes is refused, naming its value."""
     accepted, fixed = route_for(name).options(name)
-    out: dict[str, Any] = {}
+    out: Options = {}
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip().replace("-", "_")
@@ -270,7 +276,7 @@ class Request:
     args: argparse.Namespace
 
 
-def _no_fixed(cfg: Any) -> dict[str, Any]:
+def _no_fixed(cfg: object) -> Options:
     return {}
 
 
@@ -286,10 +292,10 @@ class PlanRoute:
     """
 
     plan_name: str
-    fixed: Callable[[Any], dict[str, Any]] = _no_fixed
+    fixed: Callable[[Any], Options] = _no_fixed
     modes: tuple[str, ...] = ("calibrated", "paper")
 
-    def options(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def options(self, name: str) -> tuple[Options, Options]:
         """(accepted -o options with their defaults, the options the defense fixes)."""
         from privbench.accounting import plan_options
 
@@ -297,7 +303,7 @@ class PlanRoute:
         accepted = {k: v for k, v in plan_options(self.plan_name).items() if k not in fixed}
         return accepted, fixed
 
-    def plan(self, req: Request, mode: str, kwargs: dict[str, Any]) -> PrivacyPlan:
+    def plan(self, req: Request, mode: str, kwargs: Options) -> PrivacyPlan:
         """The plan of `req` with the noise calibrated by `mode`."""
         from privbench.accounting import make_plan
 
@@ -331,7 +337,7 @@ class TrainerRoute:
     modes: tuple[str, ...] = ("calibrated", "paper")
     plan_name: str = ""
 
-    def options(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def options(self, name: str) -> tuple[Options, Options]:
         """(accepted -o options with their defaults, {}): config fields, or the formula
         plan's options."""
         if self.plan_name:
@@ -339,7 +345,7 @@ class TrainerRoute:
         cfg = _defense_config(name)
         return {k: getattr(cfg, k) for k in self.config_options}, {}
 
-    def plan(self, req: Request, mode: str, kwargs: dict[str, Any]) -> PrivacyPlan:
+    def plan(self, req: Request, mode: str, kwargs: Options) -> PrivacyPlan:
         """The plan of `req` with the noise calibrated by `mode`."""
         if self.plan_name and kwargs:
             return PlanRoute(self.plan_name).plan(req, mode, kwargs)
@@ -383,7 +389,7 @@ def _graph_note(run: Any, topo: Any, extra: str) -> str:
     return f"graph: {run.topology}, {topo.n} nodes, seed {run.seed}; {extra}"
 
 
-def _report(entry: dict[str, Any]) -> EpsilonReport:
+def _report(entry: JSONObject) -> EpsilonReport:
     """An `EpsilonReport` from a trainer's per-node report dict."""
     from privbench.accounting import EpsilonReport
 
@@ -393,7 +399,7 @@ def _report(entry: dict[str, Any]) -> EpsilonReport:
     return EpsilonReport(math.inf if e == "inf" else float(e), **{k: entry[k] for k in fields})
 
 
-def _worst(reports: list[dict[str, Any]], reading: str) -> int:
+def _worst(reports: list[JSONObject], reading: str) -> int:
     """The node whose `reading` epsilon is largest."""
     return max((r for r in reports if r["reading"] == reading),
                key=lambda r: _report(r).epsilon)["node"]
@@ -508,12 +514,12 @@ def _plan_muffliato(req: Request, mode: str, cfg: Any) -> PrivacyPlan:
                            f"{releases} releases in {req.rounds} rounds"),))
 
 
-def _dyn_d2p_fixed(cfg: Any) -> dict[str, Any]:
+def _dyn_d2p_fixed(cfg: Any) -> Options:
     """Const-D2P and Dyn[C]-D2P hold the budget constant (eq. 9): rho_mu = 1."""
     return {} if cfg.dynamic_budget else {"rho_mu": cfg.budget_rho}
 
 
-def _defl_vp_fixed(cfg: Any) -> dict[str, Any]:
+def _defl_vp_fixed(cfg: Any) -> Options:
     """D-PSGD+RR sends no control variates (vr = false)."""
     return {} if cfg.vr else {"control_variates": False}
 

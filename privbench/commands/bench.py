@@ -57,7 +57,6 @@ import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -74,6 +73,19 @@ from privbench.commands.bench_measure import (
     resolve_defenses,
 )
 from privbench.commands.bench_rounds import METHODS
+from privbench.commands.bench_rows import (
+    AttacksPayload,
+    AuditBench,
+    DistributedPayload,
+    DistributedRow,
+    EnginePayload,
+    EngineRatios,
+    EngineRow,
+    Payload,
+    PlansPayload,
+    ScalePayload,
+    ScaleRow,
+)
 from privbench.device import device_description, resolve_device
 from privbench.engine import hostmem
 from privbench.errors import ConfigError, PrivbenchError
@@ -86,7 +98,7 @@ ATTACK_K = (1, 8, 32, 128)
 SCALE_NODES = (4, 16, 64, 128, 256)
 
 
-def run_plans(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def run_plans(args: argparse.Namespace, device: torch.device) -> PlansPayload:
     """Section `plans`: composition time of every privacy plan, cold and warm cache; with
     `--method privbench,dp_accounting` against dp-accounting's PLDAccountant, interleaved."""
     named = [k.strip() for m in args.method or [] for k in m.split(",") if k.strip()]
@@ -137,7 +149,7 @@ def resolve_methods(names: list[str] | None) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def run_engine(args: argparse.Namespace, device: torch.device) -> EnginePayload:
     """Section `engine`: print and return the rows (one per model, n, method) and ratios."""
     defenses = resolve_defenses(args.defense)
     methods = resolve_methods(args.method)
@@ -145,7 +157,8 @@ def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
                   f"median [quartiles] of {args.repeats}", device))
     print(f"{'model':6} {'n':>4} {'B':>3} {'method':<44} {'median':>10} {'q1-q3':>19} "
           f"{'x/privbench':>11}", flush=True)
-    rows, summary = [], []
+    rows: list[EngineRow] = []
+    summary: list[EngineRatios] = []
     for m in args.model or ENGINE_MODELS:
         for n in args.nodes or ENGINE_NODES:  # print each (model, n) as soon as it is measured
             mine = bench_engine(m, n, args.batch_size, args.repeats, device, defenses, methods)
@@ -157,7 +170,7 @@ def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
                 print(f"{m:6} {n:>4} {args.batch_size:>3} {r['label']:<44} "
                       f"{_fmt(r['median_s']):>10} {quart:>19} {_ratio(rel, 2):>11}"
                       + (f"  skipped: {r['skipped']}" if r["skipped"] else ""))
-            ratios = {"model": m, "nodes": n, **engine_ratios(mine)}
+            ratios: EngineRatios = {"model": m, "nodes": n, **engine_ratios(mine)}
             summary.append(ratios)
             print(f"{m:6} {n:>4} ratios: fastest Opacus / privbench "
                   f"{_ratio(ratios['fastest_opacus_over_privbench'], 2)}, privbench / floor "
@@ -165,14 +178,14 @@ def run_engine(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
     return {"rows": rows, "ratios": summary, "methods": methods, "repeats": args.repeats}
 
 
-def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def run_attacks(args: argparse.Namespace, device: torch.device) -> AttacksPayload:
     """Section `attacks`: medians of `bench_attacks` per K."""
     rows = []
     for k in args.k or ATTACK_K:  # medians over --repeats calls (each warms up once itself)
         runs = [bench_attacks([k], device, steps=args.steps)[0] for _ in range(args.repeats)]
-        row = dict(runs[0])
-        for key in ("batched_s", "sequential_s"):
-            row[key] = statistics.median(r[key] for r in runs)
+        row = runs[0].copy()
+        row["batched_s"] = statistics.median(r["batched_s"] for r in runs)
+        row["sequential_s"] = statistics.median(r["sequential_s"] for r in runs)
         row["ratio"] = row["sequential_s"] / row["batched_s"]
         row["repeats"] = args.repeats
         rows.append(row)
@@ -185,7 +198,7 @@ def run_attacks(args: argparse.Namespace, device: torch.device) -> dict[str, Any
     return {"rows": rows}
 
 
-def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def run_audit(args: argparse.Namespace, device: torch.device) -> AuditBench:
     """Section `audit`: time `privbench attack` in-process; print its timing breakdown."""
     res = bench_audit(device, args.audit_preset, resolve_defenses(args.defense)
                       if args.defense else None)
@@ -200,7 +213,7 @@ def run_audit(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     return res
 
 
-def run_scale(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def run_scale(args: argparse.Namespace, device: torch.device) -> ScalePayload:
     """Section `scale`: time per round vs n, optional PNG plot."""
     defenses = resolve_defenses(args.defense) if args.defense else [SCALE_DEFENSE]
     defense = defenses[0] if defenses else None
@@ -220,7 +233,7 @@ def run_scale(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     return {"rows": rows, "defense": defense}
 
 
-def plot_scale(rows: list[dict[str, Any]], path: str | Path, device: str) -> None:
+def plot_scale(rows: list[ScaleRow], path: str | Path, device: str) -> None:
     """Log-log plot of seconds per round vs n, one line per model and round kind."""
     import matplotlib
 
@@ -278,7 +291,7 @@ def time_train(defense: str, model: str, n: int, rounds: int, ranks: int, thread
         return json.loads((Path(tmp) / "results.json").read_text())["seconds"] / rounds
 
 
-def run_distributed(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def run_distributed(args: argparse.Namespace, device: torch.device) -> DistributedPayload:
     """Section `distributed`: local vs P ranks, seconds per round."""
     import os
 
@@ -292,7 +305,7 @@ def run_distributed(args: argparse.Namespace, device: torch.device) -> dict[str,
     print(_header(f"distributed: seconds per round of `privbench train --defense {defense}`, "
                   f"{threads} threads split over the ranks, {args.rounds} rounds", device))
     print(f"{'model':6} {'n':>4} {'backend':<14} {'round':>10} {'local/x':>8}", flush=True)
-    rows = []
+    rows: list[DistributedRow] = []
     for m in args.model or ENGINE_MODELS:
         for n in args.nodes or (16,):
             local = time_train(defense, m, n, args.rounds, 0, threads, device)
@@ -307,7 +320,7 @@ def run_distributed(args: argparse.Namespace, device: torch.device) -> dict[str,
     return {"rows": rows, "defense": defense, "threads": threads, "rounds": args.rounds}
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], dict[str, Any]]] = {
+SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], Payload]] = {
     "engine": run_engine, "attacks": run_attacks, "audit": run_audit, "scale": run_scale,
     "distributed": run_distributed, "plans": run_plans,
 }

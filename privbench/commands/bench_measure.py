@@ -10,7 +10,7 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,15 @@ import torch
 from torch import Tensor
 
 from privbench.commands.bench_rounds import METHODS, OPACUS_METHODS, RoundInputs, round_privbench
+from privbench.commands.bench_rows import (
+    AttackRow,
+    AuditBench,
+    EngineRow,
+    PlanRow,
+    Ratios,
+    ScaleRow,
+    Spread,
+)
 from privbench.data.datasets import Dataset, load_dataset, load_digits, split_nodes
 from privbench.errors import ConfigError
 from privbench.models import FlatModel, build_model
@@ -181,7 +190,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int, device: to
     return times
 
 
-def spread(times: list[float]) -> dict[str, Any]:
+def spread(times: list[float]) -> Spread:
     """Median, quartiles, min and max of a list of seconds."""
     qs = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
     return {"median_s": statistics.median(times), "q1_s": qs[0], "q3_s": qs[2],
@@ -217,7 +226,7 @@ def _guarded(fn: Callable[[], Any], failed: dict[str, str], key: str) -> Callabl
 
 def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.device,
                  defenses: list[str] | None = None, methods: list[str] | None = None,
-                 ) -> list[dict[str, Any]]:
+                 ) -> list[EngineRow]:
     """Time one DP round of `model` at `n` nodes every way in `methods` (keys of
     `bench_rounds.METHODS`, default all but the naive loop) and one real round of every defense
     in `defenses`, all interleaved (`time_interleaved`).
@@ -251,17 +260,17 @@ def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.dev
     times = time_interleaved(calls, repeats, device)
     base = {"model": model, "nodes": n, "batch": batch, "d": fm.d,
             "dataset": bench_dataset(n, batch), "out_degree": out_degree(n)}
-    rows = []
+    rows: list[EngineRow] = []
     for key, label in labels.items():
-        stats: dict[str, Any] = (spread(times[key]) if key not in skipped else
-                                 dict.fromkeys(("median_s", "q1_s", "q3_s", "min_s", "max_s",
-                                                "times_s")))
+        stats: Spread = (spread(times[key]) if key not in skipped else
+                         {"median_s": None, "q1_s": None, "q3_s": None, "min_s": None,
+                          "max_s": None, "times_s": None})
         rows.append({**base, "method": key, "label": label, **stats,
                      "skipped": skipped.get(key)})
     return rows
 
 
-def engine_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+def engine_ratios(rows: list[EngineRow]) -> Ratios:
     """Ratios of one (model, n)'s rows: fastest Opacus mode / privbench, privbench / floor,
     torch.func per node / privbench (None where a method did not run)."""
     med = {r["method"]: r["median_s"] for r in rows if r["median_s"] is not None}
@@ -314,7 +323,7 @@ def stack_gib(model: str, n: int, batch: int) -> float:
 
 def bench_scale(model: str, n: int, batch: int, repeats: int, device: torch.device,
                 defense: str | None = SCALE_DEFENSE, max_stack_gib: float = 2.0,
-                ) -> dict[str, Any]:
+                ) -> ScaleRow:
     """Seconds per round at n nodes: the generic DP round through `clipped_grad_sum` (chunked,
     memory bounded in n) and one real defense round (message log off), with the peak memory
     seen so far. The defense round is skipped (None, with a reason) when its (n, B, d)
@@ -337,8 +346,8 @@ def bench_scale(model: str, n: int, batch: int, repeats: int, device: torch.devi
 
 
 def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str] | None = None,
-                attacks: list[str] | None = None, run_over: dict[str, Any] | None = None,
-                ) -> dict[str, Any]:
+                attacks: list[str] | None = None, run_over: Mapping[str, object] | None = None,
+                ) -> AuditBench:
     """Wall time of the audit `privbench attack --preset PRESET` (its defenses and attacks, or
     `defenses` / `attacks`; `run_over`: RunConfig fields over the preset's), run in-process
     through `sweep.Sweep` into a temporary folder, with the `timings.json` it writes (build,
@@ -369,7 +378,7 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
 
 
 def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps: int = 25,
-                  batch_size: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+                  batch_size: int = 1, seed: int = 0) -> list[AttackRow]:
     """Throughput of K Geiping attacks batched (one vmapped program) vs a sequential loop.
 
     Both run the same K problems (`inversion.synthetic_views`: exact views, LeNet, digits) for
@@ -386,7 +395,7 @@ def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps
     geiping = ATTACKS.get("geiping")
     device = torch.device(device)
     attack = geiping(geiping.Config(steps=steps))
-    rows = []
+    rows: list[AttackRow] = []
     for k in k_values:
         views, fm, _, _ = synthetic_views(k, batch_size, seed)
         fm.to(device)
@@ -415,7 +424,7 @@ PLAN_COMPOSERS = ("privbench", "dp_accounting")
 def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: float = 1e-5,
                 sample_rate: float = 16 / 180, plans: list[str] | None = None,
                 repeats: int = 1, composers: tuple[str, ...] = ("privbench",),
-                ) -> list[dict[str, Any]]:
+                ) -> list[PlanRow]:
     """Seconds to compose each registered privacy plan (`accounting.PRIVACY_PLANS`) for
     `rounds` rounds at every ε, per composer of the Gaussian PLDs: cold (empty on-disk
     accountant cache, in-memory memo cleared; `repeats` passes, composers interleaved in

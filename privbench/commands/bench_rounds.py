@@ -27,7 +27,7 @@ import copy
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,13 @@ from privbench.models import FlatModel
 LR = 0.1
 
 
+class _OpacusSetup(TypedDict, total=False):
+    """Opacus' modules of a method, built on its first round and reused (opacus is optional:
+    its types are not imported here)."""
+
+    hooks: tuple[Any, Any]  # GradSampleModule, DPOptimizer
+    ghost: tuple[Any, Any, Any]  # the fast-gradient-clipping module, optimizer and loss
+
 @dataclass
 class RoundInputs:
     """One round's fixed inputs: params (n, d), x (n, B, ...), y (n, B), p (n, n) mixing."""
@@ -56,7 +63,7 @@ class RoundInputs:
     gen: torch.Generator
     clip: float = 1.0
     sigma: float = 1.0
-    cache: dict[str, Any] = field(default_factory=dict)  # per-method set-up (Opacus modules)
+    cache: _OpacusSetup = field(default_factory=lambda: _OpacusSetup())  # per-method set-up
 
 
 def _step(inp: RoundInputs, sums: Tensor) -> Tensor:

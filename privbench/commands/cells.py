@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
 from privbench.audit.attack import reads_messages
 from privbench.audit.config import AuditConfig
-from privbench.config import RunConfig, json_ready
+from privbench.config import JSONObject, JSONValue, RunConfig, json_ready
 from privbench.device import resolve_device
 from privbench.engine.messages import RecordPolicy
 from privbench.engine.runner import Built
@@ -73,7 +74,26 @@ class Laps:
         return time.perf_counter() - self.start
 
 
-def sensitivity_trace(built: Built) -> dict[str, Any] | None:
+class SensitivityTrace(TypedDict):
+    """A cell's estimated vs real sensitivity per round (`sensitivity_trace`), non-finite
+    values as None."""
+
+    S_est: list[float | None]
+    S_real: list[float | None]
+    sync: list[bool]
+
+
+class PaperSetting(TypedDict):
+    """A paper cell's `setting` in results.json (`_paper_setting`)."""
+
+    name: str  # the cell's key after "defense@"
+    label: str
+    overrides: Mapping[str, object]  # the paper's defense values
+    composed_epsilon: JSONValue  # the calibrated ε the run composes to ("inf" when infinite)
+    epsilon: NotRequired[float]  # the ε the paper reads the run as (none: a fixed setting)
+
+
+def sensitivity_trace(built: Built) -> SensitivityTrace | None:
     """Per round, a data-dependent sensitivity estimate vs the real value (DPPS / PartPSP's
     `sensitivity_trace`: S_est, S_real, sync), non-finite values as None (strict JSON)."""
     tr = built.trainer.sensitivity_trace()
@@ -95,7 +115,7 @@ def _file_problem(path: Path, schema: Any) -> str | None:
     return schema(data)
 
 
-def _read_cell_file(path: Path, schema: Any) -> dict[str, Any]:
+def _read_cell_file(path: Path, schema: Any) -> JSONObject:
     problem = _file_problem(path, schema)
     if problem:
         raise DataError(f"{path} is damaged ({problem}); rerun with --resume to recompute it")
@@ -113,7 +133,7 @@ def _cell_key(eps: float | None, setting: str | None) -> str:
     return setting if eps is None else f"{setting}-eps{_eps_key(eps)}"
 
 
-def cell_key(cell: dict[str, Any]) -> str:
+def cell_key(cell: JSONObject) -> str:
     """`_cell_key` of a cell of results.json."""
     setting = cell.get("setting") or {}
     return str(setting["name"]) if setting else _eps_key(cell.get("epsilon"))
@@ -125,8 +145,8 @@ def _setting_label(eps: float | None, setting: str | None) -> str:
     return "at the paper's setting" if eps is None else f"at the paper's reading of {eps_text(eps)}"
 
 
-def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any], eps: float | None
-                   ) -> dict[str, Any]:
+def _paper_setting(overrides: Mapping[str, object], cell: JSONObject, eps: float | None
+                   ) -> PaperSetting:
     """The paper cell's description: its overrides, the ε the paper reads the run as (None for
     a fixed setting) and the ε the run composes to."""
     from privbench.results.store import claimed_eps
@@ -134,7 +154,7 @@ def _paper_setting(overrides: dict[str, Any], cell: dict[str, Any], eps: float |
     knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
                       for k, v in sorted(overrides.items()))
     label = f"paper {knobs}" if eps is None else f"paper {knobs}, {eps_text(eps)}"
-    out = {"name": _cell_key(eps, PAPER), "label": label, "overrides": overrides,
+    out: PaperSetting = {"name": _cell_key(eps, PAPER), "label": label, "overrides": overrides,
            "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
     return out if eps is None else {**out, "epsilon": eps}
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from privbench.errors import ConfigError, PrivbenchError
+
+if TYPE_CHECKING:
+    from privbench.config import JSONObject, RunConfig
 
 EXIT_BAD_INPUT = 2
 
@@ -23,15 +26,16 @@ _RUN_FLAGS = ("dataset", "data_root", "download", "model", "nodes", "topology", 
               "seed")
 
 
-def run_config_from_args(args: argparse.Namespace, preset: dict[str, Any] | None = None,
-                         ) -> tuple[Any, dict[str, Any]]:
+def run_config_from_args(args: argparse.Namespace, preset: Mapping[str, object] | None = None,
+                         ) -> tuple[RunConfig, dict[str, object]]:
     """RunConfig and defense overrides from defaults < preset < --config file < flags < --set;
-    a data root given must be a folder (`datafiles.check_data_root`)."""
+    a data root given must be a folder (`datafiles.check_data_root`). The defense overrides
+    are the user's values as given: the defense's config checks them when it is built."""
     from privbench.config import RunConfig, load_toml, parse_sets, replace_checked
     from privbench.data.files import check_data_root
 
-    run_over: dict[str, Any] = dict(preset or {})
-    def_over: dict[str, Any] = {}
+    run_over: dict[str, object] = dict(preset or {})
+    def_over: dict[str, object] = {}
     if args.config:
         file_run, def_over, _ = load_toml(args.config)
         run_over.update(file_run)
@@ -112,7 +116,7 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(["privbench", *keep])
 
 
-def _add_audit_sets(audit_sets: dict[str, Any], sets: list[str]) -> None:
+def _add_audit_sets(audit_sets: JSONObject, sets: list[str]) -> None:
     """Merge `--set audit.KEY=VALUE` into `audit_sets` (the config file's [audit] table);
     `audit.attack_config.ATTACK.KEY=VALUE` sets one key of one attack's config."""
     for item in sets:

@@ -9,9 +9,26 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
+
+from privbench.config import FieldValue
 
 PRESETS_FILE = Path(__file__).parents[1] / "presets" / "audit.toml"
+
+
+class AuditPreset(TypedDict):
+    """One `[preset]` table of audit.toml (arrays as tuples)."""
+
+    run: dict[str, FieldValue]  # RunConfig fields over the defaults
+    eps: tuple[float, ...]
+    attacks: tuple[str, ...]
+    inversion_rounds: tuple[int, ...]
+    reference_models: int
+    inversion_batch_sizes: NotRequired[tuple[int, ...]]
+    pool_victims: NotRequired[bool]
+    attack_config: dict[str, dict[str, FieldValue]]  # per attack, its settings
+    paper_settings: NotRequired[dict[str, dict[str, FieldValue]]]  # per defense, fixed values
+    paper_readings: NotRequired[dict[str, dict[str, FieldValue]]]
 
 
 def _frozen(value: Any) -> Any:
@@ -23,14 +40,15 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def _load(path: Path = PRESETS_FILE) -> dict[str, Any]:
+def _load(path: Path = PRESETS_FILE) -> dict[str, object]:
     with path.open("rb") as fh:
         return _frozen(tomllib.load(fh))
 
 
 _DATA = _load()
-TUNE_GRIDS: dict[str, tuple[str, ...]] = _DATA.pop("tune_grids")
+TUNE_GRIDS = cast(dict[str, tuple[str, ...]], _DATA.pop("tune_grids"))
 """Per default defense, the `--grid` items `privbench tune --all` searches."""
-PRESETS: dict[str, dict[str, Any]] = _DATA
+# every other top-level table is a preset (the file's layout, kept by its tests)
+PRESETS = cast(dict[str, AuditPreset], _DATA)
 """Per preset: its run settings (`run`), ε grid, attacks and their settings, inversion rounds
 and batch sizes, reference models, pooled victims, and the paper's settings and readings."""

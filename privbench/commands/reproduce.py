@@ -20,10 +20,11 @@ from privbench.commands.common import (
 from privbench.errors import PrivbenchError
 
 if TYPE_CHECKING:
+    from privbench.reproduce.line import RunLine
     from privbench.reproduce.spec import Reproduction, Scale
 
     # a committed table: its folder, reproduction, scale and lines
-    Table = tuple[Path, Reproduction, Scale, list[dict[str, Any]]]
+    Table = tuple[Path, Reproduction, Scale, list[RunLine]]
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

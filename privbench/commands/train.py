@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from privbench.commands.attack import _tuned_entries
 from privbench.commands.common import (
@@ -18,6 +19,12 @@ from privbench.commands.common import (
     run_config_from_args,
 )
 from privbench.errors import PrivbenchError
+
+if TYPE_CHECKING:
+    from privbench.commands.tuning import PrivacyCost, TunedUse
+    from privbench.config import RunConfig
+    from privbench.engine.loop import TrainResult
+    from privbench.engine.runner import TrainJSON
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -44,8 +51,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _train(args, run, overrides, DistComm(run.nodes, device), device, tuned)
 
 
-def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
-                 ) -> tuple[Any, dict[str, Any], dict[str, Any] | None]:
+def _train_tuned(args: argparse.Namespace, run: RunConfig, overrides: dict[str, object],
+                 ) -> tuple[RunConfig, dict[str, object], TunedUse | None]:
     """Apply the committed tuned values (any preset's entry tuned for exactly these settings:
     dataset, model, nodes, rounds, batch size, partition, topology, at the run's own ε) to a
     `train` run; the user's flags, --set and --config win, --untuned ignores them. Says which
@@ -75,14 +82,14 @@ def _train_tuned(args: argparse.Namespace, run: Any, overrides: dict[str, Any],
 _TUNED_FILE = "privbench/presets/tuned.toml"
 
 
-def _cost_text(cost: dict[str, Any]) -> str:
+def _cost_text(cost: PrivacyCost) -> str:
     """'not charged (30 candidates): the cell's ε covers ...' from `tuning.privacy_cost`."""
     k = cost.get("candidates")
     return f"{cost['rule']}{f' ({k} candidates)' if k else ''}: {cost['meaning']}"
 
 
-def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
-           device: Any, tuned: dict[str, Any] | None = None) -> int:
+def _train(args: argparse.Namespace, run: RunConfig, overrides: Mapping[str, object], comm: Any,
+           device: Any, tuned: TunedUse | None = None) -> int:
     """Build, train, save (`comm` None: every node in this process)."""
     rank0 = comm is None or comm.rank == 0
     out = Path(args.out)
@@ -95,8 +102,8 @@ def _train(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: 
         return _train_into(args, run, overrides, comm, device, tuned, out)
 
 
-def _train_into(args: argparse.Namespace, run: Any, overrides: dict[str, Any], comm: Any,
-                device: Any, tuned: dict[str, Any] | None, out: Path) -> int:
+def _train_into(args: argparse.Namespace, run: RunConfig, overrides: Mapping[str, object],
+                comm: Any, device: Any, tuned: TunedUse | None, out: Path) -> int:
     """`_train` once `out` is claimed: build, train, write, print (rank 0)."""
     from privbench.engine.checkpoint import prepare
     from privbench.engine.loop import train
@@ -145,7 +152,7 @@ def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
                         "threads": torch.get_num_threads()})["sha256"]
 
 
-def _print_train(res: Any, result: dict[str, Any], out: Path, comm: Any) -> None:
+def _print_train(res: TrainResult, result: TrainJSON, out: Path, comm: Any) -> None:
     from privbench.results.store import diverged_text, noise_feedback_text, privacy_line
 
     rounds = result["run"]["rounds"]

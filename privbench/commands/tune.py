@@ -20,7 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from privbench.audit.config import DEFAULT_DEFENSES
 from privbench.commands import tuning
@@ -33,10 +33,11 @@ from privbench.commands.common import (
     run_config_from_args,
 )
 from privbench.commands.presets import PRESETS, TUNE_GRIDS
-from privbench.config import RunConfig, to_dict
+from privbench.config import FieldValue, JSONObject, RunConfig, to_dict
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
+from privbench.reproduce.line import Fingerprint
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,36 @@ class TuneCell:
 
     defense: str
     eps: float | None
-    fixed: tuple[tuple[str, Any], ...] = ()
+    fixed: tuple[tuple[str, FieldValue], ...] = ()
 
     @property
     def name(self) -> str:
         """The cell's folder: 'dyn_d2p@eps1', 'sgp@any', 'defl_vp@eps8-paper'."""
         at = "any" if self.eps is None else f"eps{self.eps:g}"
         return f"{self.defense}@{at}{'-paper' if self.fixed else ''}"
+
+
+class CellResult(tuning.TuneResult):
+    """A cell's tune.json: the tune result, the cell, what determines it and its command."""
+
+    cell: str
+    fixed: dict[str, FieldValue]
+    run: JSONObject  # the run config (`to_dict`)
+    fingerprint: NotRequired[Fingerprint]  # added once tuned, with the two commands
+    command: NotRequired[str]
+    written_by: NotRequired[str]
+
+
+class CellSummary(TypedDict):
+    """One line of `tune_preset`'s summary."""
+
+    cell: str
+    reused: bool
+    seconds: float  # this call's; 0 for a reused cell
+    best: str | None  # the best candidate's label
+    validation_accuracy: float | None
+    untuned_test: float | None
+    tuned_test: float | None
 
 
 def preset_cells(preset: str, defenses: tuple[str, ...] = DEFAULT_DEFENSES) -> list[TuneCell]:
@@ -91,7 +115,7 @@ def cell_command(command: str, cell: TuneCell, save: str | None) -> str:
 
 
 def cell_fingerprint(run: RunConfig, cell: TuneCell, validation: float, test: bool
-                     ) -> dict[str, Any]:
+                     ) -> Fingerprint:
     """What determines a cell's tune.json: run, defense, fixed values, the grid, the split,
     whether test accuracies are measured, the privbench and torch versions and thread count."""
     import torch
@@ -107,7 +131,7 @@ def cell_fingerprint(run: RunConfig, cell: TuneCell, validation: float, test: bo
         "threads": torch.get_num_threads()})
 
 
-def _reusable(path: Path, want: dict[str, Any]) -> dict[str, Any] | None:
+def _reusable(path: Path, want: Fingerprint) -> CellResult | None:
     """The tune.json at `path` when it is whole and its fingerprint is `want`'s, else None."""
     try:
         data = json.loads(path.read_text())
@@ -119,7 +143,7 @@ def _reusable(path: Path, want: dict[str, Any]) -> dict[str, Any] | None:
 
 def tune_preset(base: RunConfig, preset: str, out: Path, command: str, validation: float = 0.2,
                 test: bool = True, save: Path | None = None, progress: bool = True,
-                cells: list[TuneCell] | None = None) -> list[dict[str, Any]]:
+                cells: list[TuneCell] | None = None) -> list[CellSummary]:
     """Tune every cell of `preset` (or `cells`) into `out/<cell>/tune.json`, reusing the cells
     whose fingerprint matches; with `save`, write each cell's best candidate to that file.
 
@@ -160,15 +184,15 @@ def tune_preset(base: RunConfig, preset: str, out: Path, command: str, validatio
 
 
 def _tune_cell(run: RunConfig, cell: TuneCell, validation: float, test: bool,
-               progress: bool) -> dict[str, Any]:
+               progress: bool) -> CellResult:
     cands = tuning.parse_grid(list(TUNE_GRIDS[cell.defense]), cell.defense)
     result = tuning.tune(run, cell.defense, cands, validation, dict(cell.fixed),
                          progress=progress, test=test)
     return {**result, "cell": cell.name, "fixed": dict(cell.fixed), "run": to_dict(run)}
 
 
-def _summary(cell: TuneCell, result: dict[str, Any], reused: bool, seconds: float
-             ) -> dict[str, Any]:
+def _summary(cell: TuneCell, result: CellResult, reused: bool, seconds: float
+             ) -> CellSummary:
     best = None if result["best"] is None else result["candidates"][result["best"]]
     return {"cell": cell.name, "reused": reused, "seconds": 0.0 if reused else seconds,
             "best": None if best is None else best["label"],
@@ -252,7 +276,7 @@ def _tune_preset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_tune(result: dict[str, Any]) -> None:
+def _print_tune(result: tuning.TuneResult) -> None:
     def acc(v: float | None) -> str:
         return "-" if v is None else f"{v:.4f}"
 

@@ -29,11 +29,12 @@ import dataclasses
 import itertools
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
-from privbench.config import RunConfig, read_toml, replace_checked
+from privbench.config import FieldValue, Overrides, RunConfig, read_toml, replace_checked
 from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 
@@ -44,12 +45,104 @@ PRIVACY_NOTE = ("the tuning's own privacy cost is not charged (as usual in the l
 MATCH_FIELDS = ("dataset", "model", "nodes", "rounds", "batch_size", "partition", "topology")
 
 
+class TrainedJSON(TypedDict):
+    """`Trained` as tune.json holds it (`untuned_test`, `tuned_test`)."""
+
+    status: str
+    accuracy: float | None
+    seconds: float
+    models_sha256: str
+
+
+@dataclass(frozen=True)
+class Trained:
+    """One configuration trained by `train_once`."""
+
+    status: str  # "ok" or "diverged at round R"
+    accuracy: float | None  # None when diverged
+    seconds: float
+    # the (n, d) final models, hashed: two candidates with the same digest trained the same models
+    models_sha256: str
+
+    def to_json(self) -> TrainedJSON:
+        return {"status": self.status, "accuracy": self.accuracy, "seconds": self.seconds,
+                "models_sha256": self.models_sha256}
+
+
+class CandidateRow(TypedDict):
+    """One candidate's line of tune.json."""
+
+    run: Overrides
+    defense: Overrides
+    label: str
+    validation_accuracy: float | None
+    status: str
+    seconds: float
+    models_sha256: str | None
+
+
+class TuneResult(TypedDict):
+    """tune.json as `tune` returns it (`privbench tune` adds the command, run and environment;
+    `tune --all` the cell, its fingerprint and command)."""
+
+    defense: str
+    epsilon: float
+    validation: float
+    candidates: list[CandidateRow]
+    best: int | None  # index into candidates; None when none finished
+    inert: list[str]
+    privacy_note: str
+    untuned_test: NotRequired[TrainedJSON]  # absent without test accuracies (--skip-test)
+    tuned_test: NotRequired[TrainedJSON]  # absent as well when no candidate finished
+
+
+class TunedEntry(TypedDict, total=False):
+    """One `[[preset.defense]]` entry of the tuned-values file, as TOML reads it (`toml_entry`
+    writes it; entries written before a field lack it); `preset` is added by its readers."""
+
+    epsilon: float  # absent: the entry holds at every ε
+    fixed: Overrides
+    run: Overrides
+    defense: Overrides
+    candidates: int
+    validation_accuracy: float
+    validation: float
+    settings: Overrides
+    command: str
+    preset: str
+
+
+class PrivacyCost(TypedDict):
+    """The tuning's privacy cost for one cell (`privacy_cost`)."""
+
+    rule: str  # "none" or "not charged"
+    meaning: str
+    candidates: NotRequired[int | None]
+
+
+class TunedUse(TypedDict, total=False):
+    """The record of one tuned-entry lookup (`apply_tuned`): the entry used, or `entry` None
+    with the reason (then only `entry`, `reason` and `privacy_cost`)."""
+
+    entry: str | None
+    reason: str
+    run: Overrides
+    defense: Overrides
+    tuned_at_epsilon: float | None
+    fixed: Overrides
+    command: str | None
+    validation_accuracy: float | None
+    source: str
+    note: str
+    privacy_cost: PrivacyCost
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One grid point: run-field and defense-field overrides."""
 
-    run: dict[str, Any]
-    defense: dict[str, Any]
+    run: Overrides
+    defense: Overrides
 
     def label(self) -> str:
         """'lr=0.1 clip=1' in grid order."""
@@ -69,7 +162,7 @@ def parse_grid(items: list[str], defense: str) -> list[Candidate]:
     cls = DEFENSES.get(defense)
     defense_fields = {f.name for f in dataclasses.fields(cls.Config)}
     run_fields = {f.name for f in dataclasses.fields(RunConfig)}
-    axes: list[tuple[str, str, list[Any]]] = []
+    axes: list[tuple[str, str, list[FieldValue]]] = []
     for item in items:
         key, sep, values = item.partition("=")
         key = key.strip()
@@ -94,8 +187,8 @@ def parse_grid(items: list[str], defense: str) -> list[Candidate]:
     return out
 
 
-def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
-               validation: float, label: str | None = None) -> dict[str, Any]:
+def train_once(run: RunConfig, defense: str, overrides: Mapping[str, object],
+               validation: float, label: str | None = None) -> Trained:
     """Train one configuration; its average-model accuracy on the validation split (validation
     > 0) or on the test set (validation == 0), with its status and time. With `label`, its
     rounds show as a bar on a terminal, a heartbeat line in a log (`privbench.progress`)."""
@@ -113,16 +206,15 @@ def train_once(run: RunConfig, defense: str, overrides: dict[str, Any],
         res = train(built.trainer, progress=bar.update)
     status = "ok" if res.diverged_round is None else f"diverged at round {res.diverged_round}"
     acc = res.average_accuracy if res.diverged_round is None else None
-    # the (n, d) final models, hashed: two candidates with the same digest trained the same models
-    return {"status": status, "accuracy": acc, "seconds": time.perf_counter() - start,
-            "models_sha256": tensors_sha256([node_models(built.trainer)])}
+    return Trained(status, acc, time.perf_counter() - start,
+                   tensors_sha256([node_models(built.trainer)]))
 
 
-def inert_keys(rows: list[dict[str, Any]]) -> list[str]:
+def inert_keys(rows: list[CandidateRow]) -> list[str]:
     """Grid keys that changed nothing: every set of candidates that differ in that key alone
     trained bit-identical models (e.g. Dyn-D2P's `clip_bar`, which only its `const` and
     `dyn_mu` variants read). A key with no two candidates differing in it alone is not judged."""
-    def settings(r: dict[str, Any]) -> dict[str, Any]:
+    def settings(r: CandidateRow) -> Overrides:
         return {**r["run"], **r["defense"]}
 
     out = []
@@ -138,14 +230,13 @@ def inert_keys(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: float,
-         base_overrides: dict[str, Any] | None = None,
-         progress: bool = True, test: bool = True) -> dict[str, Any]:
+         base_overrides: Mapping[str, object] | None = None,
+         progress: bool = True, test: bool = True) -> TuneResult:
     """Score every candidate on the validation split; the best, and (`test`) the test accuracy
     of the untuned and the chosen setting trained on the full members (two more full runs).
 
     Returns:
-        {"candidates": [...], "best": index or None, "untuned_test", "tuned_test", ...}; the
-        last two absent without `test`.
+        tune.json's content; `untuned_test` and `tuned_test` absent without `test`.
     """
     if not 0 < validation < 1:
         raise ConfigError(f"--validation must be in (0, 1), got {validation}")
@@ -156,42 +247,44 @@ def tune(run: RunConfig, defense: str, candidates: list[Candidate], validation: 
     def label(what: str) -> str | None:  # a phase's label, None without progress
         return f"{where}: {what}" if progress else None
 
-    rows = []
+    rows: list[CandidateRow] = []
     for i, cand in enumerate(candidates, 1):
         cand_run = replace_checked(run, cand.run, where="run")
         res = train_once(cand_run, defense, {**base_overrides, **cand.defense}, validation,
                          label(f"candidate {i} of {len(candidates)} ({cand.label()})"))
         rows.append({"run": cand.run, "defense": cand.defense, "label": cand.label(),
-                     "validation_accuracy": res["accuracy"], "status": res["status"],
-                     "seconds": res["seconds"], "models_sha256": res["models_sha256"]})
+                     "validation_accuracy": res.accuracy, "status": res.status,
+                     "seconds": res.seconds, "models_sha256": res.models_sha256})
         if progress:
-            acc = res["accuracy"]
+            acc = res.accuracy
             print(f"  {cand.label():<40} validation accuracy "
-                  f"{'-' if acc is None else f'{acc:.4f}'}  {res['status']}", flush=True)
-    scored = [(r["validation_accuracy"], -i) for i, r in enumerate(rows)
-              if r["validation_accuracy"] is not None and math.isfinite(r["validation_accuracy"])]
+                  f"{'-' if acc is None else f'{acc:.4f}'}  {res.status}", flush=True)
+    scored = [(acc, -i) for i, r in enumerate(rows)
+              if (acc := r["validation_accuracy"]) is not None and math.isfinite(acc)]
     best = -max(scored)[1] if scored else None
-    out: dict[str, Any] = {"defense": defense, "epsilon": run.epsilon, "validation": validation,
+    out: TuneResult = {"defense": defense, "epsilon": run.epsilon, "validation": validation,
                            "candidates": rows, "best": best, "inert": inert_keys(rows),
                            "privacy_note": PRIVACY_NOTE}
     if not test:
         return out
     out["untuned_test"] = train_once(run, defense, base_overrides, 0.0,
-                                     label("test accuracy of the untuned defaults"))
+                                     label("test accuracy of the untuned defaults")).to_json()
     if best is not None:
         chosen = rows[best]
         out["tuned_test"] = train_once(replace_checked(run, chosen["run"], where="run"), defense,
                                        {**base_overrides, **chosen["defense"]}, 0.0,
-                                       label(f"test accuracy of the chosen {chosen['label']}"))
+                                       label(f"test accuracy of the chosen {chosen['label']}"),
+                                       ).to_json()
     return out
 
 
-def load_tuned(path: Path = TUNED_FILE) -> dict[str, Any]:
+def load_tuned(path: Path = TUNED_FILE) -> dict[str, dict[str, list[TunedEntry]]]:
     """The tuned-values file: {preset: {defense: [entry, ...]}} (empty when absent)."""
-    return read_toml(path, "tuned-values file") if path.is_file() else {}
+    data = read_toml(path, "tuned-values file") if path.is_file() else {}
+    return cast(dict[str, dict[str, list[TunedEntry]]], data)  # `toml_entry`'s layout
 
 
-def fixed_values(defense: str, overrides: dict[str, Any]) -> dict[str, Any]:
+def fixed_values(defense: str, overrides: Mapping[str, object]) -> Overrides:
     """`overrides` typed by `defense`'s config, those equal to its defaults left out: the values
     a tuned entry's `fixed` table is compared with (`"5"` from `--set` equals `5.0`)."""
     from privbench.plugins import load_plugins
@@ -202,15 +295,15 @@ def fixed_values(defense: str, overrides: dict[str, Any]) -> dict[str, Any]:
     return {k: getattr(typed, k) for k in overrides if getattr(typed, k) != getattr(default, k)}
 
 
-def _eps_free(entry: dict[str, Any], defense: str) -> bool:
+def _eps_free(entry: TunedEntry, defense: str) -> bool:
     """Whether an entry holds at every ε: a non-private defense's, or one with no `epsilon`
     (tuned at a fixed paper setting, whose noise no ε target sets)."""
     return not DEFENSES.get(defense).private or "epsilon" not in entry
 
 
-def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
-              defense: str, fixed: dict[str, Any] | None = None,
-              ) -> tuple[dict[str, Any] | None, str]:
+def entry_for(entries: list[TunedEntry], run: RunConfig, eps: float | None,
+              defense: str, fixed: Mapping[str, object] | None = None,
+              ) -> tuple[TunedEntry | None, str]:
     """The tuned entry that applies to `run` of `defense` at `eps`, or None with the reason.
 
     An entry applies when the run's MATCH_FIELDS (topology "auto" resolved to the defense's
@@ -240,19 +333,19 @@ def entry_for(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
     return None, f"no tuned entry{at_eps}{where} (entries: {have})"
 
 
-def _describe(entry: dict[str, Any], defense: str) -> str:
+def _describe(entry: TunedEntry, defense: str) -> str:
     """'ε = 8', 'every ε', 'every ε with b=5'."""
     at = "every ε" if _eps_free(entry, defense) else f"ε = {entry['epsilon']:g}"
     fixed = fixed_values(defense, entry.get("fixed", {}))
     return at + (f" with {_pairs(fixed)}" if fixed else "")
 
 
-def _pairs(values: dict[str, Any]) -> str:
+def _pairs(values: Mapping[str, object]) -> str:
     return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                     for k, v in values.items())
 
 
-def candidate_count(entry: dict[str, Any]) -> int | None:
+def candidate_count(entry: TunedEntry) -> int | None:
     """How many candidates the entry was chosen among: its `candidates`, or the product of the
     value counts of its command's `--grid` items (entries written before the field)."""
     if isinstance(entry.get("candidates"), int):
@@ -268,7 +361,7 @@ def candidate_count(entry: dict[str, Any]) -> int | None:
                      for g in grids)
 
 
-def privacy_cost(entry: dict[str, Any] | None, defense: str) -> dict[str, Any]:
+def privacy_cost(entry: TunedEntry | None, defense: str) -> PrivacyCost:
     """The tuning's privacy cost for a cell that used `entry` (None: untuned defaults): the
     rule applied and what it means for the cell's ε."""
     if entry is None:
@@ -285,7 +378,7 @@ def privacy_cost(entry: dict[str, Any] | None, defense: str) -> dict[str, Any]:
         "private)")}
 
 
-def entry_label(entry: dict[str, Any], defense: str) -> str:
+def entry_label(entry: TunedEntry, defense: str) -> str:
     """'quick.dyn_d2p at ε = 1' (the preset when known; 'at every ε' for an ε-free entry)."""
     name = f"{entry['preset']}.{defense}" if entry.get("preset") else defense
     at = "at every ε" if _eps_free(entry, defense) else f"at ε = {entry['epsilon']:g}"
@@ -293,9 +386,9 @@ def entry_label(entry: dict[str, Any], defense: str) -> str:
     return f"{name} {at}" + (f" with {_pairs(fixed)}" if fixed else "")
 
 
-def apply_tuned(entries: list[dict[str, Any]], run: RunConfig, eps: float | None,
-                defense: str, fixed: dict[str, Any] | None = None,
-                ) -> tuple[RunConfig, dict[str, Any], dict[str, Any]]:
+def apply_tuned(entries: list[TunedEntry], run: RunConfig, eps: float | None,
+                defense: str, fixed: Mapping[str, object] | None = None,
+                ) -> tuple[RunConfig, Overrides, TunedUse]:
     """`run` with the applicable tuned entry's run values, its defense overrides, and the
     record of the lookup: the entry used (`entry` its label, the values, where they came from,
     the command, the tuning's privacy cost), or `entry` None with the reason (no change).
@@ -304,7 +397,7 @@ def apply_tuned(entries: list[dict[str, Any]], run: RunConfig, eps: float | None
     if entry is None:
         return run, {}, {"entry": None, "reason": f"{why}: untuned defaults",
                          "privacy_cost": privacy_cost(None, defense)}
-    used = {"entry": entry_label(entry, defense),
+    used: TunedUse = {"entry": entry_label(entry, defense),
             "run": dict(entry.get("run", {})), "defense": dict(entry.get("defense", {})),
             "tuned_at_epsilon": None if _eps_free(entry, defense) else entry["epsilon"],
             "fixed": dict(entry.get("fixed", {})), "command": entry.get("command"),
@@ -314,7 +407,7 @@ def apply_tuned(entries: list[dict[str, Any]], run: RunConfig, eps: float | None
     return replace_checked(run, used["run"], where="run"), used["defense"], used
 
 
-def tuned_settings(run: RunConfig, defense: str) -> dict[str, Any]:
+def tuned_settings(run: RunConfig, defense: str) -> Overrides:
     """The run fields a tuned entry records (and must match to apply), with topology "auto"
     resolved to the graph `defense` trains on (so "auto" and its resolution match alike)."""
     from privbench.engine.runner import with_default_topology
@@ -326,8 +419,8 @@ def tuned_settings(run: RunConfig, defense: str) -> dict[str, Any]:
     return {k: getattr(resolved, k) for k in MATCH_FIELDS}
 
 
-def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any],
-               command: str, fixed: dict[str, Any] | None = None, eps_free: bool = False,
+def toml_entry(preset: str, defense: str, run: RunConfig, result: TuneResult,
+               command: str, fixed: Mapping[str, object] | None = None, eps_free: bool = False,
                written_by: str | None = None) -> str:
     """One `[[preset.defense]]` table for tuned.toml from a tune result (best candidate).
 
@@ -335,12 +428,13 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
     `eps_free`: the entry holds at every ε (no `epsilon` line: a non-private defense, or a
     fixed paper setting); `written_by`: the whole-preset command this entry is one cell of.
     """
+    assert result["best"] is not None, "toml_entry needs a tune result with a best candidate"
     chosen = result["candidates"][result["best"]]
 
-    def value(v: Any) -> str:
+    def value(v: object) -> str:
         return repr(v) if isinstance(v, float) else f'"{v}"' if isinstance(v, str) else str(v)
 
-    def table(d: dict[str, Any]) -> str:
+    def table(d: Mapping[str, object]) -> str:
         return "{ " + ", ".join(f"{k} = {value(v)}" for k, v in d.items()) + " }"
 
     from privbench.results.provenance import code_digest, code_revision
@@ -370,7 +464,7 @@ def toml_entry(preset: str, defense: str, run: RunConfig, result: dict[str, Any]
     ])
 
 
-def entry_key(defense: str, entry: dict[str, Any]) -> tuple[Any, ...]:
+def entry_key(defense: str, entry: TunedEntry) -> tuple[float | None, list[tuple[str, FieldValue]]]:
     """What one entry is tuned for: (ε or None when ε-free, the fixed values)."""
     eps = None if _eps_free(entry, defense) else float(entry["epsilon"])
     return eps, sorted(fixed_values(defense, entry.get("fixed", {})).items())

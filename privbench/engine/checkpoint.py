@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 import torch
 
@@ -52,6 +52,17 @@ class StaleCheckpointError(Exception):
     """A checkpoint that is not this run's (another run, code or device) or cannot be read."""
 
 
+class Header(TypedDict):
+    """What a checkpoint file holds before the state (pickled first, so `header` reads it
+    without loading the state)."""
+
+    format: str
+    key: dict[str, str]  # what the run must match to resume it (`load`)
+    rounds_done: int
+    rounds: int
+    seconds: float
+
+
 @dataclass(frozen=True)
 class Resumed:
     """Where a restored run stands: its first `rounds_done` rounds trained, `result` the
@@ -61,25 +72,26 @@ class Resumed:
     result: TrainResult
 
 
-def _static(built: Built) -> dict[str, Any]:
+def _static(built: Built) -> dict[str, object]:
     """What training leaves unchanged, by name: rebuilt from the configuration, not stored."""
     ctx = built.ctx
     return {"data": ctx.data, "fm": ctx.fm, "comm": ctx.comm, "run": ctx.run,
             "cfg": built.trainer.cfg}
 
 
-def _read_only(items: dict[str, Any]) -> MappingProxyType:
+def _read_only(items: dict[str, object]) -> MappingProxyType:
     return MappingProxyType(items)
 
 
-def _proxy(mapping: MappingProxyType) -> tuple[Callable[..., Any], tuple[dict[str, Any]]]:
+def _proxy(mapping: MappingProxyType) -> tuple[Callable[..., MappingProxyType],
+                                               tuple[dict[str, object]]]:
     # a frozen plan's read-only view of its noise parameters (the type itself cannot be
     # pickled by name): the dict it wraps, wrapped again on load
     return _read_only, (dict(mapping),)
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, fh: BinaryIO, static: dict[str, Any]) -> None:
+    def __init__(self, fh: BinaryIO, static: dict[str, object]) -> None:
         super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
         self.dispatch_table = {**copyreg.dispatch_table, MappingProxyType: _proxy}
         self.static = {id(obj): name for name, obj in static.items()}
@@ -96,7 +108,7 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, fh: BinaryIO, static: dict[str, Any]) -> None:
+    def __init__(self, fh: BinaryIO, static: dict[str, object]) -> None:
         super().__init__(fh)
         self.static = static
         self.generators: dict[int, torch.Generator] = {}
@@ -118,7 +130,7 @@ def save(path: Path, built: Built, rounds_done: int, result: TrainResult,
     writing leaves the previous checkpoint)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    header = {"format": FORMAT, "key": key, "rounds_done": rounds_done,
+    header: Header = {"format": FORMAT, "key": key, "rounds_done": rounds_done,
               "rounds": built.ctx.run.rounds, "seconds": result.seconds}
     with open(tmp, "wb") as fh:
         pickle.dump(header, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -168,7 +180,7 @@ def restore(blob: bytes, built: Built, record: RecordPolicy | None = None) -> tu
     return trainer, copy
 
 
-def header(path: Path) -> dict[str, Any]:
+def header(path: Path) -> Header:
     """A checkpoint's header: its format, key, rounds done (of how many) and seconds spent."""
     try:
         with open(path, "rb") as fh:

@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,13 @@ Shape = tuple[int, ...]
 # One layer's contribution: (m, B) squared norms and, given the (m, B) clip weights, the
 # clipped sums {parameter name: (m, *shape)}.
 Contribution = tuple[Tensor, Callable[[Tensor], dict[str, Tensor]]]
+
+
+class _ProbeState(TypedDict, total=False):
+    """What `FastClip.probes`' hooks share with the traced loss of one row."""
+
+    probes: list[Tensor]  # added to each layer's output: its gradient is e
+    acts: list[Tensor | None]  # each layer's input a, recorded by its hook
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ class FastClip:
         return cls([Layer(n, m, _rule_for(m), *seen[n][0]) for n, m in owners])
 
     @contextmanager
-    def probes(self, state: dict[str, Any]) -> Iterator[None]:
+    def probes(self, state: _ProbeState) -> Iterator[None]:
         """Hooks that record each layer's input in state["acts"] and add state["probes"][k]."""
         def prober(k: int) -> Callable[..., Tensor]:
             def hook(mod: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> Tensor:
@@ -133,7 +140,7 @@ class FastClip:
         m, b = y.shape
         zeros = [torch.zeros(m, b, *lay.out_shape, dtype=x.dtype, device=x.device)
                  for lay in self.layers]
-        state: dict[str, Any] = {}
+        state: _ProbeState = {}
 
         def row_loss(probes: list[Tensor], p: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      ) -> tuple[Tensor, tuple[Tensor, ...]]:

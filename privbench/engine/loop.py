@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -13,11 +13,21 @@ from privbench.engine.evaluation import _n_eval, evaluate
 from privbench.engine.trainer import Trainer, node_models
 
 
+class EvalPoint(TypedDict):
+    """One evaluation of the round loop (a line of a result's `history`)."""
+
+    round: int
+    average_accuracy: float
+    mean_node_accuracy: float
+    test_samples: int  # of the average model's evaluation
+    node_test_samples: int  # of each node's
+
+
 @dataclass
 class TrainResult:
     """Outcome of the round loop."""
 
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[EvalPoint] = field(default_factory=list)
     node_accuracy: list[float] = field(default_factory=list)
     average_accuracy: float = float("nan")
     seconds: float = 0.0

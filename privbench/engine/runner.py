@@ -9,17 +9,18 @@ import functools
 import os
 import platform
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import torch
 
-from privbench.config import RunConfig, replace_checked, to_dict
+from privbench.config import JSONObject, RunConfig, replace_checked, to_dict
 from privbench.data.datasets import NodeData, carve_validation, load_dataset, split_nodes
 from privbench.device import device_description, machine_kind, resolve_device
 from privbench.engine.comm import Comm
-from privbench.engine.loop import TrainResult
+from privbench.engine.loop import EvalPoint, TrainResult
 from privbench.engine.messages import MessageBus, MessageLog, RecordPolicy
 from privbench.engine.trainer import Context, Trainer, node_models
 from privbench.engine.truth import GroundTruth
@@ -33,6 +34,37 @@ from privbench.seeding import Streams, derive_seed
 from privbench.topology import build_topology
 
 
+class AccuracyJSON(TypedDict):
+    average_model: float
+    per_node: list[float]
+
+
+class TimingJSON(TypedDict):
+    train_seconds: float
+    eval_seconds: float
+
+
+class TrainJSON(TypedDict):
+    """A training run's results.json (`train_result`; `save_run` adds its caller's `extra`)."""
+
+    schema_version: int
+    kind: str  # "train"
+    defense: str
+    run: JSONObject  # `config.to_dict` of the RunConfig it trained
+    data_source: str
+    defense_config: JSONObject
+    messages: list[JSONObject]  # the message kinds (`MessageKind.to_dict`)
+    privacy: list[JSONObject]  # `Trainer.privacy`'s per-node reports
+    accuracy: AccuracyJSON
+    history: list[EvalPoint]
+    diverged_round: int | None
+    resumed_at: NotRequired[list[int]]  # only for a run continued from a checkpoint
+    seconds: float
+    timing: TimingJSON
+    environment: dict[str, str | int]  # `environment` and the number of ranks
+    tuned: NotRequired[Mapping[str, object] | None]  # `privbench train`'s tuned-values lookup
+
+
 @dataclass
 class Built:
     """A trainer with its context, ready to train."""
@@ -42,9 +74,9 @@ class Built:
     defense: str
     split_digest: str = ""
     data_source: str = "embedded"
-    saved_privacy: list[dict[str, Any]] | None = None  # the claims of a run loaded from disk
+    saved_privacy: list[JSONObject] | None = None  # the claims of a run loaded from disk
 
-    def privacy(self) -> list[dict[str, Any]]:
+    def privacy(self) -> list[JSONObject]:
         """The run's privacy reports: those the trainer computes, or, for a saved run whose
         messages were loaded (`privbench attack --messages`), those it wrote."""
         if self.saved_privacy is not None:
@@ -72,8 +104,8 @@ def _inputs(dataset: str, root: str | None, download: bool) -> tuple[tuple[int, 
     return tuple(ds.input_shape), ds.num_classes
 
 
-def structure(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
+def structure(run: RunConfig, defense: str, overrides: Mapping[str, object] | None = None
+              ) -> JSONObject:
     """What this code builds from a run's configuration (`Trainer.structure`: the model's
     parameter and layer counts, a split's shared coordinates), without its data or training:
     part of a result's fingerprint, so a code change that makes another model or split of the
@@ -85,7 +117,7 @@ def structure(run: RunConfig, defense: str, overrides: dict[str, Any] | None = N
     return cls.structure(build_model(run.model, shape, classes), cfg)
 
 
-def build(run: RunConfig, defense: str, overrides: dict[str, Any] | None = None,
+def build(run: RunConfig, defense: str, overrides: Mapping[str, object] | None = None,
           policy: RecordPolicy | None = None, comm: Comm | None = None,
           device: torch.device | None = None, validation: float = 0.0) -> Built:
     """Build data, model, topology, bus and the named defense's trainer for `run`.
@@ -157,7 +189,7 @@ def environment(device: torch.device) -> dict[str, str]:
             "machine": machine_kind(device), "platform": platform.platform()}
 
 
-def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
+def train_result(built: Built, res: TrainResult) -> TrainJSON:
     """The results JSON of a training run."""
     trainer, ctx = built.trainer, built.ctx
     return {
@@ -180,7 +212,7 @@ def train_result(built: Built, res: TrainResult) -> dict[str, Any]:
     }
 
 
-def _node_reports(comm: Comm, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _node_reports(comm: Comm, reports: list[JSONObject]) -> list[JSONObject]:
     """Per-node privacy reports, each from the rank that runs its node (every rank builds the
     same list layout; a report without a node is the same on every rank)."""
     if not comm.distributed:
@@ -192,7 +224,7 @@ def _node_reports(comm: Comm, reports: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def save_run(built: Built, res: TrainResult, out: str | Path,
-             extra: dict[str, Any] | None = None) -> dict[str, Any]:
+             extra: Mapping[str, object] | None = None) -> TrainJSON:
     """Write results.json, the final models, the message log and the ground truth into `out`.
 
     With several ranks the ranks' logs and ground truths are merged on rank 0, which alone
@@ -221,7 +253,7 @@ def save_run(built: Built, res: TrainResult, out: str | Path,
     return result
 
 
-def _write_folder(out: Path, result: dict[str, Any], models: torch.Tensor, log: MessageLog,
+def _write_folder(out: Path, result: TrainJSON, models: torch.Tensor, log: MessageLog,
                   truth: GroundTruth) -> None:
     from safetensors import SafetensorError
     from safetensors.torch import save_file

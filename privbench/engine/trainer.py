@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from privbench.config import RunConfig
+from privbench.config import JSONObject, RunConfig
 from privbench.data.datasets import NodeData
 from privbench.engine.comm import Comm
 from privbench.engine.messages import MessageBus, MessageKind
@@ -25,6 +25,10 @@ from privbench.errors import NotApplicable
 from privbench.models import FlatModel
 from privbench.seeding import Streams
 from privbench.topology import Topology
+
+# Per-round diagnostics by quantity (`Trainer.sensitivity_trace`): one value per round, a
+# per-node list per round, or a flag per round.
+RoundTrace = dict[str, list[float] | list[list[float]] | list[bool]]
 
 
 @dataclass
@@ -143,7 +147,7 @@ class Trainer(abc.ABC):
         self.ctx = ctx
 
     @classmethod
-    def structure(cls, fm: FlatModel, cfg: Any) -> dict[str, Any]:
+    def structure(cls, fm: FlatModel, cfg: Any) -> JSONObject:
         """What the code builds from a configuration, beyond the configuration: the model's
         parameter count and its layers' sizes (input side first, as a split counts them).
         A trainer that sends only part of the model adds how much it sends. An audit cell's
@@ -178,8 +182,10 @@ class Trainer(abc.ABC):
     def models(self) -> Tensor:
         """(n, d) the nodes' current models as they would be evaluated (de-biased for push-sum)."""
 
-    def privacy(self) -> list[dict[str, Any]]:
-        """Per-node ε reports (empty for non-private trainers)."""
+    def privacy(self) -> list[JSONObject]:
+        """Per-node ε reports (empty for non-private trainers): each an
+        `EpsilonReport.to_dict()` with its node, reading and the defense's own fields (the
+        noise, the sample rate, ...), as results.json holds them."""
         return []
 
     @classmethod
@@ -216,7 +222,7 @@ class Trainer(abc.ABC):
         DP and the mechanism audit; None (the default): no Gaussian release per round."""
         return None
 
-    def sensitivity_trace(self) -> dict[str, Any] | None:
+    def sensitivity_trace(self) -> RoundTrace | None:
         """Per round, a data-dependent sensitivity estimate vs its real value (`S_est`,
         `S_real`, `sync` lists) for the report's check; None (the default): the noise does not
         rest on an estimate."""

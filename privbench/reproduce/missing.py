@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from typing import Any
 
+from privbench.reproduce.line import RunLine
 from privbench.reproduce.runs import Job, jobs, line_key
 from privbench.reproduce.spec import Reproduction, Scale
 from privbench.results.store import counted
@@ -31,7 +31,7 @@ MISSING_HEAD = (
 
 
 def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
-             records: list[dict[str, Any]], folder: str) -> list[str]:
+             records: list[RunLine], folder: str) -> list[str]:
     """`privbench reproduce` lines that train exactly `todo` into `out`, then the line that
     merges them into the table's `folder` (none when nothing is missing). A group's rows miss
     the same grid values for the same seeds: `--eps` is given only when that is not every
@@ -68,7 +68,7 @@ def commands(repro: Reproduction, scale: Scale, todo: list[Job], out: str,
                     f"--merge {shlex.quote(out + '/runs.jsonl')} --out {shlex.quote(folder)}"]
 
 
-def _took(records: list[dict[str, Any]], rows: list[str]) -> str:
+def _took(records: list[RunLine], rows: list[str]) -> str:
     """"these rows' lines took, per run (median), 74 min on cpu (4 lines), 0.6 min on cuda
     (3 lines)": the median seconds of the lines of `rows` in `records`, per kind of device."""
     secs: dict[str, list[float]] = {}
@@ -95,7 +95,7 @@ def _command(repro: Reproduction, scale: Scale, table: Reproduction, rows: list[
     return " ".join([*parts, "--out", shlex.quote(out)])
 
 
-def block(repro: Reproduction, scale: Scale, records: list[dict[str, Any]], out: str,
+def block(repro: Reproduction, scale: Scale, records: list[RunLine], out: str,
           folder: str) -> str:
     """One table's part of missing.md: how many of its grid's runs are missing from its
     `records` (the lines in `folder`), and the commands that train them into `out` and merge

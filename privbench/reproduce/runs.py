@@ -42,17 +42,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from privbench import __version__
-from privbench.config import RunConfig, replace_checked, to_dict
+from privbench.config import JSONObject, Overrides, RunConfig, replace_checked, to_dict
 from privbench.device import machine_kind
 from privbench.engine.checkpoint import prepare
 from privbench.engine.hostmem import keep_freed_memory
 from privbench.engine.messages import RecordPolicy
 from privbench.errors import PrivbenchError, sigterm_raises
+from privbench.reproduce.line import Fingerprint, RunLine
 from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results.fingerprint import (
     dataset_identity,
@@ -89,7 +90,7 @@ class Job:
     grid_field: str = "epsilon"
 
     @property
-    def overrides(self) -> dict[str, Any]:
+    def overrides(self) -> Overrides:
         """The defense config values of this run (the method's, plus the grid value when the
         grid sets a defense field)."""
         over = dict(self.method.overrides)
@@ -151,7 +152,7 @@ def chosen(grid: list[Job], rows: tuple[str, ...], columns: tuple[float, ...]) -
 def run_config(scale: Scale, job: Job) -> RunConfig:
     """The RunConfig of one job (a non-private method keeps the RunConfig's default epsilon,
     which its trainer ignores)."""
-    over: dict[str, Any] = {**dict(scale.run), **dict(job.method.run),
+    over: Overrides = {**dict(scale.run), **dict(job.method.run),
                             **scale.run_at(job.method.label, job.eps), "seed": job.seed,
                             "device": "auto"}
     if job.eps is not None and job.grid_field == "epsilon":
@@ -160,7 +161,7 @@ def run_config(scale: Scale, job: Job) -> RunConfig:
 
 
 def job_fingerprint(repro: Reproduction, scale: Scale, job: Job, run: RunConfig
-                    ) -> dict[str, Any]:
+                    ) -> Fingerprint:
     """Hash of everything that determines a run's line."""
     return fingerprint({"reproduction": repro.name, "scale": scale.name,
                         "method": job.method.label, "defense": job.method.defense,
@@ -178,7 +179,7 @@ def checkpoint_path(folder: Path, fingerprint: str) -> Path:
 
 def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None = None,
             checkpoints: Path | None = None, checkpoint_every: float = CHECKPOINT_SECONDS
-            ) -> dict[str, Any]:
+            ) -> RunLine:
     """Train one job and return its JSON line (as a dict); with `heartbeat`, a progress line on
     stderr at most that many seconds apart; with `checkpoints` (a folder), continue from this
     job's checkpoint there if it has one (and say so, with `heartbeat`), and save one at most
@@ -220,14 +221,14 @@ def run_job(repro: Reproduction, scale: Scale, job: Job, heartbeat: float | None
             "fields": fp["fields"]}
 
 
-def job_structure(scale: Scale, job: Job) -> dict[str, Any]:
+def job_structure(scale: Scale, job: Job) -> JSONObject:
     """The structure this code builds for `job` (`privbench.engine.runner.structure`)."""
     from privbench.engine.runner import structure
 
     return structure(run_config(scale, job), job.method.defense, job.overrides)
 
 
-def _check_structure(rec: dict[str, Any], scale: Scale, job: Job, where: str) -> None:
+def _check_structure(rec: RunLine, scale: Scale, job: Job, where: str) -> None:
     """One-line error when `rec` records a structure other than the one built now."""
     if "structure" not in rec:  # written before structures were recorded
         return
@@ -238,7 +239,7 @@ def _check_structure(rec: dict[str, Any], scale: Scale, job: Job, where: str) ->
                              "delete the line to recompute it")
 
 
-def read_runs(path: Path) -> list[dict[str, Any]]:
+def read_runs(path: Path) -> list[RunLine]:
     """Every line of a runs.jsonl (one-line error naming the bad line)."""
     if not path.is_file():
         return []
@@ -270,20 +271,20 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def line_key(rec: dict[str, Any]) -> tuple[str, float | None, int]:
+def line_key(rec: RunLine) -> tuple[str, float | None, int]:
     """A line's (method, epsilon or grid value, seed): its `Job.key`."""
     return (rec["method"], rec["eps"], rec["seed"])
 
 
-def _append(path: Path, rec: dict[str, Any]) -> None:
+def _append(path: Path, rec: RunLine) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(strict(rec), sort_keys=True, allow_nan=False) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
-          ) -> dict[tuple[str, float | None, int], dict[str, Any]]:
+def index(records: list[RunLine], repro: Reproduction, scale: Scale
+          ) -> dict[tuple[str, float | None, int], RunLine]:
     """The lines by (method, eps, seed); one-line error when a line is of another reproduction
     or scale (a runs file holds one of each)."""
     out = {}
@@ -299,7 +300,7 @@ def index(records: list[dict[str, Any]], repro: Reproduction, scale: Scale
 def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Path,
               progress: Callable[[str], None] | None = None, workers: int = 1,
               rows: tuple[str, ...] = (), columns: tuple[float, ...] = (),
-              checkpoint_every: float = CHECKPOINT_SECONDS) -> list[dict[str, Any]]:
+              checkpoint_every: float = CHECKPOINT_SECONDS) -> list[RunLine]:
     """Run every job of the grid not yet in `out/runs.jsonl`; return the grid's lines there.
 
     Args:
@@ -347,7 +348,7 @@ def reproduce(repro: Reproduction, scale: Scale, seeds: tuple[int, ...], out: Pa
         if stale and progress is not None:
             progress(f"removed {counted(stale, 'checkpoint')} of runs already in {path}")
 
-        def keep(k: int, job: Job, rec: dict[str, Any]) -> None:
+        def keep(k: int, job: Job, rec: RunLine) -> None:
             _append(path, rec)
             done[job.key] = rec
             _drop_checkpoint(saved, rec["fingerprint"])
@@ -430,7 +431,7 @@ def merge(repro: Reproduction, scale: Scale, sources: list[Path], out: Path
     path = out / RUNS_FILE
     with folder_lock(out):
         have = index(read_runs(path), repro, scale)
-        new: dict[tuple[str, float | None, int], dict[str, Any]] = {}
+        new: dict[tuple[str, float | None, int], RunLine] = {}
         grids: dict[int, dict[tuple[str, float | None, int], Job]] = {}
         already = 0
         for src in sources:
@@ -466,16 +467,16 @@ def _named(key: tuple[str, float | None, int], grid_field: str) -> str:
     return f"{label} seed {seed}" if eps is None else f"{label} {grid_field}={eps:g} seed {seed}"
 
 
-def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _same_run(a: RunLine, b: RunLine) -> bool:
     return a["fingerprint"] == b["fingerprint"] and a["accuracy"] == b["accuracy"]
 
 
-def _setting(fields: dict[str, Any]) -> dict[str, Any]:
+def _setting(fields: JSONObject) -> JSONObject:
     """A line's fingerprint fields less the machine's."""
     return {k: v for k, v in fields.items() if k not in MACHINE_FIELDS}
 
 
-def _check_mergeable(rec: dict[str, Any], job: Job | None, repro: Reproduction, scale: Scale,
+def _check_mergeable(rec: RunLine, job: Job | None, repro: Reproduction, scale: Scale,
                      src: Path) -> None:
     """One-line error unless `rec` is the run `job` of this grid, made with its setting."""
     key = line_key(rec)
@@ -496,7 +497,7 @@ def _init_worker(threads: int) -> None:
 
 
 def run_parallel(repro: Reproduction, scale: Scale, todo: list[Job], workers: int,
-                 keep: Callable[[int, Job, dict[str, Any]], None],
+                 keep: Callable[[int, Job, RunLine], None],
                  heartbeat: float | None = None, checkpoints: Path | None = None,
                  checkpoint_every: float = CHECKPOINT_SECONDS) -> None:
     """Train `todo` in `workers` spawned processes, keeping each line as it arrives; a failed
@@ -572,7 +573,7 @@ def _held_back(signum: int) -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _check_same(old: dict[str, Any], repro: Reproduction, scale: Scale, job: Job,
+def _check_same(old: RunLine, repro: Reproduction, scale: Scale, job: Job,
                 path: Path) -> None:
     run = run_config(scale, job)
     new = job_fingerprint(repro, scale, job, run)

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from privbench.config import FieldValue
 from privbench.errors import ConfigError
 from privbench.registry import Registry
 
@@ -26,9 +26,9 @@ class Method:
 
     label: str
     defense: str
-    overrides: tuple[tuple[str, Any], ...] = ()
+    overrides: tuple[tuple[str, FieldValue], ...] = ()
     private: bool = True
-    run: tuple[tuple[str, Any], ...] = ()
+    run: tuple[tuple[str, FieldValue], ...] = ()
     grid: tuple[float, ...] | None = None
 
 
@@ -52,15 +52,15 @@ class Scale:
     """
 
     name: str
-    run: tuple[tuple[str, Any], ...]
+    run: tuple[tuple[str, FieldValue], ...]
     seeds: tuple[int, ...]
     note: str
     rows: tuple[str, ...] = ()
     grid: tuple[float, ...] = ()
-    method_run: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
-    grid_run: tuple[tuple[str, float, tuple[tuple[str, Any], ...]], ...] = ()
+    method_run: tuple[tuple[str, tuple[tuple[str, FieldValue], ...]], ...] = ()
+    grid_run: tuple[tuple[str, float, tuple[tuple[str, FieldValue], ...]], ...] = ()
 
-    def run_at(self, label: str, value: float | None) -> dict[str, Any]:
+    def run_at(self, label: str, value: float | None) -> dict[str, FieldValue]:
         """The `grid_run` values of row `label` at grid value `value` (empty: none)."""
         return {k: v for row, at, over in self.grid_run if row == label and at == value
                 for k, v in over}

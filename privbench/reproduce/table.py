@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
+from privbench.reproduce.line import RunLine
 from privbench.reproduce.spec import METRICS, Reproduction, Scale
 from privbench.results.store import counted
 
@@ -29,7 +29,7 @@ def _sep(cols: int) -> str:
     return "|---" * cols + "|"
 
 
-def _points(repro: Reproduction, rec: dict[str, Any]) -> float | None:
+def _points(repro: Reproduction, rec: RunLine) -> float | None:
     """The line's accuracy (%) under the table's metric; None for a run with none (a diverged
     run: its average model is NaN and its nodes' accuracies are not recorded)."""
     value = rec.get(repro.metric)
@@ -38,7 +38,7 @@ def _points(repro: Reproduction, rec: dict[str, Any]) -> float | None:
     return 100.0 * float(value)
 
 
-def _diverged(recs: list[dict[str, Any]], what: str = "diverged") -> str:
+def _diverged(recs: list[RunLine], what: str = "diverged") -> str:
     """' (k of n diverged, round r)' for the cell of these lines ('' when none did)."""
     rounds = sorted({int(r["diverged_round"]) for r in recs if r["diverged_round"] is not None})
     if not rounds:
@@ -59,8 +59,8 @@ def _mean_sd(xs: list[float], digits: int = 1, seeds: int = 1) -> str:
     return f"{statistics.fmean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}{few}"
 
 
-def _cells(repro: Reproduction, records: list[dict[str, Any]], label: str
-           ) -> list[list[dict[str, Any]] | None]:
+def _cells(repro: Reproduction, records: list[RunLine], label: str
+           ) -> list[list[RunLine] | None]:
     """Per grid value, the method's lines (a non-private method: all its lines; None where
     the row is not run)."""
     mine = [r for r in records if r["method"] == label]
@@ -70,7 +70,7 @@ def _cells(repro: Reproduction, records: list[dict[str, Any]], label: str
             for e in repro.eps]
 
 
-def _accuracy_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
+def _accuracy_table(repro: Reproduction, records: list[RunLine]) -> list[str]:
     paper = dict(repro.paper)
     seeds = len({int(r["seed"]) for r in records})
     lines = [f"| method | {_eps_head(repro)} |", _sep(len(repro.eps) + 1)]
@@ -101,7 +101,7 @@ def _fmt_eps(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def _epsilon_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
+def _epsilon_table(repro: Reproduction, records: list[RunLine]) -> list[str]:
     lines = [f"| method | {_eps_head(repro)} |", _sep(len(repro.eps) + 1)]
     for m in repro.methods:
         if not m.private:
@@ -120,7 +120,7 @@ def _epsilon_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[s
     return lines
 
 
-def _pairs(repro: Reproduction, records: list[dict[str, Any]], better: str, worse: str,
+def _pairs(repro: Reproduction, records: list[RunLine], better: str, worse: str,
            eps: float) -> list[tuple[float | None, float | None]]:
     """Per seed both rows have run at `eps` (in seed order), their accuracies (%; None: that
     run diverged, so the seed has no paired difference)."""
@@ -128,7 +128,7 @@ def _pairs(repro: Reproduction, records: list[dict[str, Any]], better: str, wors
     return [(a[s], b[s]) for s in sorted(set(a) & set(b))]
 
 
-def _by_seed(repro: Reproduction, records: list[dict[str, Any]], label: str, eps: float
+def _by_seed(repro: Reproduction, records: list[RunLine], label: str, eps: float
              ) -> dict[int, float | None]:
     m = repro.method(label)
     return {int(r["seed"]): _points(repro, r) for r in records
@@ -177,7 +177,7 @@ def claim_verdict(per_eps: list[str]) -> str:
         f"{verdict} ({len(tested)} of {len(per_eps)} ε run)"
 
 
-def _claim(repro: Reproduction, records: list[dict[str, Any]], better: str, worse: str
+def _claim(repro: Reproduction, records: list[RunLine], better: str, worse: str
            ) -> tuple[list[str], str]:
     """One claimed ordering: its cell per grid value and its verdict."""
     cells, verdicts = [], []
@@ -200,7 +200,7 @@ def _claim(repro: Reproduction, records: list[dict[str, Any]], better: str, wors
     return cells, claim_verdict(verdicts)
 
 
-def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[str]:
+def _ordering_table(repro: Reproduction, records: list[RunLine]) -> list[str]:
     lines = [f"| paper's claim | {_eps_head(repro)} | verdict |", _sep(len(repro.eps) + 2)]
     for better, worse in repro.orderings:
         cells, verdict = _claim(repro, records, better, worse)
@@ -208,7 +208,7 @@ def _ordering_table(repro: Reproduction, records: list[dict[str, Any]]) -> list[
     return lines
 
 
-def _setting(scale: Scale, records: list[dict[str, Any]]) -> str:
+def _setting(scale: Scale, records: list[RunLine]) -> str:
     run = dict(scale.run)
     seeds = sorted({int(r["seed"]) for r in records})
     keys = ("dataset", "model", "nodes", "topology", "partition", "rounds", "batch_size", "lr",
@@ -218,7 +218,7 @@ def _setting(scale: Scale, records: list[dict[str, Any]]) -> str:
         f"({counted(len(records), 'run')})" + _devices(records)
 
 
-def _devices(records: list[dict[str, Any]]) -> str:
+def _devices(records: list[RunLine]) -> str:
     """'; runs on cuda with torch X (n), cpu with torch Y (m)' when any run left the CPU (a
     table whose lines came from different machines says so; all-CPU tables say nothing)."""
     counts: dict[str, int] = {}
@@ -231,7 +231,7 @@ def _devices(records: list[dict[str, Any]]) -> str:
     return "; runs on " + ", ".join(f"{w} ({n})" for w, n in sorted(counts.items()))
 
 
-def render(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> str:
+def render(repro: Reproduction, scale: Scale, records: list[RunLine]) -> str:
     """The markdown of a reproduction from its runs (deterministic in the lines' content)."""
     repro = repro.at(scale)
     out = [f"**{repro.title}**, privbench at the {scale.name!r} scale: {scale.note}.", "",
@@ -253,7 +253,7 @@ SUMMARY_HEAD = ("| paper | scale | seeds | headline claim | per column: mean dif
                 "(seeds where it holds) | verdict | all its claims |")
 
 
-def summary_row(repro: Reproduction, scale: Scale, records: list[dict[str, Any]]) -> str:
+def summary_row(repro: Reproduction, scale: Scale, records: list[RunLine]) -> str:
     """One reproduction's line of the summary: its headline claim (the first ordering) per
     column and its verdict, and the tally of the verdicts of all its claims at this scale."""
     table = repro.at(scale)

@@ -22,9 +22,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from privbench.errors import PrivbenchError
+from privbench.reproduce.line import RunLine
 from privbench.reproduce.runs import (
     RUNS_FILE,
     Job,
@@ -52,8 +52,8 @@ class Verdict:
     """One committed line against the same run made now."""
 
     name: str
-    then: dict[str, Any]
-    now: dict[str, Any]
+    then: RunLine
+    now: RunLine
 
     @property
     def differences(self) -> list[str]:
@@ -78,22 +78,22 @@ class Verdict:
             and self.then.get("machine") == self.now.get("machine")
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
     return a == b or both_nan
 
 
-def _difference(key: str, a: Any, b: Any) -> str:
+def _difference(key: str, a: object, b: object) -> str:
     if "accuracy" in key and isinstance(a, float) and isinstance(b, float):
         return f"{key} {a:.4f} then, {b:.4f} now ({100 * (b - a):+.2f} points)"
     return f"{key} {a!r} then, {b!r} now"
 
 
-def _machine(rec: dict[str, Any]) -> str:
+def _machine(rec: RunLine) -> str:
     return rec.get("machine") or "a machine not recorded (the line names none)"
 
 
-def _code(rec: dict[str, Any]) -> str:
+def _code(rec: RunLine) -> str:
     code = rec.get("code")
     return code["revision"] if code else "code not recorded (the line names none)"
 
@@ -156,7 +156,8 @@ def summary(found: Verification, folder: Path) -> str:
                       f"{folder / 'table.md'} changes:", *found.table_diff])
 
 
-def verifiable(repro: Reproduction, scale: Scale, records: dict[tuple, dict[str, Any]],
+def verifiable(repro: Reproduction, scale: Scale,
+               records: dict[tuple[str, float | None, int], RunLine],
                seeds: tuple[int, ...], rows: tuple[str, ...], columns: tuple[float, ...]
                ) -> tuple[list[Job], list[str]]:
     """(the chosen committed runs this machine can retrain with their fingerprint, and why
@@ -199,7 +200,7 @@ def verify(repro: Reproduction, scale: Scale, folder: Path, seeds: tuple[int, ..
         raise PrivbenchError(f"no line of {folder / RUNS_FILE} chosen can be retrained here{why}")
     verdicts: list[Verdict] = []
 
-    def keep(k: int, job: Job, now: dict[str, Any]) -> None:
+    def keep(k: int, job: Job, now: RunLine) -> None:
         verdicts.append(Verdict(job.name, records[job.key], now))
         if progress is not None:
             progress(f"[{k}/{len(todo)}] {verdicts[-1].line()}")

@@ -160,6 +160,10 @@ def test_tune_cli_writes_every_candidate(tmp_path, capsys):
     assert code == 0 and "Papernot & Steinke 2022" in out and "best on validation" in out
     saved = json.loads((tmp_path / "tune.json").read_text())
     assert [c["label"] for c in saved["candidates"]] == ["lr=0.1", "lr=0.3"]
+    # the typed records name every key written (the command adds what it ran and where)
+    assert set(saved) == set(tuning.TuneResult.__annotations__) | {
+        "command", "preset", "run", "defense_overrides", "environment"}
+    assert all(set(c) == set(tuning.CandidateRow.__annotations__) for c in saved["candidates"])
     assert saved["environment"]["code"] == code_revision()  # which code tuned it
     assert main(["tune", "--defense", "sgp", "--grid", "nope=1", "--out", str(tmp_path)]) == 2
 
