@@ -526,6 +526,23 @@ def test_dpdl_ratios_match_card_example() -> None:
     assert dpdl_joint_ratio(r, "paper") == r["B_paper"]
 
 
+@pytest.mark.parametrize(("n", "degree", "alpha"), [(10, 10, 1.0), (8, 3, 0.5), (5, 1, 1.0)])
+def test_dpdl_graph_accounting_reduces_to_the_uniform_closed_form(n, degree, alpha) -> None:
+    """The per-node accounting the defense plans its graph with, on uniform weights 1/degree,
+    is the closed form of the uniform plan (eqs. 40, 53), and the registry's plan is its own."""
+    from privbench.accounting.plans import DPDLGraph, dpdl_node_parts, plan_dpdl_nodes
+
+    graph = DPDLGraph.uniform(n, degree, alpha, 1.0)
+    closed = dpdl_noise_ratios(n, degree, alpha)
+    for parts in dpdl_node_parts(graph, graph.ws[0], np.ones(n)):
+        assert parts == pytest.approx(closed, rel=1e-12)
+    if degree > 1:
+        nodes = plan_dpdl_nodes(graph, [0.05] * n, 2.0, 1e-5, 50, accountant="pld")
+        plan = make_plan("dpdl", 2.0, 1e-5, 50, 0.05, "pld", n_agents=n, degree=degree,
+                         alpha=alpha)
+        assert set(nodes.sigma) == {plan.noise["sigma"]}
+
+
 # ============================================================== bad input
 
 
