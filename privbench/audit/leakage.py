@@ -31,23 +31,26 @@ from typing import Any
 import numpy as np
 import torch
 
+from privbench.audit import dispatch
 from privbench.audit.candidates import claims
-from privbench.audit.inversion import graded_inversions
-from privbench.audit.membership import graded_membership
+from privbench.audit.config import AuditConfig
 from privbench.audit.network_dp import pairwise_epsilon
 from privbench.config import RunConfig, to_dict
 from privbench.engine.loop import train
 from privbench.engine.runner import Built, build, environment
-from privbench.errors import ConfigError, NotApplicable, PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.threat.gossip_inversion import BestViews
-from privbench.threat.observation import ThreatModel, observe, placed
+from privbench.threat.observation import Observation, ThreatModel, observe, placed
 
 LEAKAGE_FORMAT = "privbench-leakage/1"
 DEFAULT_DEFENSES = ("d_psgd", "sgp", "dp_dpsgd", "dp_sgp", "adp_vrsgp", "dyn_d2p", "defl_vp",
                     "partpsp", "dpdl")
+# The audit the dispatch reads here: only its (empty) per-attack overrides, so every attack the
+# map mounts runs with its defaults; the threat model is each placement's (`dispatch.Mount`).
+ATTACKS_AS_DEFAULTS = AuditConfig()
 
 
 @dataclass(frozen=True)
@@ -149,23 +152,29 @@ def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, dict[str, Any]]:
                 refused[spec].append(str(exc))
     attack = cfg.inversion if cfg.inversion != "auto" else \
         ("geiping" if type(built.trainer).private else "idlg")
-    inv, graded_all = graded_inversions(targets, source, attack, None,
-                                        torch.Generator().manual_seed(cfg.seed), built.ctx.data,
-                                        built.ctx.truth, built.ctx.device, use_lpips=False)
-    graded = graded_all["per_target"]
+    res = dispatch.run_attack(built, attack, ATTACKS_AS_DEFAULTS, cfg.seed,
+                              mount=_mount(targets, source, cfg, lpips=False))
+    graded = res.detail.get("targets") or [{"status": res.status}] * len(targets)
     out = {}
     for spec, reasons in refused.items():
         rows, sources, diag = [], set(), []
         for i in (i for i, s in enumerate(where) if s == spec):
             if graded[i].get("psnr") is not None:
                 rows.append({k: graded[i].get(k) for k in ("psnr", "ssim", "label_accuracy")})
-                sources.add(inv.targets[i].get("source", ""))
+                sources.add(graded[i].get("source", ""))
                 diag.append(_diagnostics(source, targets[i][0], targets[i][1]))
             else:
                 reasons.append(str(graded[i]["status"]))
         out[spec] = {**_summary(rows, reasons, sources, diag, ("psnr", "ssim", "label_accuracy")),
                      "attack": attack}
     return out
+
+
+def _mount(targets: list[tuple[Observation, int, int]], source: BestViews, cfg: LeakageConfig,
+           lpips: bool = True) -> dispatch.Mount:
+    """The placements' observations as the dispatch mounts them: views from the defense or
+    gossip inversion, the attack's generator seeded with the map's seed."""
+    return dispatch.Mount(tuple(targets), source, cfg.seed, lpips)
 
 
 def _diagnostics(source: BestViews, obs: Any, victim: int) -> dict[str, Any] | None:
@@ -204,23 +213,17 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any]:
             reasons.append(str(exc))
     if not observations:
         return {"status": f"not applicable: {reasons[0]}"}
-    source = BestViews(type(built.trainer))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    claimed = claims(built.privacy(), next(iter(observations)))
-    try:
-        _, labels, info, g = graded_membership(observations, built.ctx.data, "mia_message", None,
-                                               gen, built.ctx.device, claimed,
-                                               built.ctx.run.delta, source=source)
-    except NotApplicable as exc:
-        return {"status": f"not applicable: {exc}"}
-    if g is None:
-        return {"status": "not applicable: non-finite scores (the run diverged)"}
-    emp = g.get("empirical_epsilon")
-    keep = ("auc", "auc_ci", "tpr_at_1%_fpr", "tpr_at_1%_fpr_ci", "tpr_at_10%_fpr")
-    return {"status": "ok", **{k: g.get(k) for k in keep}, "statistic": info.get("statistic"),
-            "empirical_epsilon": emp.get("epsilon_lb") if isinstance(emp, dict) else emp,
-            "n_members": int(labels.sum()), "n_nonmembers": int((~labels).sum()),
-            "victims": len(observations)}
+    mount = _mount([(o, v, 0) for v, o in observations.items()], BestViews(type(built.trainer)),
+                   cfg)
+    res = dispatch.run_attack(built, "mia_message", ATTACKS_AS_DEFAULTS, cfg.seed, mount=mount)
+    if not res.ok:
+        return {"status": res.status}
+    m, ci = res.metrics, res.intervals or {}
+    return {"status": "ok", "auc": m["auc"], "auc_ci": ci["auc"],
+            "tpr_at_1%_fpr": m["tpr_at_1%_fpr"], "tpr_at_1%_fpr_ci": ci["tpr_at_1%_fpr"],
+            "tpr_at_10%_fpr": m["tpr_at_10%_fpr"], "statistic": res.detail["statistic"],
+            "empirical_epsilon": m["empirical_epsilon"],
+            **{k: res.detail[k] for k in ("n_members", "n_nonmembers", "victims")}}
 
 
 def _network(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any] | None:
