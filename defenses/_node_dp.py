@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from defenses._graph import WEIGHTS
 from privbench.accounting import (
     INTEGER_RDP_ORDERS,
     AccountantOptions,
@@ -94,7 +95,7 @@ def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Ten
 
 
 GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
-                    "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
+                    "sampling": tuple(SAMPLING_MODELS), "weights": WEIGHTS}
 """The config choices of a gossip trainer with DP-SGD releases (DP-DPSGD, MUFFLIATO)."""
 
 

@@ -44,7 +44,7 @@ paper's MM target), "momentum_isolated" (minus the observed incoming cross-gradi
 
 Choices of this implementation, where the paper's text is silent (its numbers were lost with
 the typeset math), and deviations:
-- Mixing weights (`weights="card"`, the CGA code base's weights; the paper gives none). On
+- Mixing weights (`weights="cga"`, the CGA code base's weights; the paper gives none). On
   `ring` and `complete` these equal the
   Metropolis-Hastings weights privbench already builds (1/3, 1/N). On `two_hub` they are the CGA
   "Bipar" weights (a = floor(100/(N-1))/100, spoke self 1-2a, hub self 1-(N-2)a); privbench's
@@ -97,7 +97,7 @@ import torch
 from torch import Tensor
 
 from defenses._cross_gradient import cross_gradient_view, observed_row
-from defenses._graph import graph_periods, mixing_matrix
+from defenses._graph import WEIGHTS, canonical_weights, graph_periods, mixing_matrix
 from defenses._node_dp import (
     RDP_OPTIONS,
     SAMPLING_MODELS,
@@ -143,7 +143,8 @@ class DPDLConfig:
             replacement; accounted as sampling without replacement, replace-one, sensitivity 2C).
         self_weight: "clean" (default; c^ii from the clean self-gradient, exact accounting) or
             "noisy" (the paper's eq. 15; the readings are then approximate).
-        weights: "card" (CGA weights on two_hub, else Metropolis-Hastings) or "metropolis".
+        weights: "cga" (CGA weights on two_hub, else Metropolis-Hastings) or "metropolis";
+            "card", a deprecated name of "cga", is accepted until the next release.
         row_chunk: per-sample-gradient rows per call (0 = all E + n rows in one call).
     """
 
@@ -157,15 +158,16 @@ class DPDLConfig:
     calibrate_with: str = "strict"
     accountant: str = "rdp"
     sampling: str = "poisson"
-    weights: str = "card"
+    weights: str = "cga"
     row_chunk: int = 0
     self_weight: str = "clean"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", canonical_weights(self.weights))
         choices = {"cross_coef": ("inv_sqrt_w_over_N", "w"), "calibrate_with": READINGS,
                    "sigma_rule": ("max", "per_node"),
                    "accountant": ("rdp", "pld"), "sampling": tuple(SAMPLING_MODELS),
-                   "weights": ("card", "metropolis"), "self_weight": ("clean", "noisy")}
+                   "weights": WEIGHTS, "self_weight": ("clean", "noisy")}
         check_choices("dpdl", self, choices)
         if not self.clip > 0:
             raise ConfigError(f"dpdl clip must be > 0, got {self.clip}")
