@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from privbench.accounting.papers import (
     dpps_round_epsilon,
 )
 from privbench.accounting.pure import per_release_epsilon
-from privbench.accounting.report import EpsilonReport
+from privbench.accounting.report import EpsilonReport, ReportDict
 from privbench.accounting.validation import (
     MODES,
     SAMPLINGS,
@@ -71,6 +71,32 @@ DPDL_FULL_NOTE = (  # DPDL's `full` reading, here and in the trainer's reports
     "broadcast, but under its own premise an observer sees those cross-gradients and so knows "
     "that noise (the strict reading counts the node's own noise only)")
 PURE_PLAN_ACCOUNTANTS = ("pld", "rdp", "basic", "advanced", "laplace_pld")
+
+
+class ScheduleSummary(TypedDict):
+    """A plan's per-round schedule, summarised (`PrivacyPlan.to_dict`)."""
+
+    unit: str
+    first: float
+    last: float
+    min: float
+    max: float
+    rounds: int
+
+
+class PlanDict(TypedDict):
+    """A `PrivacyPlan` as JSON (`PrivacyPlan.to_dict`)."""
+
+    defense: str
+    noise: dict[str, float]
+    reports: list[ReportDict]
+    calibrated_with: str
+    target: dict[str, float]
+    rounds: int
+    sample_rate: float
+    accountant: str
+    notes: list[str]
+    schedule: ScheduleSummary | None
 
 
 @dataclass(frozen=True)
@@ -117,7 +143,7 @@ class PrivacyPlan:
         check_choice(mode, "mode", MODES)
         return next(r for r in self.reports if r.mode == mode)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PlanDict:
         """A JSON-ready dict."""
         return {
             "defense": self.defense,

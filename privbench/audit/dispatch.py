@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -31,6 +31,9 @@ from privbench.threat.observation import (
     observe,
     threat_for,
 )
+
+if TYPE_CHECKING:
+    from privbench.audit.inversion import GradedTarget
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,39 @@ def is_inversion(attack: str) -> bool:
     return ATTACKS.get(attack).kind == "inversion"
 
 
-def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
+class Gallery(TypedDict):
+    """True vs matched reconstructed images of one graded target, with their PSNRs."""
+
+    true: list[Any]
+    reconstructed: list[Any]
+    psnr: list[float]
+    victim: int
+    round: int
+
+
+class ThreatRecord(TypedDict, total=False):
+    """Who observed, as a result records it."""
+
+    kind: str
+    observers: list[int]
+    placement: str
+
+
+class InversionView(TypedDict, total=False):
+    """One view's inversion (`_invert_view`): status, grades, targets and gallery."""
+
+    status: str
+    threat: ThreatRecord
+    uses: list[str]
+    metrics: dict[str, float | None]
+    lpips_status: str | None
+    targets: list[GradedTarget]
+    gallery: Gallery | None
+    image_range: list[float]
+    seconds: float | None
+
+
+def _gallery(inv_run: Any, built: Built) -> Gallery | None:
     """True vs matched reconstructed images of the first graded target (rounded, JSON-ready)."""
     from privbench.audit.inversion import true_batch
     from privbench.metrics import image as im
@@ -109,7 +144,7 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
 
 
 def _invert_view(built: Built, attack: str, audit: AuditConfig,
-                 gen: torch.Generator) -> dict[str, Any]:
+                 gen: torch.Generator) -> InversionView:
     """The attack on one run's released gradients of the victim, graded."""
     from privbench.audit.inversion import graded_inversions
 
@@ -151,8 +186,8 @@ def _data_kinds(built: Built) -> set[str]:
     return {k.name for k in built.trainer.kinds if k.data_dependent}
 
 
-def _threat(t: ThreatModel) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": t.kind, "observers": list(t.observers)}
+def _threat(t: ThreatModel) -> ThreatRecord:
+    out: ThreatRecord = {"kind": t.kind, "observers": list(t.observers)}
     if t.placement:
         out["placement"] = t.placement
     return out
