@@ -4,6 +4,7 @@ as DPDL's paper does."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import Tensor
@@ -30,10 +31,29 @@ def cga_two_hub_weights(n: int) -> Tensor:
     return w
 
 
-def mixing_matrix(topology: Topology, t: int, weights: str = "card") -> Tensor:
-    """(n, n) symmetric doubly-stochastic W of round t (see the module docstring)."""
+WEIGHTS = ("cga", "metropolis")
+"""A `weights` setting: "cga", the CGA code base's weights (its "Bipar" weights on two_hub,
+Metropolis-Hastings on every other graph), or "metropolis" (Metropolis-Hastings everywhere)."""
+
+DEPRECATED_WEIGHTS = {"card": "cga"}
+"""Former names of a `weights` setting, still read (with a FutureWarning) until the next
+release."""
+
+
+def canonical_weights(value: str) -> str:
+    """The `weights` setting under its current name (a deprecated one warns)."""
+    new = DEPRECATED_WEIGHTS.get(value) if isinstance(value, str) else None
+    if new is None:
+        return value
+    warnings.warn(f"weights={value!r} is deprecated and will be refused in the next release; "
+                  f"use weights={new!r} (the same weights)", FutureWarning, stacklevel=4)
+    return new
+
+
+def mixing_matrix(topology: Topology, t: int, weights: str = "cga") -> Tensor:
+    """(n, n) symmetric doubly-stochastic W of round t: `weights` (`WEIGHTS`)."""
     adj = topology.adjacency(t)
-    if weights == "card" and topology.name == "two_hub":
+    if canonical_weights(weights) == "cga" and topology.name == "two_hub":
         return cga_two_hub_weights(topology.n)
     return metropolis_hastings(adj)
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from defenses._graph import WEIGHTS
 from privbench.accounting import (
     INTEGER_RDP_ORDERS,
     AccountantOptions,
@@ -19,7 +20,7 @@ from privbench.accounting import (
     GaussianEvent,
     PrivacyLedger,
     account,
-    calibrate_noise_scale,
+    plans,
 )
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.trainer import Context
@@ -34,17 +35,10 @@ SAMPLING_MODELS = {"poisson": "poisson", "fixed": "fixed_without_replacement"}
 def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
                        ratios: Sequence[float], accountant: str,
                        options: AccountantOptions, sampling: str = "poisson") -> float:
-    """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
-    every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
-    distinct ratio only the largest rate needs calibrating). `sampling` is the config's
-    ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
-    worst: dict[float, float] = {}
-    for q, r in zip(rates, ratios, strict=True):
-        worst[r] = max(worst.get(r, 0.0), q)
-    model = SAMPLING_MODELS[sampling]
-    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options,
-                                     sampling=model) / r
-               for r, q in worst.items())
+    """`privbench.accounting.plans.calibrate_max_node` (sigma = max_i z*(q_i) / r_i) with the
+    config's `sampling` ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
+    return plans.calibrate_max_node(epsilon, delta, rounds, rates, ratios, accountant, options,
+                                    SAMPLING_MODELS[sampling])
 
 
 def calibrate_sigmas(sigma_rule: str, epsilon: float, delta: float, rounds: int,
@@ -101,7 +95,7 @@ def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Ten
 
 
 GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
-                    "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis")}
+                    "sampling": tuple(SAMPLING_MODELS), "weights": WEIGHTS}
 """The config choices of a gossip trainer with DP-SGD releases (DP-DPSGD, MUFFLIATO)."""
 
 

@@ -113,7 +113,7 @@ from torch import Tensor
 
 from defenses._cga_direction import add_combination, block_grams, segments, solve_dual_qp
 from defenses._cross_gradient import cross_gradient_view
-from defenses._graph import graph_periods
+from defenses._graph import WEIGHTS, canonical_weights, graph_periods
 from defenses._node_dp import (
     RDP_OPTIONS,
     SAMPLING_MODELS,
@@ -160,7 +160,8 @@ class DPCGAConfig:
         calibrate_with: reading that sets sigma: "strict" (default, rigorous) or "paper".
         accountant: "rdp" (integer orders 2..256, as DPDL / DP-DPSGD) or "pld".
         sampling: "poisson" (default) or "fixed" (as DPDL, accounted without replacement).
-        weights: "card" or "metropolis" (as DPDL).
+        weights: "cga" or "metropolis" (as DPDL; "card", a deprecated name of "cga", is
+            accepted until the next release).
         row_chunk: batch-gradient rows per call (0 = all E + n rows in one call).
     """
 
@@ -176,13 +177,14 @@ class DPCGAConfig:
     calibrate_with: str = "strict"
     accountant: str = "rdp"
     sampling: str = "poisson"
-    weights: str = "card"
+    weights: str = "cga"
     row_chunk: int = 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", canonical_weights(self.weights))
         choices = {"qp_scope": ("layer", "model"), "sigma_rule": ("max", "per_node"),
                    "calibrate_with": READINGS, "accountant": ("rdp", "pld"),
-                   "sampling": tuple(SAMPLING_MODELS), "weights": ("card", "metropolis"),
+                   "sampling": tuple(SAMPLING_MODELS), "weights": WEIGHTS,
                    "nesterov": (True, False)}
         check_choices("dp_cga", self, choices)
         if not self.clip > 0:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._graph import graph_periods, mixing_matrix
+from defenses._graph import canonical_weights, graph_periods, mixing_matrix
 from defenses._node_dp import (
     GAUSSIAN_CHOICES,
     gaussian_node_reports,
@@ -61,7 +61,8 @@ class DPDPSGDConfig:
         sigma_rule: "max" (one sigma, max_i eps_i <= target) or "per_node" (sigma_i per agent).
         accountant: "rdp" (integer orders 2..256, as DPDL) or "pld".
         sampling: "poisson" (default) or "fixed" (as in DPDL, accounted without replacement).
-        weights: "card" or "metropolis" (as in DPDL).
+        weights: "cga" or "metropolis" (as in DPDL; "card", a deprecated name of "cga", is
+            accepted until the next release).
     """
 
     clip: float = 1.0
@@ -70,9 +71,10 @@ class DPDPSGDConfig:
     sigma_rule: str = "max"
     accountant: str = "rdp"
     sampling: str = "poisson"
-    weights: str = "card"
+    weights: str = "cga"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", canonical_weights(self.weights))
         check_choices("dp_dpsgd", self, GAUSSIAN_CHOICES)
         if not self.clip > 0:
             raise ConfigError(f"dp_dpsgd clip must be > 0, got {self.clip}")

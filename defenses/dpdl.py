@@ -44,7 +44,7 @@ paper's MM target), "momentum_isolated" (minus the observed incoming cross-gradi
 
 Choices of this implementation, where the paper's text is silent (its numbers were lost with
 the typeset math), and deviations:
-- Mixing weights (`weights="card"`, the CGA code base's weights; the paper gives none). On
+- Mixing weights (`weights="cga"`, the CGA code base's weights; the paper gives none). On
   `ring` and `complete` these equal the
   Metropolis-Hastings weights privbench already builds (1/3, 1/N). On `two_hub` they are the CGA
   "Bipar" weights (a = floor(100/(N-1))/100, spoke self 1-2a, hub self 1-(N-2)a); privbench's
@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -97,24 +97,22 @@ import torch
 from torch import Tensor
 
 from defenses._cross_gradient import cross_gradient_view, observed_row
-from defenses._graph import graph_periods, mixing_matrix
+from defenses._graph import WEIGHTS, canonical_weights, graph_periods, mixing_matrix
 from defenses._node_dp import (
     RDP_OPTIONS,
     SAMPLING_MODELS,
-    calibrate_max_node,
     node_rates,
     sample_round,
     sampling_rates,
 )
-from privbench.accounting import (
-    AccountantOptions,
-    EpsilonReport,
-    GaussianEvent,
-    PrivacyLedger,
-    account,
-    dpdl_joint_ratio,
+from privbench.accounting import AccountantOptions
+from privbench.accounting.plans import (
+    DPDLGraph,
+    DPDLPrivacy,
+    dpdl_multipliers,
+    dpdl_report,
+    plan_dpdl_nodes,
 )
-from privbench.accounting.plans import DPDL_FULL_NOTE
 from privbench.config import check_choices
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
@@ -145,7 +143,8 @@ class DPDLConfig:
             replacement; accounted as sampling without replacement, replace-one, sensitivity 2C).
         self_weight: "clean" (default; c^ii from the clean self-gradient, exact accounting) or
             "noisy" (the paper's eq. 15; the readings are then approximate).
-        weights: "card" (CGA weights on two_hub, else Metropolis-Hastings) or "metropolis".
+        weights: "cga" (CGA weights on two_hub, else Metropolis-Hastings) or "metropolis";
+            "card", a deprecated name of "cga", is accepted until the next release.
         row_chunk: per-sample-gradient rows per call (0 = all E + n rows in one call).
     """
 
@@ -159,15 +158,16 @@ class DPDLConfig:
     calibrate_with: str = "strict"
     accountant: str = "rdp"
     sampling: str = "poisson"
-    weights: str = "card"
+    weights: str = "cga"
     row_chunk: int = 0
     self_weight: str = "clean"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", canonical_weights(self.weights))
         choices = {"cross_coef": ("inv_sqrt_w_over_N", "w"), "calibrate_with": READINGS,
                    "sigma_rule": ("max", "per_node"),
                    "accountant": ("rdp", "pld"), "sampling": tuple(SAMPLING_MODELS),
-                   "weights": ("card", "metropolis"), "self_weight": ("clean", "noisy")}
+                   "weights": WEIGHTS, "self_weight": ("clean", "noisy")}
         check_choices("dpdl", self, choices)
         if not self.clip > 0:
             raise ConfigError(f"dpdl clip must be > 0, got {self.clip}")
@@ -216,136 +216,51 @@ def default_alpha(cfg: DPDLConfig, topology_name: str) -> float:
 # -------------------------------------------------------- accounting (paper, full, strict readings)
 
 
-def node_multipliers(w: Tensor, sigma: np.ndarray, alpha: float, kappa: float,
-                     cross_coef: str) -> list[dict[str, float]]:
-    """Per node, the noise multiplier z of its round release under each reading.
-
-    Node i's data enters mechanism A (its n_i - 1 cross-gradients, one batch: z_A =
-    sigma_i / sqrt(n_i - 1)) and mechanism B (x~_i, v~_i via g~^i: sensitivity
-    C (coef_ii + alpha kappa); noise C sqrt(sum_j coef_ij^2 sigma_j^2) in the paper reading,
-    eq. (40), or C coef_ii sigma_i in the strict one). Joint: `dpdl_joint_ratio`.
-
-    Args:
-        w: (n, n) mixing matrix; N_i = support of row i (self included).
-        sigma: (n,) per-node noise multipliers (> 0).
-
-    Returns:
-        n dicts reading -> z.
-    """
-    n = w.shape[0]
-    sig = torch.as_tensor(sigma, dtype=torch.float64)
-    out = []
-    for i in range(n):  # accounting only, once per run (not in the round)
-        sup = w[i] > 0
-        coef = cross_coefficient(w[i][sup].double(), n, cross_coef)
-        own = float(cross_coefficient(w[i, i].double(), n, cross_coef))
-        sens = own + alpha * kappa
-        deg = int(sup.sum())
-        parts = {"A": math.inf if deg == 1 else float(sig[i]) / math.sqrt(deg - 1),
-                 "B_paper": float((coef * sig[sup]).pow(2).sum().sqrt()) / sens,
-                 "B_strict": own * float(sig[i]) / sens}
-        out.append({r: dpdl_joint_ratio(parts, r) for r in READINGS})
-    return out
+def accounting_graph(cfg: DPDLConfig, ws: Sequence[Tensor], alpha: float) -> DPDLGraph:
+    """The mixing matrices and settings DPDL's accounting (`privbench.accounting.plans`) reads."""
+    return DPDLGraph(tuple(w.detach().cpu().double().numpy() for w in ws), alpha, cfg.kappa,
+                     cfg.cross_coef)
 
 
 def worst_multipliers(ws: Sequence[Tensor], sigma: np.ndarray, alpha: float, kappa: float,
                       cross_coef: str) -> list[dict[str, float]]:
-    """`node_multipliers` minimised over graph periods (time-varying graphs)."""
-    per = [node_multipliers(w.cpu(), sigma, alpha, kappa, cross_coef) for w in ws]
-    return [{r: min(p[i][r] for p in per) for r in READINGS} for i in range(len(sigma))]
-
-
-@dataclass(frozen=True)
-class DPDLPrivacy:
-    """The noise DPDL uses and every node's ledger inputs.
-
-    Attributes:
-        sigma: (n,) noise multipliers sigma_i (noise std sigma_i C on each clipped sum).
-        sample_rates: (n,) q_i.
-        multipliers: per node and reading, the release's noise multiplier z.
-        probe_multipliers: the same against one sample's direct effect on the release (kappa =
-            0): the part of the sensitivity C (coef_ii + alpha kappa) that one round's
-            replay reaches (the calibration term alpha kappa C is a bound over every state,
-            eq. (53)); what the mechanism audit measures the drawn noise against.
-    """
-
-    sigma: tuple[float, ...]
-    sample_rates: tuple[float, ...]
-    multipliers: tuple[dict[str, float], ...]
-    probe_multipliers: tuple[dict[str, float], ...] = ()
+    """Per node and reading, the release's noise multiplier, minimised over graph periods
+    (`privbench.accounting.plans.dpdl_multipliers`)."""
+    graph = DPDLGraph(tuple(w.detach().cpu().double().numpy() for w in ws), alpha, kappa,
+                      cross_coef)
+    return dpdl_multipliers(graph, sigma)
 
 
 def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
                  epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
-    """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`.
+    """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`
+    (`privbench.accounting.plans.plan_dpdl_nodes`: the paper reading by RDP, the others by the
+    config's accountant)."""
+    acc = "rdp" if cfg.calibrate_with == "paper" else cfg.accountant
+    return plan_dpdl_nodes(accounting_graph(cfg, ws, alpha), sampling_rates(counts, batch_size),
+                           epsilon, delta, rounds, reading=cfg.calibrate_with, accountant=acc,
+                           options=_options(acc), sampling=SAMPLING_MODELS[cfg.sampling],
+                           sigma=cfg.sigma, sigma_rule=cfg.sigma_rule)
 
-    sigma_rule "max": one sigma, the smallest with max_i eps_i <= epsilon.
-    "per_node": start from sigma_i = z*(q_i) / r_i, each node calibrated as if its neighbours
-    used its own sigma (r_i: its multiplier per unit of a uniform sigma), then raise only the
-    nodes still under target, sigma_i <- sigma_i max(1, z*(q_i) / z_i(sigma)), until none is
-    (z_i is increasing in every sigma_j and at least coef_ii sigma_i / sens_i, so this is
-    monotone and bounded); a last common factor >= 1 removes the tolerance. (Lowering sigmas
-    as well is ill-posed in the paper reading: a hub's noise comes from its neighbours, so its
-    own sigma_i would shrink to 0.)
-    """
-    n = len(counts)
-    rates = sampling_rates(counts, batch_size)
-    ones = np.ones(n)
-    unit = worst_multipliers(ws, ones, alpha, cfg.kappa, cfg.cross_coef)
-    read = cfg.calibrate_with
-    if cfg.sigma is not None:
-        sigma = np.full(n, float(cfg.sigma))
-    else:
-        acc = "rdp" if read == "paper" else cfg.accountant
-        opts = RDP_OPTIONS if acc == "rdp" else AccountantOptions()
-        if cfg.sigma_rule == "max":
-            sigma = ones * calibrate_max_node(epsilon, delta, rounds, rates,
-                                              [u[read] for u in unit], acc, opts, cfg.sampling)
-        else:
-            target = {q: calibrate_max_node(epsilon, delta, rounds, [q], [1.0], acc, opts,
-                                            cfg.sampling) for q in set(rates)}
-            z_star = np.array([target[q] for q in rates])
-            sigma = z_star / np.array([u[read] for u in unit])  # as if neighbours matched
-            for _ in range(1000):  # raise only the nodes under target (monotone, bounded)
-                z = np.array([m[read] for m in
-                              worst_multipliers(ws, sigma, alpha, cfg.kappa, cfg.cross_coef)])
-                if np.max(z_star / z) <= 1 + 1e-6:
-                    break
-                sigma = sigma * np.maximum(z_star / z, 1.0)
-            sigma = sigma * max(1.0, float(np.max(z_star / z)))  # never under target
-    zero = tuple({r: 0.0 for r in READINGS} for _ in range(n))
-    mult, probe = ((zero, zero) if not sigma.all() else
-                   (tuple(worst_multipliers(ws, sigma, alpha, k, cfg.cross_coef))
-                    for k in (cfg.kappa, 0.0)))
-    return DPDLPrivacy(tuple(float(s) for s in sigma), rates, mult, probe)
+
+def _options(accountant: str) -> AccountantOptions:
+    return RDP_OPTIONS if accountant == "rdp" else AccountantOptions()
 
 
 def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                     rounds: int) -> list[dict[str, Any]]:
-    """Per node, one report per reading (paper, full, strict), each with node / reading keys."""
-    notes = {"paper": "paper reading: broadcast x~, v~ only, neighbours' noise counted (eq. 40)",
-             "full": DPDL_FULL_NOTE,
-             "strict": "strict reading: cross-gradients + broadcast, only the node's own noise"}
-    model = SAMPLING_MODELS[cfg.sampling]
+    """Per node, one report per reading (paper, full, strict), each with node / reading keys
+    (`privbench.accounting.plans.dpdl_report`)."""
     approx = ("" if cfg.self_weight == "clean" else
               "; approximate: the paper's noisy self-weight c^ii (eq. 15) makes the release a "
               "non-Gaussian function of the noise (Lemma 3, kappa taken as 1)")
     out = []
     for i, (q, m) in enumerate(zip(plan.sample_rates, plan.multipliers, strict=True)):
         for reading in READINGS:
-            mode = "calibrated" if reading == "strict" else "paper"
             acc = "rdp" if reading == "paper" else cfg.accountant
-            uncovered = ("cross_grad",) if reading == "paper" else ()
-            if m[reading] == 0:
-                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level", uncovered,
-                                    note="sigma = 0: no noise", sampling=model)
-            else:
-                ledger = PrivacyLedger(node=i, uncovered=uncovered).record(
-                    GaussianEvent(m[reading], q, rounds, model))
-                rep = account(ledger, delta, acc, mode=mode, note=notes[reading] + approx,
-                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions())
-                rep = replace(rep, approximate=rep.approximate or bool(approx)
-                              or reading == "full")
+            rep = dpdl_report(m[reading], q, rounds, delta, reading, acc, _options(acc),
+                              SAMPLING_MODELS[cfg.sampling],
+                              ("cross_grad",) if reading == "paper" else (), i, approx)
             out.append({**rep.to_dict(), "node": i, "reading": reading,
                         "sigma": plan.sigma[i], "sample_rate": q,
                         "noise_multiplier": m[reading],

@@ -34,7 +34,7 @@ Choices of this implementation (DPDL describes the baseline in one line):
 * `gossip_steps` K: 0 (default) = ceil(1 / sqrt(1 - mu)) from the spectral gap (3 on the
   CGA two-hub graph with N = 10); `acceleration` "chebyshev" (default) or "none" (K plain
   gossip steps y^{k+1} = W y^k).
-* Weights and sampling as DP-DPSGD's (`weights` "card": CGA's on two_hub, else
+* Weights and sampling as DP-DPSGD's (`weights` "cga": CGA's on two_hub, else
   Metropolis-Hastings; `sampling` "poisson" or "fixed").
 A table that compares MUFFLIATO with a method taking one gradient step per round gives it K
 times the rounds (the same number of gradient steps and releases).
@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._graph import graph_periods, mixing_matrix
+from defenses._graph import canonical_weights, graph_periods, mixing_matrix
 from defenses._node_dp import (
     GAUSSIAN_CHOICES,
     gaussian_node_reports,
@@ -78,7 +78,8 @@ class MuffliatoConfig:
         sigma_rule: "max" (one sigma, max_i eps_i <= target) or "per_node" (sigma_i per node).
         accountant: "rdp" (integer orders 2..256, as DP-DPSGD) or "pld".
         sampling: "poisson" (default) or "fixed" (accounted without replacement).
-        weights: "card" or "metropolis" (as DP-DPSGD).
+        weights: "cga" or "metropolis" (as DP-DPSGD; "card", a deprecated name of "cga", is
+            accepted until the next release).
     """
 
     clip: float = 1.0
@@ -88,9 +89,10 @@ class MuffliatoConfig:
     sigma_rule: str = "max"
     accountant: str = "rdp"
     sampling: str = "poisson"
-    weights: str = "card"
+    weights: str = "cga"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", canonical_weights(self.weights))
         check_choices("muffliato", self,
                       {**GAUSSIAN_CHOICES, "acceleration": ("chebyshev", "none")})
         if not self.clip > 0:

@@ -67,8 +67,9 @@ def test_init_is_deterministic_per_generator():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_sizes_match_cards():
-    # card-dpdl.md §7: LeNet-5 on MNIST has d = 61,706; card-dyn-d2p.md §5: FedAvg CNN 1,663,370.
+def test_sizes_match_the_papers_models():
+    # LeNet-5 on MNIST (the DPDL paper's model) has d = 61,706; the FedAvg CNN (Dyn-D2P's,
+    # DeFL-VP's) 1,663,370.
     assert build_model("lenet5", (1, 28, 28), 10).d == 61_706
     assert build_model("cnn", (1, 28, 28), 10).d == 1_663_370
 

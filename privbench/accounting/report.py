@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from privbench.accounting.validation import MODES, SAMPLINGS, UNITS, check_choice
 from privbench.errors import ConfigError
@@ -21,6 +21,20 @@ class ApproximateAccountingWarning(UserWarning):
     The mu-GDP central-limit-theorem composition used by Dyn-D2P (its Prop. 3, eq. (6)) is
     asymptotic and can under-report epsilon; reports computed with it set `approximate=True` too.
     """
+
+
+class ReportDict(TypedDict):
+    """An `EpsilonReport` as JSON (`EpsilonReport.to_dict`)."""
+
+    epsilon: float | str
+    delta: float
+    accountant: str
+    mode: str
+    unit: str
+    uncovered: list[str]
+    approximate: bool
+    note: str
+    sampling: str
 
 
 @dataclass(frozen=True)
@@ -62,7 +76,7 @@ class EpsilonReport:
             raise ConfigError(f"delta must be in [0, 1), got {self.delta!r}")
         object.__setattr__(self, "uncovered", tuple(self.uncovered))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReportDict:
         """A JSON-ready dict (infinite epsilon becomes the string "inf")."""
         return {
             "epsilon": self.epsilon if math.isfinite(self.epsilon) else "inf",

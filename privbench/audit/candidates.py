@@ -10,7 +10,7 @@ broadcast), or the gossip `model` payload.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -101,11 +101,21 @@ def subsample(cands: tuple[Tensor, Tensor, np.ndarray], cap: int,
 
 
 # --------------------------------------------------------------------------------- claims, JSON
-def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Any]:
+class Claim(TypedDict):
+    """One mode's claimed epsilon of a victim, as its report states it."""
+
+    epsilon: float
+    delta: float
+    accountant: str | None
+    unit: str | None
+    uncovered: list[str]
+
+
+def claims(privacy: list[dict[str, Any]], victim: int) -> dict[str, Claim]:
     """The victim's claimed epsilon per mode ("paper", "calibrated") from `trainer.privacy()`."""
     from privbench.results.store import headline_reports
 
-    out: dict[str, Any] = {}
+    out: dict[str, Claim] = {}
     mine = [r for r in privacy if r.get("node", victim) == victim]
     for mode in ("paper", "calibrated"):
         for rep in headline_reports(mine, mode).values():

@@ -1,5 +1,9 @@
 """The one attack dispatch: an attack of any kind run on a trained cell and graded against its
-ground truth, used by the audit sweep and the leakage map alike."""
+ground truth, used by the audit sweep and the leakage map alike.
+
+The sweep mounts an attack through the audit's threat model around its victim; the leakage map
+mounts it on explicit observations (`Mount`: every placement's curious set around each victim).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -17,15 +21,40 @@ from privbench.audit.config import AuditConfig
 from privbench.config import json_ready, to_dict
 from privbench.engine.messages import MessageLog
 from privbench.engine.runner import Built
-from privbench.errors import PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.registry import ATTACKS
 from privbench.results.records import AttackResult
 from privbench.threat.gossip_inversion import view_source
 from privbench.threat.observation import (
+    Observation,
     ThreatModel,
     observe,
     threat_for,
 )
+
+if TYPE_CHECKING:
+    from privbench.audit.inversion import GradedTarget
+
+
+@dataclass(frozen=True)
+class Mount:
+    """An attack mounted on explicit observations instead of the audit's threat model around
+    its victim (the leakage map's placements, each victim seen by its own curious set).
+
+    Attributes:
+        targets: (observation, victim, round): an inversion attacks every one (batched); a
+            membership attack pools the victims, each scored against its own observation
+            (rounds: every round its attack reads).
+        source: where gradient views come from (e.g. `gossip_inversion.BestViews`).
+        generator_seed: the seed of the attack's generator as given (None: derived from the
+            run's seed and the attack's name, as for the sweep).
+        lpips: whether inversions are graded with LPIPS too.
+    """
+
+    targets: tuple[tuple[Observation, int, int], ...]
+    source: Any
+    generator_seed: int | None = None
+    lpips: bool = True
 
 
 def _audit_threat(built: Built, audit: AuditConfig) -> ThreatModel:
@@ -38,7 +67,39 @@ def is_inversion(attack: str) -> bool:
     return ATTACKS.get(attack).kind == "inversion"
 
 
-def _gallery(inv_run: Any, built: Built) -> dict[str, Any] | None:
+class Gallery(TypedDict):
+    """True vs matched reconstructed images of one graded target, with their PSNRs."""
+
+    true: list[Any]
+    reconstructed: list[Any]
+    psnr: list[float]
+    victim: int
+    round: int
+
+
+class ThreatRecord(TypedDict, total=False):
+    """Who observed, as a result records it."""
+
+    kind: str
+    observers: list[int]
+    placement: str
+
+
+class InversionView(TypedDict, total=False):
+    """One view's inversion (`_invert_view`): status, grades, targets and gallery."""
+
+    status: str
+    threat: ThreatRecord
+    uses: list[str]
+    metrics: dict[str, float | None]
+    lpips_status: str | None
+    targets: list[GradedTarget]
+    gallery: Gallery | None
+    image_range: list[float]
+    seconds: float | None
+
+
+def _gallery(inv_run: Any, built: Built) -> Gallery | None:
     """True vs matched reconstructed images of the first graded target (rounded, JSON-ready)."""
     from privbench.audit.inversion import true_batch
     from privbench.metrics import image as im
@@ -83,7 +144,7 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
 
 
 def _invert_view(built: Built, attack: str, audit: AuditConfig,
-                 gen: torch.Generator) -> dict[str, Any]:
+                 gen: torch.Generator) -> InversionView:
     """The attack on one run's released gradients of the victim, graded."""
     from privbench.audit.inversion import graded_inversions
 
@@ -125,8 +186,8 @@ def _data_kinds(built: Built) -> set[str]:
     return {k.name for k in built.trainer.kinds if k.data_dependent}
 
 
-def _threat(t: ThreatModel) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": t.kind, "observers": list(t.observers)}
+def _threat(t: ThreatModel) -> ThreatRecord:
+    out: ThreatRecord = {"kind": t.kind, "observers": list(t.observers)}
     if t.placement:
         out["placement"] = t.placement
     return out
@@ -253,6 +314,65 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     return sorted(reading.read & _data_kinds(built))
 
 
+INVERSION_METRICS = ("mse", "psnr", "ssim", "lpips", "label_accuracy")
+MEMBERSHIP_RATES = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
+
+
+def run_mounted_inversion(built: Built, attack: str, audit: AuditConfig, gen: torch.Generator,
+                          mount: Mount) -> AttackResult:
+    """One inversion attack on every mounted target, graded; `targets` in the result: each
+    target's status, view source and metrics (its true labels left out)."""
+    from privbench.audit.inversion import graded_inversions
+
+    _, graded = graded_inversions(list(mount.targets), mount.source, attack,
+                                  audit.attack_config.get(attack), gen, built.ctx.data,
+                                  built.ctx.truth, built.ctx.device, use_lpips=mount.lpips)
+    per = [{k: v for k, v in p.items() if k != "true_labels"} for p in graded["per_target"]]
+    ok = graded["n_graded"] > 0
+    return AttackResult("ok" if ok else str(per[0]["status"]), (),
+                        {k: graded.get(k) for k in INVERSION_METRICS}, "inversion",
+                        detail={"targets": per, "lpips_status": graded.get("lpips_status"),
+                                "seconds": graded.get("seconds")})
+
+
+def run_mounted_membership(built: Built, attack: str, audit: AuditConfig, gen: torch.Generator,
+                           mount: Mount) -> AttackResult:
+    """One membership attack pooled over the mounted victims, graded: ROC rates with their
+    intervals, the empirical ε, the statistic graded and the candidates counted."""
+    from privbench.audit.candidates import claims
+    from privbench.audit.membership import graded_membership
+    from privbench.errors import NotApplicable
+
+    observations = {v: o for o, v, _ in mount.targets}
+    if not observations:
+        return AttackResult("not applicable: no victim observed", kind="membership")
+    claimed = claims(built.privacy(), next(iter(observations)))
+    try:
+        _, labels, info, g = graded_membership(
+            observations, built.ctx.data, attack, audit.attack_config.get(attack), gen,
+            built.ctx.device, claimed, built.ctx.run.delta, audit.reference_models,
+            source=mount.source)
+    except NotApplicable as exc:
+        return AttackResult(f"not applicable: {exc}", kind="membership")
+    if g is None:
+        return AttackResult("not applicable: non-finite scores (the run diverged)",
+                            kind="membership")
+    emp = g.get("empirical_epsilon")
+    metrics = {**{k: g.get(k) for k in MEMBERSHIP_RATES},
+               "empirical_epsilon": emp.get("epsilon_lb") if isinstance(emp, dict) else emp}
+    return AttackResult(
+        "ok", (), metrics, "membership", None, {k: g.get(f"{k}_ci") for k in MEMBERSHIP_RATES},
+        {"statistic": info.get("statistic"), "n_members": int(labels.sum()),
+         "n_nonmembers": int((~labels).sum()), "victims": len(observations)})
+
+
+# A mounted attack's `run`, by its kind: (built, attack, audit, generator, mount) -> its result.
+MOUNTED: dict[str, Callable[..., AttackResult]] = {
+    "inversion": run_mounted_inversion,
+    "membership": run_mounted_membership,
+}
+
+
 # An attack's `run`, by its declared kind (`privbench.audit.attack.KINDS`): (built, attack,
 # audit, generator, inversion views) -> its result.
 RUNNERS: dict[str, Callable[..., AttackResult]] = {
@@ -266,17 +386,29 @@ RUNNERS: dict[str, Callable[..., AttackResult]] = {
 
 
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
-               views: dict[int, Built | str] | None = None) -> AttackResult:
+               views: dict[int, Built | str] | None = None,
+               mount: Mount | None = None) -> AttackResult:
     """Run one attack by its kind; a diverging or crashing attack is recorded as failed with
     its reason.
 
-    `views`: the inversion views (`run_inversion_attack`); the other kinds use `built`.
+    Args:
+        views: the inversion views (`run_inversion_attack`); the other kinds use `built`.
+        mount: explicit observations to attack (`Mount`; inversion and membership attacks)
+            instead of the audit's threat model around its victim; `views` is then unused.
     """
     from privbench.seeding import derive_seed
 
-    gen = torch.Generator().manual_seed(derive_seed(seed, "attack", attack))
+    kind = ATTACKS.get(attack).kind
+    if mount is not None and kind not in MOUNTED:
+        raise ConfigError(f"attack {attack!r} ({kind}) cannot be mounted on explicit "
+                          f"observations; accepted kinds: {', '.join(MOUNTED)}")
+    gen = torch.Generator().manual_seed(
+        derive_seed(seed, "attack", attack) if mount is None or mount.generator_seed is None
+        else mount.generator_seed)
     try:
-        return RUNNERS[ATTACKS.get(attack).kind](built, attack, audit, gen, views)
+        if mount is not None:
+            return MOUNTED[kind](built, attack, audit, gen, mount)
+        return RUNNERS[kind](built, attack, audit, gen, views)
     except PrivbenchError:
         raise
     except Exception as exc:

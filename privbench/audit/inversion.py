@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -34,6 +34,54 @@ from privbench.models import FlatModel
 from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS
 from privbench.threat.observation import GradientView, Observation
+
+
+class Target(TypedDict, total=False):
+    """One (victim, round) target and, when a view exists, what the view is."""
+
+    victim: int
+    round: int
+    kind: str
+    source: str
+    exact: bool
+    batch_size: int
+
+
+class GradedTarget(Target, total=False):
+    """A target graded against the victim's true batch (`grade`)."""
+
+    status: str
+    gradient_loss: float | None
+    n_true: int
+    n_reconstructed: int
+    n_matched: int
+    mse: float | None
+    psnr: float | None
+    ssim: float | None
+    lpips: float | None
+    label_accuracy: float | None
+    true_labels: list[int]
+    recovered_labels: list[int]
+
+
+class Grade(TypedDict):
+    """An inversion run graded (`grade`): means over the graded targets, and every target."""
+
+    attack: str
+    config: dict[str, Any]
+    defense: str
+    view_options: dict[str, str]
+    image_range: list[float]
+    n_targets: int
+    n_graded: int
+    mse: float | None
+    psnr: float | None
+    ssim: float | None
+    lpips: float | None
+    lpips_status: str
+    label_accuracy: float | None
+    seconds: float
+    per_target: list[GradedTarget]
 
 
 @dataclass
@@ -55,20 +103,20 @@ class InversionRun:
     attack: str
     config: dict[str, Any]
     defense: str
-    targets: list[dict[str, Any]] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
     status: list[str] = field(default_factory=list)
     images: list[Tensor | None] = field(default_factory=list)
     labels: list[Tensor | None] = field(default_factory=list)
     loss: list[float | None] = field(default_factory=list)
     seconds: float = 0.0
-    view_options: dict[str, Any] = field(default_factory=dict)
+    view_options: dict[str, str] = field(default_factory=dict)
 
 
 def invert(obs: Observation, defense_cls: Any, victims: list[int], rounds: list[int],
            attack: str, config: Any = None, gen: torch.Generator | None = None,
            device: torch.device | str = "cpu",
            input_shape: tuple[int, ...] | None = None,
-           view_options: dict[str, Any] | None = None) -> InversionRun:
+           view_options: dict[str, str] | None = None) -> InversionRun:
     """Attack every (victim, round) target through the defense's gradient views.
 
     Args:
@@ -92,7 +140,7 @@ def invert(obs: Observation, defense_cls: Any, victims: list[int], rounds: list[
 def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, attack: str,
                 config: Any = None, gen: torch.Generator | None = None,
                 device: torch.device | str = "cpu", input_shape: tuple[int, ...] | None = None,
-                view_options: dict[str, Any] | None = None) -> InversionRun:
+                view_options: dict[str, str] | None = None) -> InversionRun:
     """`invert` over (observation, victim, round) targets of one run, each seen by its own
     threat model, attacked together (one batched call per distinct batch size)."""
     load_plugins()
@@ -171,7 +219,7 @@ def true_batch(data: NodeData, truth: GroundTruth, victim: int, t: int,
 def graded_inversions(targets: list[tuple[Observation, int, int]], source: Any, attack: str,
                       config: Any, gen: torch.Generator, data: NodeData, truth: GroundTruth,
                       device: torch.device | str = "cpu",
-                      use_lpips: bool = True) -> tuple[InversionRun, dict[str, Any]]:
+                      use_lpips: bool = True) -> tuple[InversionRun, Grade]:
     """One inversion attack on (observation, victim, round) targets of a trained run, graded
     against its ground truth: the path of every inversion, in the audit sweep
     (`privbench.audit.dispatch`) and the leakage map alike."""
@@ -180,18 +228,18 @@ def graded_inversions(targets: list[tuple[Observation, int, int]], source: Any, 
 
 
 def grade(run: InversionRun, data: NodeData, truth: GroundTruth,
-          use_lpips: bool = True) -> dict[str, Any]:
+          use_lpips: bool = True) -> Grade:
     """Grade reconstructions against ground truth (JSON-ready; images in [0, 1]).
 
     Per target: optimal one-to-one MSE matching of the B reconstructions to the true batch, then
     MSE, PSNR, SSIM (and LPIPS) per matched pair, averaged; label accuracy as the multiset overlap
     of recovered and true labels. Summary values are means over graded targets.
     """
-    per: list[dict[str, Any]] = []
+    per: list[GradedTarget] = []
     lp_ok, lp_status = im.lpips_status() if use_lpips else (False, "LPIPS not requested")
     for tgt, st, x, y, loss in zip(run.targets, run.status, run.images, run.labels, run.loss,
                                    strict=True):
-        row: dict[str, Any] = {**tgt, "status": st, "gradient_loss": loss}
+        row: GradedTarget = {**tgt, "status": st, "gradient_loss": loss}
         tb = true_batch(data, truth, tgt["victim"], tgt["round"])
         if x is None or y is None or tb is None:
             if tb is None and x is not None:

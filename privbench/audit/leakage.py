@@ -26,28 +26,31 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import torch
 
+from privbench.audit import dispatch
 from privbench.audit.candidates import claims
-from privbench.audit.inversion import graded_inversions
-from privbench.audit.membership import graded_membership
-from privbench.audit.network_dp import pairwise_epsilon
+from privbench.audit.config import AuditConfig
+from privbench.audit.network_dp import NetworkEpsilon, pairwise_epsilon
 from privbench.config import RunConfig, to_dict
 from privbench.engine.loop import train
 from privbench.engine.runner import Built, build, environment
-from privbench.errors import ConfigError, NotApplicable, PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
-from privbench.threat.gossip_inversion import BestViews
-from privbench.threat.observation import ThreatModel, observe, placed
+from privbench.threat.gossip_inversion import BestViews, GossipDiagnostics
+from privbench.threat.observation import Observation, ThreatModel, observe, placed
 
 LEAKAGE_FORMAT = "privbench-leakage/1"
 DEFAULT_DEFENSES = ("d_psgd", "sgp", "dp_dpsgd", "dp_sgp", "adp_vrsgp", "dyn_d2p", "defl_vp",
                     "partpsp", "dpdl")
+# The audit the dispatch reads here: only its (empty) per-attack overrides, so every attack the
+# map mounts runs with its defaults; the threat model is each placement's (`dispatch.Mount`).
+ATTACKS_AS_DEFAULTS = AuditConfig()
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,105 @@ class LeakageConfig:
                          device="cpu")
 
 
+class Identifiability(TypedDict):
+    """The gossip inversion's linear system for a victim (median over the victims)."""
+
+    rank: float
+    unknowns: float
+    condition: float
+    noise_gain: float
+    horizon: float
+
+
+class InversionSummary(TypedDict, total=False):
+    """A placement's inversion: mean (and worst) grades over its victims, or why none."""
+
+    status: str
+    victims: int
+    not_applicable: int
+    psnr: float | None
+    psnr_min: float | None
+    ssim: float | None
+    ssim_min: float | None
+    label_accuracy: float | None
+    label_accuracy_min: float | None
+    via: str
+    identifiability: Identifiability
+    attack: str
+
+
+# A placement's pooled membership attack: ROC summary, empirical epsilon and candidates counted,
+# or why not applicable (functional form: keys such as "tpr_at_1%_fpr" are not identifiers).
+MembershipSummary = TypedDict("MembershipSummary", {
+    "status": str, "auc": float | None, "auc_ci": list[float] | None,
+    "tpr_at_1%_fpr": float | None, "tpr_at_1%_fpr_ci": list[float] | None,
+    "tpr_at_10%_fpr": float | None, "statistic": str | None,
+    "empirical_epsilon": float | None, "n_members": int, "n_nonmembers": int, "victims": int,
+}, total=False)
+
+
+class LeakageRow(TypedDict):
+    """One placement of one (defense, epsilon)."""
+
+    placement: str
+    spec: str
+    distance: int | None
+    size: int
+    inversion: InversionSummary
+    membership: MembershipSummary
+    network_dp: NetworkEpsilon | None
+
+
+class LeakageCell(TypedDict):
+    """One (defense, epsilon): its claimed epsilons, graph and every placement's row."""
+
+    defense: str
+    epsilon: float | None
+    claimed_epsilon: dict[str, float | None]
+    topology: list[list[int]]
+    rows: list[LeakageRow]
+
+
+class PlacementRecord(TypedDict):
+    """A placement as the map records it."""
+
+    label: str
+    spec: str
+    distance: int | None
+    size: int
+
+
+class LeakageConfigDict(TypedDict):
+    """A `LeakageConfig` as JSON (`config.to_dict`)."""
+
+    dataset: str
+    data_root: str | None
+    model: str
+    defenses: list[str]
+    eps: list[float]
+    nodes: int
+    topology: str
+    rounds: int
+    lr: float
+    members: int
+    distances: list[int]
+    sizes: list[int]
+    victims: int
+    inversion_victims: int | None
+    inversion: str
+    seed: int
+
+
+class LeakageMap(TypedDict):
+    """The leakage map (format LEAKAGE_FORMAT), JSON-ready."""
+
+    format: str
+    config: LeakageConfigDict
+    environment: dict[str, str]
+    placements: list[PlacementRecord]
+    cells: list[LeakageCell]
+
+
 def placements(cfg: LeakageConfig) -> list[tuple[str, str, int | None, int]]:
     """(label, spec, distance, size) of every placement; spec "eavesdropper" or a placement."""
     out = [(f"{h} hop{'s' if h > 1 else ''}", f"hops:{h}", h, 1) for h in cfg.distances]
@@ -134,7 +236,7 @@ def _train(cfg: LeakageConfig, defense: str, eps: float, members: int, batch: in
     return built
 
 
-def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, dict[str, Any]]:
+def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, InversionSummary]:
     """Per placement spec: the inversion attack on each victim's batch-1 view, graded (every
     placement and victim attacked in one batched call); mean PSNR / SSIM / label accuracy."""
     source = BestViews(type(built.trainer))
@@ -149,17 +251,16 @@ def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, dict[str, Any]]:
                 refused[spec].append(str(exc))
     attack = cfg.inversion if cfg.inversion != "auto" else \
         ("geiping" if type(built.trainer).private else "idlg")
-    inv, graded_all = graded_inversions(targets, source, attack, None,
-                                        torch.Generator().manual_seed(cfg.seed), built.ctx.data,
-                                        built.ctx.truth, built.ctx.device, use_lpips=False)
-    graded = graded_all["per_target"]
+    res = dispatch.run_attack(built, attack, ATTACKS_AS_DEFAULTS, cfg.seed,
+                              mount=_mount(targets, source, cfg, lpips=False))
+    graded = res.detail.get("targets") or [{"status": res.status}] * len(targets)
     out = {}
     for spec, reasons in refused.items():
         rows, sources, diag = [], set(), []
         for i in (i for i, s in enumerate(where) if s == spec):
             if graded[i].get("psnr") is not None:
                 rows.append({k: graded[i].get(k) for k in ("psnr", "ssim", "label_accuracy")})
-                sources.add(inv.targets[i].get("source", ""))
+                sources.add(graded[i].get("source", ""))
                 diag.append(_diagnostics(source, targets[i][0], targets[i][1]))
             else:
                 reasons.append(str(graded[i]["status"]))
@@ -168,19 +269,26 @@ def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _diagnostics(source: BestViews, obs: Any, victim: int) -> dict[str, Any] | None:
+def _mount(targets: list[tuple[Observation, int, int]], source: BestViews, cfg: LeakageConfig,
+           lpips: bool = True) -> dispatch.Mount:
+    """The placements' observations as the dispatch mounts them: views from the defense or
+    gossip inversion, the attack's generator seeded with the map's seed."""
+    return dispatch.Mount(tuple(targets), source, cfg.seed, lpips)
+
+
+def _diagnostics(source: BestViews, obs: Observation, victim: int) -> GossipDiagnostics | None:
     """The gossip inversion's rank / conditioning when it produced the view, else None."""
     est = source.gossip._cache.get((id(obs), victim))
     return None if est is None else {k: est.info[k] for k in
                                      ("rank", "unknowns", "condition", "noise_gain", "horizon")}
 
 
-def _summary(rows: list[dict[str, Any]], reasons: list[str], sources: set[str],
-             diag: list[Any], keys: tuple[str, ...]) -> dict[str, Any]:
+def _summary(rows: list[dict[str, float | None]], reasons: list[str], sources: set[str],
+             diag: list[GossipDiagnostics | None], keys: tuple[str, ...]) -> InversionSummary:
     if not rows:
         return {"status": f"not applicable: {reasons[0] if reasons else 'no victim'}",
                 "victims": 0}
-    out: dict[str, Any] = {"status": "ok", "victims": len(rows),
+    out: InversionSummary = {"status": "ok", "victims": len(rows),
                            "not_applicable": len(reasons)}
     for k in keys:
         vals = [r[k] for r in rows if r.get(k) is not None]
@@ -194,7 +302,7 @@ def _summary(rows: list[dict[str, Any]], reasons: list[str], sources: set[str],
     return out
 
 
-def _membership(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any]:
+def _membership(built: Built, cfg: LeakageConfig, spec: str) -> MembershipSummary:
     """mia_message on every victim's views, pooled; ROC summary and empirical epsilon."""
     observations, reasons = {}, []
     for v in range(cfg.victims):
@@ -204,26 +312,20 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any]:
             reasons.append(str(exc))
     if not observations:
         return {"status": f"not applicable: {reasons[0]}"}
-    source = BestViews(type(built.trainer))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    claimed = claims(built.privacy(), next(iter(observations)))
-    try:
-        _, labels, info, g = graded_membership(observations, built.ctx.data, "mia_message", None,
-                                               gen, built.ctx.device, claimed,
-                                               built.ctx.run.delta, source=source)
-    except NotApplicable as exc:
-        return {"status": f"not applicable: {exc}"}
-    if g is None:
-        return {"status": "not applicable: non-finite scores (the run diverged)"}
-    emp = g.get("empirical_epsilon")
-    keep = ("auc", "auc_ci", "tpr_at_1%_fpr", "tpr_at_1%_fpr_ci", "tpr_at_10%_fpr")
-    return {"status": "ok", **{k: g.get(k) for k in keep}, "statistic": info.get("statistic"),
-            "empirical_epsilon": emp.get("epsilon_lb") if isinstance(emp, dict) else emp,
-            "n_members": int(labels.sum()), "n_nonmembers": int((~labels).sum()),
-            "victims": len(observations)}
+    mount = _mount([(o, v, 0) for v, o in observations.items()], BestViews(type(built.trainer)),
+                   cfg)
+    res = dispatch.run_attack(built, "mia_message", ATTACKS_AS_DEFAULTS, cfg.seed, mount=mount)
+    if not res.ok:
+        return {"status": res.status}
+    m, ci = res.metrics, res.intervals or {}
+    return {"status": "ok", "auc": m["auc"], "auc_ci": ci["auc"],
+            "tpr_at_1%_fpr": m["tpr_at_1%_fpr"], "tpr_at_1%_fpr_ci": ci["tpr_at_1%_fpr"],
+            "tpr_at_10%_fpr": m["tpr_at_10%_fpr"], "statistic": res.detail["statistic"],
+            "empirical_epsilon": m["empirical_epsilon"],
+            **{k: res.detail[k] for k in ("n_members", "n_nonmembers", "victims")}}
 
 
-def _network(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any] | None:
+def _network(built: Built, cfg: LeakageConfig, spec: str) -> NetworkEpsilon | None:
     """Mean over the victims of the pairwise network-DP epsilon (linear-gossip DP defenses)."""
     trainer = built.trainer
     z, out = trainer.release_noise(), []
@@ -248,12 +350,12 @@ def _network(built: Built, cfg: LeakageConfig, spec: str) -> dict[str, Any] | No
             "assumptions": out[0]["assumptions"]}
 
 
-def _epsilons(built: Built) -> dict[str, Any]:
+def _epsilons(built: Built) -> dict[str, float | None]:
     c = claims(built.privacy(), 0)
     return {m: c[m].get("epsilon") for m in ("paper", "calibrated") if m in c}
 
 
-def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
+def run_leakage(cfg: LeakageConfig, progress: Any = None) -> LeakageMap:
     """The leakage map of every (defense, epsilon): JSON-ready results (format LEAKAGE_FORMAT).
 
     Args:
@@ -289,7 +391,7 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
                            if show else None))
         if progress:
             progress(f"{d} eps={eps:g}: {time.perf_counter() - start:.0f} s")
-    return {"format": LEAKAGE_FORMAT, "config": to_dict(cfg),
+    return {"format": LEAKAGE_FORMAT, "config": cast(LeakageConfigDict, to_dict(cfg)),
             "environment": environment(torch.device("cpu")),  # every cell trains on the CPU
             "placements": [{"label": lab, "spec": s, "distance": h, "size": m}
                            for lab, s, h, m in placements(cfg)],
@@ -297,7 +399,7 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> dict[str, Any]:
 
 
 def _cell(cfg: LeakageConfig, defense: str, eps: float, where: str | None = None
-          ) -> dict[str, Any]:
+          ) -> LeakageCell:
     """One (defense, epsilon): both runs, then every placement; `where` names the cell in its
     phases' progress (None: no progress shown)."""
     def phase(what: str, total: int | None = None, unit: str = "it") -> Phase:

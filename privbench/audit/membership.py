@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from torch import Tensor
 
 from privbench.audit.attack import reads_messages
 from privbench.audit.candidates import (
+    Claim,
     _victim_views,
     candidates,
     claims,
@@ -58,6 +59,68 @@ from privbench.threat.gossip_inversion import view_source
 from privbench.threat.observation import Observation, ThreatModel, observe, threat_for
 
 
+class EmpiricalEpsilon(TypedDict):
+    """The Clopper-Pearson epsilon lower bound over a ROC (`metrics.audit.eps_lower_bound_roc`)."""
+
+    epsilon_lb: float
+    threshold: float
+    side: str
+    tpr_lo: float
+    fpr_hi: float
+    alpha: float
+    correction: str
+    tests: int
+    point_estimate: float
+    method: str
+
+
+_CI = list[float] | None
+
+# A graded membership attack (`grade`): the ROC summary (`metrics.roc.roc_summary`), whether each
+# low-FPR rate is resolved, the empirical epsilon and the victim's claims (functional form: keys
+# such as "tpr_at_1%_fpr" are not identifiers).
+MembershipGrade = TypedDict("MembershipGrade", {
+    "auc": float, "auc_ci": list[float], "tpr_at_fpr": list[dict[str, object]],
+    "tpr_at_0.1%_fpr": float | None, "tpr_at_0.1%_fpr_ci": _CI,
+    "tpr_at_1%_fpr": float | None, "tpr_at_1%_fpr_ci": _CI,
+    "tpr_at_10%_fpr": float | None, "tpr_at_10%_fpr_ci": _CI,
+    "tpr_at_0_fpr": float, "tpr_at_0_fpr_ci": list[float], "n_members": int,
+    "n_nonmembers": int, "roc": dict[str, dict[str, list[float]]], "ci_level": float,
+    "roc_steps": dict[str, list[float]], "tpr_at_0.1%_fpr_resolved": bool,
+    "tpr_at_1%_fpr_resolved": bool, "tpr_at_10%_fpr_resolved": bool,
+    "empirical_epsilon": EmpiricalEpsilon, "claimed_epsilon": dict[str, Claim],
+})
+
+# One statistic's AUC and TPRs with their intervals (`_brief`), or why none.
+StatisticBrief = TypedDict("StatisticBrief", {
+    "auc": float | None, "reason": str, "auc_ci": list[float],
+    "tpr_at_0.1%_fpr": float | None, "tpr_at_0.1%_fpr_ci": _CI,
+    "tpr_at_1%_fpr": float | None, "tpr_at_1%_fpr_ci": _CI,
+    "tpr_at_10%_fpr": float | None, "tpr_at_10%_fpr_ci": _CI, "tpr_at_0_fpr": float,
+}, total=False)
+
+
+class MembershipInfo(TypedDict, total=False):
+    """How a membership attack scored: its level and what it read (message level: the rounds,
+    the statistics and the rule choosing one; model level: the observed round and references)."""
+
+    level: str
+    rounds_attacked: int
+    rounds_not_applicable: int
+    not_applicable_reasons: dict[str, int]
+    statistic: str
+    statistic_rule: str
+    regression_fit: dict[str, float]
+    scores_by_statistic: dict[str, np.ndarray]
+    candidate_cap: int
+    selected_of: int
+    reference_auc: dict[str, float] | None
+    observed_round: int
+    reference_models: int
+    online: bool
+    statistics: dict[str, StatisticBrief]
+
+
 def ci_level(selected_of: int = 1) -> float:
     """The confidence of each interval when the graded scores are the best of `selected_of`
     score vectors picked on the same labels: Bonferroni, 1 - 0.05 / m, so that what is graded
@@ -65,17 +128,18 @@ def ci_level(selected_of: int = 1) -> float:
     return 1 - (1 - CI_LEVEL) / selected_of
 
 
-def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Any],
-          delta: float, level: float = CI_LEVEL) -> dict[str, Any]:
+def grade(scores: np.ndarray, labels: np.ndarray, claimed: dict[str, Claim],
+          delta: float, level: float = CI_LEVEL) -> MembershipGrade:
     """ROC summary + empirical epsilon lower bound (JSON-ready), every interval and the bound's
     confidence at `level` (`ci_level`)."""
-    out = roc_summary(scores, labels, level=level)
+    out = cast(MembershipGrade, roc_summary(scores, labels, level=level))
     out["ci_level"] = level
     out["roc_steps"] = roc_steps(roc_curve(scores, labels))
     for f in ("0.1%", "1%", "10%"):
         out[f"tpr_at_{f}_fpr_resolved"] = out[f"tpr_at_{f}_fpr"] is not None
     d = claimed.get("calibrated", claimed.get("paper", {})).get("delta", delta)
-    out["empirical_epsilon"] = eps_lower_bound_roc(scores, labels, delta=d, alpha=1 - level)
+    out["empirical_epsilon"] = cast(EmpiricalEpsilon, eps_lower_bound_roc(scores, labels, delta=d,
+                                                                       alpha=1 - level))
     out["claimed_epsilon"] = claimed
     return out
 
@@ -92,7 +156,7 @@ def _not_applicable_summary(reasons: list[str]) -> dict[str, int]:
 
 def _message_scores(atk: Any, observations: dict[int, Observation],
                     cands: list[tuple[Tensor, Tensor, np.ndarray]], device: torch.device,
-                    source: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                    source: Any = None) -> tuple[dict[str, np.ndarray], MembershipInfo]:
     """Per statistic, the message-level scores of every victim's candidates (concatenated), and
     info: views used, rounds not applicable (with their reasons), the statistic graded and the
     regression fit its label-free rule read (`attacks.mia_message`)."""
@@ -114,19 +178,20 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
         used, reasons = used + len(views), reasons + mine
     fit = {"explained": float(np.mean(explained)), "chance": float(np.mean(chance))}
     chosen = atk.choose(fit)
-    info = {"level": "message", "rounds_attacked": used, "rounds_not_applicable": len(reasons),
-            "not_applicable_reasons": _not_applicable_summary(reasons), "statistic": chosen,
-            "statistic_rule": ("label-free: regression when the candidates' gradients explain "
-                               "R^2 >= (1 + N/d) / 2 of the views (raw batch gradients), else "
-                               "cosine (noise-dominated views)")
-            if len(atk.statistics()) > 1 else "configured", "regression_fit": fit}
+    info: MembershipInfo = {
+        "level": "message", "rounds_attacked": used, "rounds_not_applicable": len(reasons),
+        "not_applicable_reasons": _not_applicable_summary(reasons), "statistic": chosen,
+        "statistic_rule": ("label-free: regression when the candidates' gradients explain "
+                           "R^2 >= (1 + N/d) / 2 of the views (raw batch gradients), else "
+                           "cosine (noise-dominated views)")
+        if len(atk.statistics()) > 1 else "configured", "regression_fit": fit}
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, info
 
 
 def membership_scores(observations: dict[int, Observation], data: NodeData, attack: str,
                       attack_cfg: dict[str, Any] | None, gen: torch.Generator,
                       device: torch.device, reference_models: int = DEFAULT_REFERENCE_MODELS,
-                      source: Any = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                      source: Any = None) -> tuple[np.ndarray, np.ndarray, MembershipInfo]:
     """Scores of the victims' candidates under `attack` (each scored against its own node).
 
     Args:
@@ -160,7 +225,7 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
 def _message_level(atk: Any, observations: dict[int, Observation], data: NodeData,
                    cands: list[tuple[Tensor, Tensor, np.ndarray]], labels: np.ndarray, cap: int,
                    gen: torch.Generator, device: torch.device,
-                   source: Any) -> tuple[np.ndarray, dict[str, Any]]:
+                   source: Any) -> tuple[np.ndarray, MembershipInfo]:
     """`membership_scores` for a message-level attack: every statistic's scores, and the one
     graded by the attack's `select` rule (the strongest on `labels`, or the one reference
     systems choose)."""
@@ -192,7 +257,7 @@ def _message_level(atk: Any, observations: dict[int, Observation], data: NodeDat
 
 def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
                  cands: list[tuple[Tensor, Tensor, np.ndarray]], gen: torch.Generator,
-                 device: torch.device, reference_models: int) -> tuple[np.ndarray, dict[str, Any]]:
+                 device: torch.device, reference_models: int) -> tuple[np.ndarray, MembershipInfo]:
     """`membership_scores` for a model-level attack: each victim's candidates scored against
     the victim's last observed model (and reference models where the attack needs them)."""
     from privbench.threat.signals import ModelMIAInput, model_signals
@@ -203,7 +268,7 @@ def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
     t_obs = max(last_observed_round(observations[v], v) for v in victims)
     targets = torch.stack([observed_model(observations[v], v, t_obs)
                            for v in victims]).to(device)  # (V, d)
-    info: dict[str, Any] = {"level": "model", "observed_round": t_obs}
+    info: MembershipInfo = {"level": "model", "observed_round": t_obs}
     refs, masks = None, None
     if atk.needs_reference:
         refs, masks = train_reference_models(obs, data, victims, reference_models,
@@ -230,9 +295,9 @@ def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
 
 def graded_membership(observations: dict[int, Observation], data: NodeData, attack: str,
                       attack_cfg: dict[str, Any] | None, gen: torch.Generator,
-                      device: torch.device, claimed: dict[str, Any], delta: float,
+                      device: torch.device, claimed: dict[str, Claim], delta: float,
                       reference_models: int = DEFAULT_REFERENCE_MODELS, source: Any = None
-                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], dict[str, Any] | None]:
+                      ) -> tuple[np.ndarray, np.ndarray, MembershipInfo, MembershipGrade | None]:
     """One membership attack scored (`membership_scores`) and graded against who was a member:
     the path of every membership attack, in the audit sweep (`run_membership`) and the leakage
     map alike.
@@ -311,7 +376,7 @@ BRIEF_KEYS = ("auc", "auc_ci", "tpr_at_0.1%_fpr", "tpr_at_0.1%_fpr_ci", "tpr_at_
               "tpr_at_1%_fpr_ci", "tpr_at_10%_fpr", "tpr_at_10%_fpr_ci", "tpr_at_0_fpr")
 
 
-def _brief(scores: np.ndarray, labels: np.ndarray, level: float = CI_LEVEL) -> dict[str, Any]:
+def _brief(scores: np.ndarray, labels: np.ndarray, level: float = CI_LEVEL) -> StatisticBrief:
     """AUC and TPRs with their intervals (at `level`) of one statistic's scores (None when not
     finite)."""
     if not np.isfinite(scores).all():

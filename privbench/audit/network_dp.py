@@ -39,7 +39,7 @@ minimum of the two.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -97,9 +97,25 @@ def network_mu(spec: LinearGossip, pairs: list[tuple[int, int]], victim: int,
     return float(np.sqrt(mu2)), float(np.mean(np.diag(p_uu)))
 
 
+class NetworkEpsilon(TypedDict, total=False):
+    """A victim's network-DP epsilon towards a threat model (`pairwise_epsilon`), JSON-ready."""
+
+    applicable: bool
+    reason: str
+    network_mu: float
+    network_epsilon: float
+    local_full_mu: float
+    local_full_epsilon: float
+    calibrated_epsilon: float | None
+    delta: float
+    visibility: float
+    epsilon: float
+    assumptions: list[str]
+
+
 def pairwise_epsilon(spec: LinearGossip, topology: Topology, threat: ThreatModel, victim: int,
                      z: np.ndarray, delta: float, calibrated: float | None = None
-                     ) -> dict[str, Any]:
+                     ) -> NetworkEpsilon:
     """The victim's network-DP epsilon towards a threat model, beside its local epsilons.
 
     Args:
@@ -118,7 +134,7 @@ def pairwise_epsilon(spec: LinearGossip, topology: Topology, threat: ThreatModel
     mu, visible = network_mu(spec, pairs, victim, z)
     mu_local = float(np.sqrt(np.sum(1.0 / z[:, victim] ** 2)))
     net = gdp_epsilon(mu, delta) if mu > 0 else 0.0
-    out = {"applicable": True, "network_mu": mu, "network_epsilon": net,
+    out: NetworkEpsilon = {"applicable": True, "network_mu": mu, "network_epsilon": net,
            "local_full_mu": mu_local, "local_full_epsilon": gdp_epsilon(mu_local, delta),
            "calibrated_epsilon": calibrated, "delta": delta, "visibility": visible,
            "epsilon": min(net, calibrated) if calibrated is not None else net,

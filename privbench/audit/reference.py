@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -173,8 +173,15 @@ def train_reference_models(obs: Observation, data: NodeData, victims: list[int],
 STATISTIC_COPIES = 2  # reference systems the message attack picks its statistic on
 
 
+class StatisticChoice(TypedDict):
+    """The message statistic reference systems chose (None: none usable), with each one's AUC."""
+
+    statistic: str | None
+    reference_auc: dict[str, float] | None
+
+
 def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: Any,
-                     gen: torch.Generator, device: torch.device) -> dict[str, Any]:
+                     gen: torch.Generator, device: torch.device) -> StatisticChoice:
     """Pick the message statistic on reference systems, never on the target's labels.
 
     Two reference copies of the whole system (same defense, config, topology and sizes; each

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,10 +17,13 @@ from privbench.report.plots import _png, _shade, palette, plt
 from privbench.report.text import Notes, no_paths, prose
 from privbench.results.store import eps_text, fmt_num
 
+if TYPE_CHECKING:  # the map's JSON as `run_leakage` writes it
+    from privbench.audit.leakage import LeakageCell, LeakageMap, LeakageRow
+
 DISTANCE_AXIS = ("1 hop", "2 hops", "3 hops", "eavesdropper")
 
 
-def _label(cell: dict[str, Any]) -> str:
+def _label(cell: LeakageCell) -> str:
     eps = cell.get("epsilon")
     return cell["defense"] if eps is None else f"{cell['defense']} {eps_text(eps)}"
 
@@ -37,7 +40,7 @@ def status_text(status: Any) -> str:
     return re.sub(r"^(not applicable: )+", "not applicable: ", str(status))
 
 
-def _series(cells: list[dict[str, Any]], section: str, key: str,
+def _series(cells: list[LeakageCell], section: str, key: str,
             order: list[str]) -> dict[str, list[tuple[int, float]]]:
     """Per cell label, (x index in `order`, value) of `section[key]` for the placements."""
     out: dict[str, list[tuple[int, float]]] = {}
@@ -103,7 +106,7 @@ def _graph(adjacency: list[list[int]], victim: int, marks: dict[int, str]) -> st
     return _png(fig)
 
 
-def _marks(results: dict[str, Any]) -> dict[int, str]:
+def _marks(results: LeakageMap) -> dict[int, str]:
     """Node -> hop placement label around victim 0 on the run's graph."""
     cell = results["cells"][0]
     a = np.asarray(cell["topology"], dtype=bool)
@@ -131,7 +134,7 @@ def _na(status: Any, span: int, notes: Notes) -> str:
     return f'<td colspan="{span}" class="na">{notes.status(status_text(status))}</td>'
 
 
-def _worst(cells: list[dict[str, Any]]) -> dict[str, float]:
+def _worst(cells: list[LeakageCell]) -> dict[str, float]:
     """The most leaking value of PSNR, AUC and empirical ε over the private cells' rows."""
     out: dict[str, float] = {}
     for cell in cells:
@@ -155,7 +158,7 @@ def _flag(value: Any, key: str, worst: dict[str, float], private: bool) -> str:
     return text
 
 
-def _row_html(cell: dict[str, Any], row: dict[str, Any], notes: Notes,
+def _row_html(cell: LeakageCell, row: LeakageRow, notes: Notes,
               worst: dict[str, float]) -> str:
     inv, mia, net = row["inversion"], row["membership"], row.get("network_dp") or {}
     ident = inv.get("identifiability") or {}
@@ -185,7 +188,7 @@ HEADER = ("<tr><th>defense</th><th>attacker</th><th>PSNR</th><th>SSIM</th><th>la
           "<th>visibility</th></tr>")
 
 
-def render_leakage(results: dict[str, Any]) -> str:
+def render_leakage(results: LeakageMap) -> str:
     """The leakage map page."""
     cells, cfg = results["cells"], results["config"]
     order = [p["label"] for p in results["placements"] if p["distance"] or
@@ -251,7 +254,7 @@ def _setting_value(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def by_distance(results: dict[str, Any]) -> str:
+def by_distance(results: LeakageMap) -> str:
     """Markdown: per (defense, ε), inversion PSNR, membership AUC and network-DP ε against the
     attacker's placement (1, 2, 3 hops, eavesdropper, colluding sets), one column each."""
     order = [p["label"] for p in results["placements"]]
@@ -274,14 +277,14 @@ def by_distance(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _cell_value(row: dict[str, Any] | None, section: str, key: str) -> str:
+def _cell_value(row: LeakageRow | None, section: str, key: str) -> str:
     part = (row or {}).get(section) or {}
     if section != "network_dp" and part.get("status") != "ok":
         return "n/a" if part else "–"
     return _fmt(part.get(key))
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(results: LeakageMap) -> str:
     """The leakage map as a Markdown table (PSNR / label accuracy, AUC / TPR@1%, network and
     calibrated ε per defense and attacker placement), for READMEs."""
     head = ("| defense | attacker | views via | PSNR (dB) | label acc | AUC | TPR@1% | ε emp | "

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -249,12 +249,29 @@ def observed_messages(obs: Observation, kind: str) -> tuple[list[tuple[int, int]
     return pairs, payloads
 
 
+class GossipDiagnostics(TypedDict, total=False):
+    """The linear system's identifiability for one victim (JSON-ready)."""
+
+    observed_messages: int
+    unknowns: int
+    rank: int
+    condition: float
+    window: int | None
+    horizon: int
+    victim_blocks: int
+    victim_residual: float
+    noise_gain: float
+    assumption: str
+    identified_blocks: int
+    unidentified_blocks: list[str]
+
+
 @dataclass
 class Estimate:
     """The gossip inversion of one victim: views where identifiable, and the diagnostics."""
 
     views: list[GradientView]
-    info: dict[str, Any]
+    info: GossipDiagnostics
 
 
 class GossipViews:
@@ -417,7 +434,7 @@ def _combine(system: System, w: np.ndarray, payloads: dict[tuple[int, int], Tens
     return out
 
 
-def _diagnostics(system: System, victim: int, window: int | None) -> dict[str, Any]:
+def _diagnostics(system: System, victim: int, window: int | None) -> GossipDiagnostics:
     """Rank, conditioning, the victim's residual outside the row space and its noise gain."""
     cols = [system.column(victim, b) for b in range(int(system.blocks[victim].max()) + 1)]
     resid, gains = [], []

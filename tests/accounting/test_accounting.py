@@ -1,9 +1,12 @@
 """Tests of privbench.accounting: golden numbers (with their source), properties, bad input.
 
 Golden sources:
-- card-dyn-d2p.md §3.7 (test vectors) and §3.8 (PLD/RDP epsilons of CLT-calibrated schedules);
-- card-adp-vrsgp.md §3.4 (reference multipliers, computed by the card's author with dp-accounting
-  0.6 RDP; they reproduce on TF Privacy's order grid, `TF_PRIVACY_RDP_ORDERS`);
+- Dyn-D2P paper, eqs. (4), (6), (8), (9), solved independently (scipy brentq), and the PLD / RDP
+  epsilons (dp-accounting 0.6.0) of the schedules its CLT (eq. (6)) calibrates;
+- a reference table of ADP-VRSGP multipliers (`ADP_ROWS`: the paper's schedule alpha(T - t)
+  sigma_hat of Sec. 4 and its Theorem 1 closed form, calibrated independently with dp-accounting
+  0.6 RDP, Poisson q = 64 / |D_i|, delta 1e-5; they reproduce on TF Privacy's order grid,
+  `TF_PRIVACY_RDP_ORDERS`);
 - tensorflow/privacy, tensorflow_privacy/privacy/analysis/compute_dp_sgd_privacy_test.py
   (`test_compute_dp_sgd_example_privacy`: no microbatching, Poisson q = 1e-2, 1.2 epochs ->
   120 steps, noise 0.7, delta 1e-5: RDP 3.2392676, PLD 2.4612381; `test_compute_dp_sgd_privacy`
@@ -71,20 +74,20 @@ def dpsgd(q: float, z: float, steps: int) -> PrivacyLedger:
     return PrivacyLedger().record(GaussianEvent(z, q, steps))
 
 
-# ============================================================== golden: Dyn-D2P (card §3.7, §3.8)
+# ============================================================== golden: Dyn-D2P (eqs. 4, 6, 8, 9)
 
 
 @pytest.mark.parametrize(
     ("eps", "mu"), [(0.3, 0.107716), (0.7, 0.228828), (1.0, 0.313902), (3.0, 0.817556)]
 )
 def test_dyn_d2p_mu_tot_vectors(eps: float, mu: float) -> None:
-    # card-dyn-d2p.md §3.7: mu_tot from (epsilon, delta = 1e-4) by eq. (4), 6 decimals.
+    # mu_tot from (epsilon, delta = 1e-4) by the Dyn-D2P paper's eq. (4), 6 decimals.
     assert gdp_mu(eps, 1e-4) == pytest.approx(mu, abs=5e-7)
     assert gdp_epsilon(gdp_mu(eps, 1e-4), 1e-4) == pytest.approx(eps, rel=1e-9)
 
 
 def test_dyn_d2p_other_gdp_vectors() -> None:
-    # card-dyn-d2p.md §3.7 "Other checks" and §9 item 1.
+    # eq. (4) both ways, and delta(epsilon; mu) at a few points.
     assert gdp_delta(1.0, 1.0) == pytest.approx(0.126937, abs=5e-7)
     assert gdp_mu(1.0, 1e-5) == pytest.approx(0.268051, abs=5e-7)
     assert gdp_mu(8.0, 1e-5) == pytest.approx(1.666031, abs=5e-7)
@@ -94,7 +97,7 @@ def test_dyn_d2p_other_gdp_vectors() -> None:
 
 @pytest.mark.parametrize(
     ("j", "b", "k", "eps", "mu_bar", "mu0_rho2", "mu0_rho10"),
-    [  # card-dyn-d2p.md §3.7, "More (J, B, K) settings" and the mini-batch example
+    [  # eq. (9) (mu_bar) and eq. (8) (mu_0 at rho_mu = 2, 10) for a few (J, B, K)
         (2500, 32, 4000, 1.0, 0.374257, 0.253065, None),
         (2500, 32, 4000, 0.3, 0.132474, 0.090000, 0.028413),
         (2500, 32, 4000, 3.0, 0.838478, 0.555333, 0.151494),
@@ -111,7 +114,7 @@ def test_dyn_d2p_budget_vectors(j, b, k, eps, mu_bar, mu0_rho2, mu0_rho10) -> No
     assert mu0 == pytest.approx(mu0_rho2, abs=5e-7)
     if mu0_rho10 is not None:
         assert dyn_d2p_mu0(mu_tot, p, k, 10.0) == pytest.approx(mu0_rho10, abs=5e-7)
-    # eq. (8) is met to 1e-9 (card §9 item 2) and mu_0 lies in the guaranteed bracket.
+    # eq. (8) is met to 1e-9 and mu_0 lies in the guaranteed bracket.
     with pytest.warns(ApproximateAccountingWarning):
         spent = clt_mu_total(mu0 * dyn_d2p_growth(k, 2.0), p)
     assert spent == pytest.approx(mu_tot, rel=1e-9)
@@ -119,7 +122,8 @@ def test_dyn_d2p_budget_vectors(j, b, k, eps, mu_bar, mu0_rho2, mu0_rho10) -> No
 
 
 def test_dyn_d2p_rho_one_is_mu_bar_and_half_budget() -> None:
-    # card §9 item 3 (rho -> 1 gives mu_bar) and §3.7 (budget after K/2 steps: 0.17825, 0.5285).
+    # eq. (8) as rho -> 1 gives eq. (9)'s mu_bar; the CLT budget after K/2 steps: 0.17825,
+    # 0.5285.
     mu_tot, p, k = gdp_mu(1.0, 1e-4), 32 / 2500, 4000
     assert dyn_d2p_mu0(mu_tot, p, k, 1.0) == dyn_d2p_mu_bar(mu_tot, p, k)
     assert dyn_d2p_mu0(mu_tot, p, k, 1.0 + 1e-9) == pytest.approx(dyn_d2p_mu_bar(mu_tot, p, k))
@@ -132,7 +136,7 @@ def test_dyn_d2p_rho_one_is_mu_bar_and_half_budget() -> None:
 
 @pytest.mark.parametrize(
     ("j", "b", "k", "idx", "pld", "rdp"),
-    [  # card-dyn-d2p.md §3.8: rigorous epsilon of the Const schedule calibrated by the CLT
+    [  # rigorous epsilon (dp-accounting 0.6.0) of the Const schedule the CLT (eq. 6) calibrates
         (2500, 32, 4000, 0, 0.310, 0.340), (2500, 32, 4000, 1, 1.014, 1.128),
         (2500, 32, 4000, 2, 3.090, 3.424), (3000, 32, 3000, 1, 1.019, 1.136),
         (2500, 1, 10000, 0, 0.380, 1.149), (2500, 1, 10000, 2, 5.375, 6.998),
@@ -143,7 +147,7 @@ def test_dyn_d2p_clt_underreports_const(j, b, k, idx, pld, rdp) -> None:
     p = b / j
     mu_bar = dyn_d2p_mu_bar(gdp_mu(eps, 1e-4), p, k)
     ledger = dpsgd(p, 1 / mu_bar, k)
-    # the card used PLD discretization 1e-3 (our default) and 3 decimals
+    # the reference values: PLD discretization 1e-3 (our default), 3 decimals
     assert account(ledger, 1e-4, "pld").epsilon == pytest.approx(pld, abs=5e-4)
     assert account(ledger, 1e-4, "rdp").epsilon == pytest.approx(rdp, abs=5e-4)
     with pytest.warns(ApproximateAccountingWarning):
@@ -158,9 +162,9 @@ def test_dyn_d2p_clt_underreports_const(j, b, k, idx, pld, rdp) -> None:
      (3000, 3000, 0, 0.311), (3000, 3000, 1, 1.033), (3000, 3000, 2, 3.367)],
 )
 def test_dyn_d2p_clt_underreports_dyn(j, k, idx, pld) -> None:
-    # card §3.8, Dyn schedule (rho_mu = 2). Our schedule is bucketed (48 log-z bins charged at
-    # their smallest z), which can only raise epsilon: allow the card's rounding below, and the
-    # bucketing (at most 0.1% here) above.
+    # Dyn schedule (rho_mu = 2), PLD reference values to 3 decimals. Our schedule is bucketed (48
+    # log-z bins charged at their smallest z), which can only raise epsilon: allow the reference's
+    # rounding below, and the bucketing (at most 0.1% here) above.
     eps, p = (0.3, 1.0, 3.0)[idx], 32 / j
     mu0 = dyn_d2p_mu0(gdp_mu(eps, 1e-4), p, k, 2.0)
     ledger = PrivacyLedger().extend(gaussian_schedule(1 / (mu0 * dyn_d2p_growth(k, 2.0)), p))
@@ -168,7 +172,7 @@ def test_dyn_d2p_clt_underreports_dyn(j, k, idx, pld) -> None:
     assert pld - 5e-4 <= got <= (pld + 5e-4) * 1.001
 
 
-# ============================================================== golden: ADP-VRSGP (card §3.4)
+# ============================================================== golden: ADP-VRSGP (Sec. 4, Thm 1)
 
 ADP_ROWS = [  # data, T, eps, z_const, sigma_hat, z_{t=0}, z_{t=T-1}, naive sigma_hat
     ("mnist", 1000, 2, 0.964, 0.512, 1.490, 0.811, 0.401),
@@ -190,15 +194,15 @@ ADP_Q = {"mnist": 64 / 7500, "cifar": 64 / 6250}
 # Cells we cannot reproduce with dp-accounting 0.6.0 (on TF Privacy's, integer or the default
 # order grid); the other cells of these rows, and all other rows, reproduce to 3 decimals.
 ADP_IRREPRODUCIBLE = {
-    ("mnist", 300, 0.5, "z_const"): "card 1.597; dp-accounting gives 1.547",
-    ("mnist", 300, 0.5, "naive"): "follows from z_const 1.547 (card 1.597)",
-    ("mnist", 300, 1, "z_const"): "card 1.137; dp-accounting gives 1.119",
-    ("mnist", 300, 1, "naive"): "follows from z_const 1.119 (card 1.137)",
-    ("mnist", 300, 1, "sigma_hat"): "card 0.684 gives epsilon 0.911, not 1",
-    ("cifar", 300, 0.5, "z_const"): "card 1.684; dp-accounting gives 1.680",
-    ("cifar", 300, 0.5, "naive"): "follows from z_const 1.680 (card 1.684)",
-    ("cifar", 300, 0.5, "sigma_hat"): "card 0.965 gives epsilon 0.484, not 0.5",
-    ("cifar", 300, 1, "sigma_hat"): "card 0.700 gives epsilon 0.945, not 1",
+    ("mnist", 300, 0.5, "z_const"): "reference 1.597; dp-accounting gives 1.547",
+    ("mnist", 300, 0.5, "naive"): "follows from z_const 1.547 (reference 1.597)",
+    ("mnist", 300, 1, "z_const"): "reference 1.137; dp-accounting gives 1.119",
+    ("mnist", 300, 1, "naive"): "follows from z_const 1.119 (reference 1.137)",
+    ("mnist", 300, 1, "sigma_hat"): "reference 0.684 gives epsilon 0.911, not 1",
+    ("cifar", 300, 0.5, "z_const"): "reference 1.684; dp-accounting gives 1.680",
+    ("cifar", 300, 0.5, "naive"): "follows from z_const 1.680 (reference 1.684)",
+    ("cifar", 300, 0.5, "sigma_hat"): "reference 0.965 gives epsilon 0.484, not 0.5",
+    ("cifar", 300, 1, "sigma_hat"): "reference 0.700 gives epsilon 0.945, not 1",
 }
 
 
@@ -220,17 +224,17 @@ def _adp_params(cell: str, fast_rows: set[int] | None = None) -> list:
 )
 def test_adp_vrsgp_constant_multiplier(data, t, eps, z_const, sigma_hat, z0, zl, naive) -> None:
     z = calibrate_noise_scale(eps, 1e-5, np.ones(t), ADP_Q[data], "rdp", TF_RDP, rtol=1e-5)
-    assert abs(z - z_const) <= 5e-4 + 1e-5  # the card rounds to 3 decimals
+    assert abs(z - z_const) <= 5e-4 + 1e-5  # the reference rounds to 3 decimals
 
 
 @pytest.mark.parametrize(
     ("data", "t", "eps", "z_const", "sigma_hat", "z0", "zl", "naive"), ADP_ROWS
 )
 def test_adp_vrsgp_schedule_formulas(data, t, eps, z_const, sigma_hat, z0, zl, naive) -> None:
-    # Pure arithmetic on the card's own numbers (no accountant):
+    # Pure arithmetic on the reference table's own numbers (no accountant):
     # - naive sigma_hat = Theorem 1 with c2 fitted at alpha == 1 = z_const sqrt(sum alpha^-2 / T);
-    #   the card computed it from its rounded z_const, so both roundings are allowed for;
-    # - z_t = alpha(T - t) sigma_hat at t = 0 and t = T - 1 (card §2.1).
+    #   the table computed it from its rounded z_const, so both roundings are allowed for;
+    # - z_t = alpha(T - t) sigma_hat at t = 0 and t = T - 1 (Sec. 4's decaying noise).
     factors = adp_vrsgp_noise_factors(t)
     ratio = math.sqrt(np.mean(factors**-2.0))
     assert abs(z_const * ratio - naive) <= 5e-4 * (1 + ratio) + 1e-12
@@ -242,7 +246,7 @@ def test_adp_vrsgp_schedule_formulas(data, t, eps, z_const, sigma_hat, z0, zl, n
     ("data", "t", "eps", "z_const", "sigma_hat", "z0", "zl", "naive"), _adp_params("naive")
 )
 def test_adp_vrsgp_naive_closed_form(data, t, eps, z_const, sigma_hat, z0, zl, naive) -> None:
-    # Our paper-mode multiplier against the card's naive column (rounding of the card's z_const
+    # Our paper-mode multiplier against the table's naive column (rounding of the table's z_const
     # propagates through the ratio sqrt(mean alpha^-2), hence the second term).
     factors = adp_vrsgp_noise_factors(t)
     ratio = math.sqrt(np.mean(factors**-2.0))
@@ -257,7 +261,7 @@ def test_adp_vrsgp_naive_closed_form(data, t, eps, z_const, sigma_hat, z0, zl, n
     _adp_params("sigma_hat", fast_rows=set()),
 )
 def test_adp_vrsgp_reference_sigma_hat(data, t, eps, z_const, sigma_hat, z0, zl, naive) -> None:
-    # The card's sigma_hat is the calibrated root rounded to 3 decimals iff the exact RDP epsilon
+    # The table's sigma_hat is the calibrated root rounded to 3 decimals iff the exact RDP epsilon
     # crosses the target inside [sigma_hat - 0.0005, sigma_hat + 0.0005]. Exact heterogeneous RDP
     # (61-201 distinct multipliers) takes seconds per row: slow.
     f = schedule_epsilon_fn(adp_vrsgp_noise_factors(t), ADP_Q[data], 1e-5, "rdp", TF_RDP)
@@ -265,7 +269,8 @@ def test_adp_vrsgp_reference_sigma_hat(data, t, eps, z_const, sigma_hat, z0, zl,
 
 
 def test_adp_vrsgp_schedule_shape() -> None:
-    # card §2.1: alpha(1000) = 210^0.2 = 2.914 at t = 0, alpha(1) = 10^0.2 = 1.585 at t = T-1;
+    # Sec. 4, alpha(k) = (floor(k / tau) + 10)^s: alpha(1000) = 210^0.2 = 2.914 at t = 0,
+    # alpha(1) = 10^0.2 = 1.585 at t = T-1;
     # the level changes at t = 1, 6, 11, ... (tau = 5), and t = 0 is a block of one step.
     f = adp_vrsgp_noise_factors(1000)
     assert f[0] == pytest.approx(210**0.2) and f[-1] == pytest.approx(10**0.2)
@@ -309,7 +314,7 @@ def test_dpsgd_opacus_value() -> None:
 
 def _numpy_rdp_epsilon(q: float, z: float, steps: int, delta: float, orders) -> float:
     """Independent integer-order RDP of the subsampled Gaussian (Mironov et al. 2019, the
-    binomial expansion of card-dpdl.md §5.3) + the conversion of Canonne et al. 2020 Prop. 12."""
+    binomial expansion of A_a over k = 0..a) + the conversion of Canonne et al. 2020 Prop. 12."""
     best = math.inf
     for a in orders:
         k = np.arange(a + 1)
@@ -422,7 +427,8 @@ def test_solve_monotone_increasing_and_errors() -> None:
 
 
 def test_pure_mechanisms() -> None:
-    # DeFL-VP card §2 table: eps = 1 -> keep 0.73106, 2p - 1 = tanh(eps / 2).
+    # DeFL-VP paper, Alg. 3: keep probability e^eps / (e^eps + 1): eps = 1 -> 0.73106,
+    # 2p - 1 = tanh(eps / 2).
     assert rr_keep_prob(1.0) == pytest.approx(0.73106, abs=5e-6)
     assert 2 * rr_keep_prob(2.0) - 1 == pytest.approx(math.tanh(1.0))
     assert rr_epsilon(rr_keep_prob(0.37)) == pytest.approx(0.37)
@@ -496,7 +502,7 @@ def test_plan_details() -> None:
     with pytest.warns(ApproximateAccountingWarning):
         dyn = make_plan("dyn_d2p", 1.0, 1e-4, 4000, 32 / 2500, "pld", calibrate_with="paper",
                         options=AccountantOptions(max_distinct=8))
-    # card §3.7 mini-batch example and §3.8: the CLT-calibrated Dyn schedule is ~1.024 by PLD
+    # eq. (8)'s mu_0 (J = 2500, B = 32, K = 4000); the CLT-calibrated Dyn schedule is ~1.024 by PLD
     assert dyn.noise["mu_0"] == pytest.approx(0.253065, abs=5e-7)
     assert dyn.report("paper").approximate and not dyn.report("calibrated").approximate
     assert dyn.report("calibrated").epsilon > 1.0
@@ -515,15 +521,32 @@ def test_plan_details() -> None:
     assert dpdl.report("paper").epsilon < dpdl.report("calibrated").epsilon
 
 
-def test_dpdl_ratios_match_card_example() -> None:
-    # card-dpdl.md §5.3: fully connected, N = 10, alpha = 1: z_A = sigma/3, z_B = 0.76 sigma
-    # (paper), 0.24 sigma (strict).
+def test_dpdl_ratios_on_a_complete_graph() -> None:
+    # DPDL paper, eqs. (40), (53), fully connected, N = 10, alpha = 1: z_A = sigma/3, z_B = 0.76
+    # sigma (paper), 0.24 sigma (strict).
     r = dpdl_noise_ratios(10, 10)
     assert r["A"] == pytest.approx(1 / 3)
     assert r["B_paper"] == pytest.approx(0.76, abs=5e-3)
     assert r["B_strict"] == pytest.approx(0.24, abs=5e-3)
     assert dpdl_joint_ratio(r, "strict") < min(r["A"], r["B_strict"])
     assert dpdl_joint_ratio(r, "paper") == r["B_paper"]
+
+
+@pytest.mark.parametrize(("n", "degree", "alpha"), [(10, 10, 1.0), (8, 3, 0.5), (5, 1, 1.0)])
+def test_dpdl_graph_accounting_reduces_to_the_uniform_closed_form(n, degree, alpha) -> None:
+    """The per-node accounting the defense plans its graph with, on uniform weights 1/degree,
+    is the closed form of the uniform plan (eqs. 40, 53), and the registry's plan is its own."""
+    from privbench.accounting.plans import DPDLGraph, dpdl_node_parts, plan_dpdl_nodes
+
+    graph = DPDLGraph.uniform(n, degree, alpha, 1.0)
+    closed = dpdl_noise_ratios(n, degree, alpha)
+    for parts in dpdl_node_parts(graph, graph.ws[0], np.ones(n)):
+        assert parts == pytest.approx(closed, rel=1e-12)
+    if degree > 1:
+        nodes = plan_dpdl_nodes(graph, [0.05] * n, 2.0, 1e-5, 50, accountant="pld")
+        plan = make_plan("dpdl", 2.0, 1e-5, 50, 0.05, "pld", n_agents=n, degree=degree,
+                         alpha=alpha)
+        assert set(nodes.sigma) == {plan.noise["sigma"]}
 
 
 # ============================================================== bad input

@@ -139,7 +139,8 @@ def _muffliato(tr: Muffliato) -> list[Schedule]:
 
 
 def _dpdl(tr: DPDL) -> list[Schedule]:
-    # the strict reading's joint multiplier of node i's round release (card §5.3)
+    # the strict reading's joint multiplier of node i's round release (DPDL paper,
+    # eqs. (40), (53); sampled once for both releases)
     t = tr.ctx.run.rounds
     z = [m["strict"] for m in tr.plan.multipliers]
     return _per_node(tr, lambda i: np.full(t, z[i]), list(tr.plan.sample_rates))

@@ -220,8 +220,9 @@ def test_regression_baselines(key: str) -> None:
 
 
 def test_defl_vp_unprotected_control_variates_leak_at_small_epsilon() -> None:
-    """DeFL-VP (card §8 A5): the control variates are not covered by the RR mechanism, so two
-    successive ones give the raw gradient exactly and iDLG recovers the batch even at eps = 1."""
+    """DeFL-VP (its Sec. 4.2 privatizes the sign vector only): the control variates are not
+    covered by the RR mechanism, so two successive ones give the raw gradient exactly and iDLG
+    recovers the batch even at eps = 1."""
     load_plugins()
     if "defl_vp" not in DEFENSES:
         pytest.skip("defl_vp is not registered")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -222,3 +223,31 @@ def test_audit_with_a_placed_threat_attacks_through_gossip_inversion(tmp_path) -
     assert inv["threat"]["placement"] == "hops:2"
     assert "gossip inversion" in inv["targets"][0]["source"]
     assert attacks["mia_message"]["status"] == "ok"
+
+
+def test_every_attack_of_the_leakage_map_goes_through_the_one_dispatch(monkeypatch) -> None:
+    """The map mounts its inversion (once per cell, every placement batched) and its membership
+    attack (once per placement) through `dispatch.run_attack`, and reports what it returns."""
+    from privbench.audit import dispatch
+    from privbench.audit.leakage import LeakageConfig, run_leakage
+
+    real, calls = dispatch.run_attack, []
+
+    def spy(built, attack, audit, seed, views=None, mount=None):
+        calls.append((attack, len(mount.targets) if mount else None))
+        res = real(built, attack, audit, seed, views, mount)
+        if attack != "idlg":
+            return res
+        marked = [{**t, "psnr": 99.0} if t.get("psnr") is not None else t
+                  for t in res.detail["targets"]]
+        return dataclasses.replace(res, detail={**res.detail, "targets": marked})
+
+    monkeypatch.setattr(dispatch, "run_attack", spy)
+    cfg = LeakageConfig(defenses=("d_psgd",), nodes=6, rounds=4, members=2, distances=(2,),
+                        sizes=(), victims=2, inversion_victims=1)
+    rows = run_leakage(cfg)["cells"][0]["rows"]
+    assert calls == [("idlg", 2), ("mia_message", 2), ("mia_message", 2)]
+    assert [r["placement"] for r in rows] == ["2 hops", "eavesdropper"]
+    assert all(r["membership"]["status"] == "ok" for r in rows)
+    # the map reports the dispatch's grades: the spy's marked PSNR is what the map shows
+    assert [r["inversion"]["psnr"] for r in rows] == [99.0, 99.0]

@@ -1,4 +1,4 @@
-"""DeFL-VP (defenses/defl_vp.py) and its §5.1 aliases: card-defl-vp.md §8 acceptance checks.
+"""DeFL-VP (defenses/defl_vp.py) and its baselines and ablations (each adds or removes one module).
 
 Statistical tests use exact binomial intervals (scipy) and state their failure probability; each
 is paired with a check that a wrong mechanism (no debiasing, biased sparsifier) fails the same
@@ -32,7 +32,7 @@ from privbench.engine.runner import build
 from privbench.errors import ConfigError, NotApplicable
 from privbench.threat.observation import Observation, ThreatModel
 
-EPS_GRID = (0.5, 1.0, 2.0, 4.0, 8.0)  # card §2 table / Table 3
+EPS_GRID = (0.5, 1.0, 2.0, 4.0, 8.0)  # the paper's Table 3
 FAIL = 1e-9  # failure probability of every statistical check below
 
 
@@ -166,7 +166,7 @@ def test_rand_k_support_unbiased_and_variance():
     # E||C(u)-u||^2 / ||u||^2 = d/k - 1 (beta = 4), same event bounds the error
     ratio = ((cu - u) ** 2).sum(dim=1).mean() / (u**2).sum()
     assert abs(float(ratio) - (d / k - 1)) <= ((d / k - 1) ** 2 - 1) * dev + 1e-9
-    # a biased compressor (top-k by magnitude, card A8) fails the unbiasedness bound
+    # a biased compressor (top-k by magnitude) fails the unbiasedness bound
     top = torch.zeros_like(u)
     idx = u.abs().topk(k).indices
     top[idx] = u[idx] * (d / k)
@@ -203,7 +203,7 @@ def test_network_average_follows_eq19(name):
 
 
 def test_ablation_switches_match_the_method_table():
-    cases = {  # name or override -> (vr, dp, compressor, eta source): card §5.1
+    cases = {  # name or override -> (vr, dp, compressor, eta source)
         "defl_vp": (True, "rr", "rand_k", "eta_sign"),
         "d_psgd_rr": (False, "rr", "none", "eta_sign"),
         "dfl_compression": (False, "none", "rand_k", "local_lr"),
@@ -236,10 +236,11 @@ def test_dfl_vr_message_is_the_corrected_gradient():
 
 @pytest.mark.parametrize(("weight_decay", "model"), [(0.0, "mlp"), (1e-3, "mlp"), (0.0, "cnn")])
 def test_local_epoch_is_the_momentum_recursion_bit_for_bit(weight_decay, model, monkeypatch):
-    """G2 (card §1.3) updates its local copy in place, and only the rows of nodes whose epoch
-    is still running, for speed; it must compute exactly the out-of-place recursion over every
-    node, buf = m buf + g + wd x̂, x̂ -= lr active buf, and leave x alone. Unequal node sizes
-    (Dirichlet), so that nodes finish their epochs at different steps."""
+    """G2 (a local epoch's pseudo-gradient as g_i^t) updates its local copy in place, and only
+    the rows of nodes whose epoch is still running, for speed; it must compute exactly the
+    out-of-place recursion over every node, buf = m buf + g + wd x̂, x̂ -= lr active buf, and
+    leave x alone. Unequal node sizes (Dirichlet), so that nodes finish their epochs at different
+    steps."""
     run = _run(1, partition="dirichlet", alpha=0.3, max_per_node=None, batch_size=64, model=model)
     built = build(run, "defl_vp", {"weight_decay": weight_decay}, policy=RecordPolicy.none())
     tr, ctx, cfg = built.trainer, built.ctx, built.trainer.cfg

@@ -1,4 +1,4 @@
-"""DP-CGA (defenses/dp_cga.py), DPDL's Cross-Gradient Aggregation baseline (card-dpdl.md §9).
+"""DP-CGA (defenses/dp_cga.py), DPDL's Cross-Gradient Aggregation baseline (DPDL paper, Sec. VI).
 
 Covers the batched QP solver against scipy's NNLS, the padding and KKT properties of the
 aggregate, batch-level clipping and the noise actually drawn, the two privacy readings and their

@@ -1,4 +1,6 @@
-"""DPDL (defenses/dpdl.py) and its DP-DPSGD baseline: card-dpdl.md §13 acceptance tests.
+"""DPDL (defenses/dpdl.py) and its DP-DPSGD baseline: mixing weights, calibration weights
+(eqs. (15)-(17)), shapes, clipping and noise, the reduction without noise, messages and gradient
+views, and the accountant (eqs. (40), (53)).
 
 Statistical tests state their failure probability (for a correct implementation) in a comment.
 """
@@ -21,7 +23,9 @@ from privbench.engine.grads import batch_grads, clip_l2, per_sample_grads
 from privbench.engine.loop import train
 from privbench.engine.messages import RecordPolicy
 from privbench.engine.runner import Built, build
-from privbench.errors import NotApplicable
+from privbench.errors import ConfigError, NotApplicable
+from privbench.plugins import load_plugins
+from privbench.registry import DEFENSES
 from privbench.threat.observation import Observation, ThreatModel, observe
 
 torch.set_num_threads(1)
@@ -50,12 +54,12 @@ def _clean_means(b: Built, t: int, params: torch.Tensor, owner: torch.Tensor,
     return torch.einsum("mbd,mb->md", g, m) / m.sum(1, keepdim=True)
 
 
-# ---------------------------------------------------------------- §13.1 mixing matrices
+# ---------------------------------------------------------------- mixing matrices
 
 
 @pytest.mark.parametrize("topology,nodes", [("ring", 10), ("complete", 10), ("two_hub", 10),
                                             ("two_hub", 20), ("random_out", 8)])
-def test_mixing_matrix_card_properties(topology: str, nodes: int) -> None:
+def test_mixing_matrix_properties(topology: str, nodes: int) -> None:
     b = _build(topology=topology, nodes=nodes, sigma=1.0)
     w = b.trainer.graphs[0][0].double()
     assert torch.allclose(w, w.T)
@@ -66,21 +70,21 @@ def test_mixing_matrix_card_properties(topology: str, nodes: int) -> None:
     assert ev[1] < 1 - 1e-6  # rho < 1: connected
 
 
-def test_card_two_hub_weights_n10() -> None:
-    # card §7 / §13.1: a = .11, spoke self .78, hub self .12, rho = .78 (CGA "Bipar" weights)
+def test_cga_two_hub_weights_n10() -> None:
+    # the CGA code's "Bipar" weights, N = 10: a = .11, spoke self .78, hub self .12, rho = .78
     w = cga_two_hub_weights(10)
     assert w[5, 0] == pytest.approx(0.11) and w[0, 5] == pytest.approx(0.11)
     assert w[5, 5] == pytest.approx(0.78) and w[0, 0] == pytest.approx(0.12)
     assert w[0, 1] == 0  # the hubs are not linked (privbench's two_hub edge 0-1 is dropped)
     rho = torch.linalg.eigvalsh(w.double()).abs().sort(descending=True).values[1]
     assert float(rho) == pytest.approx(0.78, abs=1e-6)
-    # card §7 sanity value: spoke's sum_j 1/(sqrt(w_ij) N) = 0.72 (0.716)
+    # a spoke's sum_j 1/(sqrt(w_ij) N) (eq. 17's coefficients) = 0.72 (0.716)
     row = w[5][w[5] > 0]
     assert float(cross_coefficient(row, 10, "inv_sqrt_w_over_N").sum()) == pytest.approx(0.716,
                                                                                        abs=2e-3)
 
 
-def test_ring_and_complete_weights_match_card() -> None:
+def test_ring_and_complete_weights_match_the_cga_code() -> None:
     b = _build(topology="ring", nodes=10, sigma=1.0)
     w = mixing_matrix(b.ctx.topology, 0)
     assert torch.allclose(w[0, [9, 0, 1]], torch.full((3,), 1 / 3))
@@ -88,7 +92,22 @@ def test_ring_and_complete_weights_match_card() -> None:
     assert torch.allclose(mixing_matrix(b.ctx.topology, 0), torch.full((5, 5), 0.2))
 
 
-# ---------------------------------------------------------------- §13.4 calibration weights
+
+@pytest.mark.parametrize("defense", ["dpdl", "dp_dpsgd", "dp_cga", "muffliato"])
+def test_weights_cga_is_the_default_and_card_a_deprecated_name_of_it(defense: str) -> None:
+    load_plugins()
+    config = DEFENSES.get(defense).Config
+    assert config().weights == "cga"
+    with pytest.warns(FutureWarning, match=r"weights='card' is deprecated.*use weights='cga'"):
+        assert config(weights="card").weights == "cga"
+    with pytest.raises(ConfigError, match=r"cga.*metropolis"):
+        config(weights="uniform")
+    topo = _build(topology="two_hub", nodes=10, sigma=1.0).ctx.topology
+    with pytest.warns(FutureWarning):
+        assert torch.equal(mixing_matrix(topo, 0, "card"), cga_two_hub_weights(10))
+
+
+# ---------------------------------------------------------------- calibration weights
 
 
 def test_calibration_weight_bounds() -> None:
@@ -106,7 +125,7 @@ def test_calibration_weight_bounds() -> None:
         assert (taps[k] >= lo - 1e-6).all() and (taps[k] <= hi + 1e-6).all()
 
 
-# ---------------------------------------------------------------- §13.2/3 shapes, clip, noise
+# ---------------------------------------------------------------- shapes, clip, noise
 
 
 def test_shapes_and_clipping() -> None:
@@ -160,7 +179,7 @@ def test_cross_gradient_noise_scale_and_independence() -> None:
     assert float(zs.var()) == pytest.approx(1.0, rel=0.03)  # m ~ 1e5, sd 0.0044: P < 1e-11
 
 
-# ---------------------------------------------------------------- §13.5 reduction
+# ---------------------------------------------------------------- reduction
 
 
 def test_reduction_without_noise_clip_alpha_momentum() -> None:
@@ -186,7 +205,7 @@ def test_reduction_without_noise_clip_alpha_momentum() -> None:
     assert torch.allclose(tr.models(), w @ (x_prev - ctx.run.lr * expect), atol=1e-5)
 
 
-# ---------------------------------------------------------------- §13.6 messages, views
+# ---------------------------------------------------------------- messages, views
 
 
 def test_message_log_and_attack_targets() -> None:
@@ -254,7 +273,7 @@ def test_mixing_preserves_averages() -> None:
     assert torch.allclose(w @ same, same, atol=1e-6)
 
 
-# ---------------------------------------------------------------- §13.7 accountant
+# ---------------------------------------------------------------- accountant
 
 
 def test_privacy_readings_order_and_calibration() -> None:
@@ -365,7 +384,7 @@ def test_per_node_sigma_rule_meets_target(reading: str) -> None:
 
 
 def test_epsilon_monotone_in_sigma_rounds_and_rate() -> None:
-    # card §13.7: eps falls as sigma grows and rises with T and q (node 0 of a 6-node ring)
+    # eps falls as sigma grows and rises with T and q (node 0 of a 6-node ring)
     from defenses.dpdl import DPDLConfig, DPDLPrivacy, privacy_reports, worst_multipliers
 
     b = _build(sigma=1.0)
@@ -384,8 +403,9 @@ def test_epsilon_monotone_in_sigma_rounds_and_rate() -> None:
 
 
 def test_self_weight_from_the_clean_gradient_makes_the_accounting_exact() -> None:
-    # card §5.2 Lemma 2: with c^ii = sigmoid(-cos(hat g, hat g)) = sigmoid(-1) data-independent,
-    # the calibration term is < 1-Lipschitz in hat g^ii and kappa = 1 bounds the sensitivity.
+    # Appendix A, Lemma 2 (eqs. (44)-(47)): with c^ii = sigmoid(-cos(hat g, hat g)) = sigmoid(-1)
+    # data-independent, the calibration term is < 1-Lipschitz in hat g^ii and kappa = 1 bounds the
+    # sensitivity.
     clean = _build(sigma=1.0)
     clean.trainer.round(0)
     c = clean.trainer.taps["calib_self"]

@@ -1,6 +1,8 @@
-"""Dyn-D2P trainer: the acceptance checks of card-dyn-d2p.md §9 (and §3.7 test vectors).
+"""Dyn-D2P trainer (Dyn-D2P paper, Algorithm 1): its accounting (eqs. (4), (6), (8), (9)), clip
+and noise schedules, push-sum invariants and its reduction to SGP.
 
-Golden numbers come from the card (§3.7 "[computed]" tables and §9); each test names its source.
+Golden numbers are the paper's equations solved independently (scipy brentq; PLD by dp-accounting
+0.6.0); each test names the equation it checks.
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ def _build(name: str = "dyn_d2p", over: dict | None = None, **kw: object):
     return build(_run(**kw), name, over or {})
 
 
-# ---------------------------------------------------------------- accounting (card §3.7, §9.1-3)
+# ---------------------------------------------------------------- accounting (eqs. (4), (8), (9))
 
 
 def test_eq4_round_trip_and_delta():
-    # card §9 item 1 and §3.7.
+    # Eq. (4) round trip: mu(eps = 1, delta = 1e-4) = 0.313902 and back; delta(1; 1) = 0.126937.
     assert gdp_mu(1.0, 1e-4) == pytest.approx(0.313902, abs=1e-6)
     assert gdp_epsilon(0.313902, 1e-4) == pytest.approx(1.0, abs=1e-5)
     assert gdp_delta(1.0, 1.0) == pytest.approx(0.126937, abs=1e-6)
@@ -68,7 +70,7 @@ def test_eq4_round_trip_and_delta():
 
 
 @pytest.mark.parametrize("j,b,k,eps,mu_bar,mu0_2,mu0_10", [
-    # card §3.7 "More (J, B, K) settings" table.
+    # Eq. (8) solved for more (J, B, K) settings.
     (2500, 32, 4000, 0.3, 0.132474, 0.090000, 0.028413),
     (2500, 32, 4000, 3.0, 0.838478, 0.555333, 0.151494),
     (3000, 32, 3000, 1.0, 0.503602, 0.339072, 0.100664),
@@ -82,11 +84,12 @@ def test_eq8_eq9_test_vectors(j, b, k, eps, mu_bar, mu0_2, mu0_10):
     for rho, expect in ((2.0, mu0_2), (10.0, mu0_10)):
         mu0 = dyn_d2p_mu0(mu_tot, p, k, rho)
         assert mu0 == pytest.approx(expect, abs=1e-6)
-        assert mu_bar / rho < mu0 <= mu_bar  # card §1.2 P4 guaranteed bracket
+        assert mu_bar / rho < mu0 <= mu_bar  # the bracket eq. (8)'s root lies in
 
 
 def test_eq8_spends_exactly_mu_tot_and_rho_to_one_gives_mu_bar():
-    # card §9 items 2 and 3.
+    # Eq. (8) for J = 2500, B = 32, K = 4000: mu_0 = 0.253065, the budget met to 1e-9; eq. (9)
+    # for B = 1, K = 10000: mu_bar = 2.033842, the limit of eq. (8) as rho_mu -> 1.
     j, b, k = 2500, 32, 4000
     p, mu_tot = b / j, gdp_mu(1.0, 1e-4)
     mu0 = dyn_d2p_mu0(mu_tot, p, k, 2.0)
@@ -99,9 +102,9 @@ def test_eq8_spends_exactly_mu_tot_and_rho_to_one_gives_mu_bar():
                                                                                      rel=1e-8)
 
 
-def test_plan_matches_card_and_rigorous_accountant_reports_more():
-    # card §3.7 mini-batch example (mu_0) and §3.8 (PLD epsilon of the CLT-calibrated Dyn
-    # schedule: 1.024 at discretization 1e-3; our 48-bucket schedule is conservative, so >=).
+def test_plan_matches_eq_8_and_rigorous_accountant_reports_more():
+    # Eq. (8)'s mu_0 for the mini-batch setting, and the PLD epsilon of that CLT-calibrated Dyn
+    # schedule (1.024 at discretization 1e-3; our 48-bucket schedule is conservative, so >=).
     plan = node_plan(DynD2PConfig(calibrate_with="paper"), 1.0, 1e-4, 4000, 32 / 2500)
     assert plan.noise["mu_0"] == pytest.approx(0.253065, abs=1e-6)
     paper, calibrated = plan.report("paper"), plan.report("calibrated")
@@ -109,7 +112,7 @@ def test_plan_matches_card_and_rigorous_accountant_reports_more():
     assert 1.02 <= calibrated.epsilon <= 1.05 and not calibrated.approximate
     const = node_plan(DynD2PConfig(variant="const", calibrate_with="paper"), 1.0, 1e-4, 4000,
                       32 / 2500)
-    assert const.noise["mu_0"] == pytest.approx(0.374257, abs=1e-6)  # mu_bar, card §3.7
+    assert const.noise["mu_0"] == pytest.approx(0.374257, abs=1e-6)  # mu_bar, eq. (9)
 
 
 def test_calibrated_mode_meets_the_target_with_the_rigorous_accountant():
@@ -118,26 +121,26 @@ def test_calibrated_mode_meets_the_target_with_the_rigorous_accountant():
     eps = plan.report("calibrated").epsilon
     assert 0.99 <= eps <= 1.0  # calibrate_noise_scale: safe side, rtol 1e-3
     paper = node_plan(DynD2PConfig(calibrate_with="paper"), 1.0, 1e-4, 50, 0.1)
-    assert plan.noise["mu_0"] < paper.noise["mu_0"]  # the CLT under-noises (card §3.8)
+    assert plan.noise["mu_0"] < paper.noise["mu_0"]  # the CLT (eq. (6)) under-noises
 
 
-# ---------------------------------------------------------------- schedules (card §3.7, §9.4)
+# ---------------------------------------------------------------- schedules (Sec. 3, eq. (7))
 
 
 def plan_schedules(cfg: DynD2PConfig, plan) -> dict[str, np.ndarray]:
-    """The card's C_k, mu_k and sigma_k = C_k / mu_k of what the trainer draws: the clip
-    schedule times the plan's z_k = 1 / mu_k (card §1.2 P5)."""
+    """C_k, mu_k and sigma_k = C_k / mu_k (Sec. 3) of what the trainer draws: the clip
+    schedule times the plan's z_k = 1 / mu_k."""
     z = np.asarray(plan.schedule)
     clip = clip_schedule(cfg, len(z))
     return {"clip": clip, "mu": 1.0 / z, "sigma": clip * z}
 
 
 @pytest.mark.parametrize("variant,first,last", [
-    # card §3.7: J=2500, B=32, K=4000, eps=1, rho_c=rho_mu=2, C_0=7, C_bar=3.
+    # J=2500, B=32, K=4000, eps=1, rho_c=rho_mu=2, C_0=7, C_bar=3; mu_0 by eq. (8).
     ("dyn", 27.661, 6.918), ("dyn_c", 18.704, 9.353), ("dyn_mu", 11.855, 5.928),
     ("const", 8.016, 8.016),
 ])
-def test_noise_schedules_match_card(variant, first, last):
+def test_noise_schedules_match_the_paper_s_rules(variant, first, last):
     cfg = DynD2PConfig(variant=variant, clip_0=7.0, clip_bar=3.0, calibrate_with="paper")
     plan = node_plan(cfg, 1.0, 1e-4, 4000, 32 / 2500)
     s = plan_schedules(cfg, plan)
@@ -149,7 +152,8 @@ def test_noise_schedules_match_card(variant, first, last):
 
 
 def test_schedules_are_monotone():
-    # card §9 item 4.
+    # C_k decreasing, mu_k increasing, sigma_k decreasing, sigma_{K-1} / sigma_0 =
+    # (rho_c rho_mu)^(-(K-1)/K).
     cfg, k = DynD2PConfig(rho_c=3.0, rho_mu=5.0), 500
     s = plan_schedules(cfg, node_plan(cfg, 1.0, 1e-4, k, 0.05))
     assert np.all(np.diff(s["clip"]) < 0) and np.all(np.diff(s["mu"]) > 0)
@@ -158,9 +162,9 @@ def test_schedules_are_monotone():
 
 
 def test_online_accountant():
-    # card §3.7 (budget spent after K/2 steps) and §9 item 10.
+    # The CLT budget (eq. (6)) spent after K/2 steps, and the whole target after K.
     k, p = 4000, 32 / 2500
-    cfg = DynD2PConfig(calibrate_with="paper")  # mu_0 by eq. (8), the card's online example
+    cfg = DynD2PConfig(calibrate_with="paper")  # mu_0 by eq. (8)
     plan = node_plan(cfg, 1.0, 1e-4, k, p)
     assert plan.noise["mu_0"] == pytest.approx(dyn_d2p_mu0(gdp_mu(1.0, 1e-4), p, k, 2.0))
     mus = plan_schedules(cfg, plan)["mu"]
@@ -191,7 +195,7 @@ def test_trainer_spends_its_target_and_reports_both_modes():
 
 
 def test_unequal_local_datasets_get_their_own_budget():
-    # card §8 item 17: p_i = B / J_i, each node solves its own mu_0.
+    # p_i = B / J_i: each node solves its own mu_0 (eq. (8)).
     b = _build(nodes=5)
     tr = b.trainer
     counts = b.ctx.data.counts.tolist()
@@ -201,11 +205,11 @@ def test_unequal_local_datasets_get_their_own_budget():
     assert tr.mu_0[big] > tr.mu_0[small]  # more data: smaller p, larger per-step budget
 
 
-# ---------------------------------------------------------------- push-sum (card §9.5-7)
+# ---------------------------------------------------------------- push-sum (Algorithm 1)
 
 
 def test_push_sum_consensus_on_non_regular_directed_graph():
-    # card §9 item 6: gamma = 0, time-varying random directed graph.
+    # gamma = 0, time-varying random directed graph: z_i converges to the initial average.
     from privbench.engine.messages import MessageBus, MessageKind
 
     gen = torch.Generator().manual_seed(0)
@@ -225,7 +229,8 @@ def test_push_sum_consensus_on_non_regular_directed_graph():
 
 
 def test_mass_conservation_and_debiasing_in_the_trainer():
-    # card §9 item 7 (and §4 / §8.18: the default random_out graph is non-regular).
+    # sum_i x_i^{k+1} = sum_i x_i^k - gamma sum_i (g_i^k + N_i^k), on the default random_out
+    # graph (non-regular).
     b = _build(over={"record_released": True}, rounds=5)
     tr = b.trainer
     for t in range(5):
@@ -239,7 +244,7 @@ def test_mass_conservation_and_debiasing_in_the_trainer():
 
 
 def test_exponential_graph_one_message_in_and_out_and_unit_weights():
-    # card §9 item 5.
+    # One-peer exponential graph: one in- and one out-message per node per round.
     b = _build(topology="exponential", rounds=4)
     train(b.trainer)
     for t in range(4):
@@ -255,7 +260,7 @@ def test_exponential_graph_one_message_in_and_out_and_unit_weights():
 
 
 def test_one_sample_clipped_gradient_norm_is_bounded():
-    # card §9 item 8: eps = inf (no noise), one-sample mode -> released = g_i^k, ||g|| <= C_k.
+    # eps = inf (no noise), one-sample mode -> released = g_i^k, ||g|| <= C_k.
     b = _build(over={"sampling": "one_sample", "record_released": True, "clip_0": 0.05},
                epsilon=math.inf, rounds=6)
     train(b.trainer)
@@ -265,7 +270,7 @@ def test_one_sample_clipped_gradient_norm_is_bounded():
 
 
 def test_no_noise_and_no_clipping_is_plain_sgp():
-    # card §9 item 9: same seed, same samples -> the same trajectory as the `sgp` baseline.
+    # same seed, same samples -> the same trajectory as the `sgp` baseline.
     run = dict(batch_size=1, rounds=8)
     dyn = _build(over={"sampling": "one_sample", "clip_0": 1e9}, epsilon=math.inf, **run)
     sgp = build(_run(**run), "sgp")
@@ -346,7 +351,7 @@ def test_gradient_view_for_a_colluding_set_and_not_applicable_otherwise():
 
 
 def test_gradient_view_not_applicable_for_a_single_out_neighbour():
-    # One-peer exponential graph (card §1.4): at round 2 (hop 1) node 3 sends only to node 0,
+    # One-peer exponential graph (Appendix E): at round 2 (hop 1) node 3 sends only to node 0,
     # so node 2, node 0's out-neighbour at round 3 (hop 2), never sees x_3^{5/2}.
     b = _build(topology="exponential", rounds=4)
     train(b.trainer)

@@ -1,4 +1,5 @@
-"""MUFFLIATO (defenses/muffliato.py), DPDL's peer-to-peer amplification baseline (card-dpdl.md §9).
+"""MUFFLIATO (defenses/muffliato.py), DPDL's peer-to-peer amplification baseline (DPDL paper,
+Sec. VI).
 
 Covers the spectral constants (omega, K), the accelerated gossip against an independent
 recursion and against plain gossip, the noisy release and its noise scale, which rounds sample
@@ -50,7 +51,7 @@ def test_omega_and_steps_from_the_spectral_gap() -> None:
     assert b.trainer.mu == pytest.approx(mu, abs=1e-6)  # W is float32
     assert b.trainer.omega == pytest.approx(2 / (1 + math.sqrt(1 - mu * mu)))
     assert b.trainer.steps == math.ceil(1 / math.sqrt(1 - mu)) == 3
-    # the card's graph (CGA's two-hub weights, N = 10): K = 3
+    # the two-hub graph with CGA's weights, N = 10: K = 3
     assert build(_run("two_hub", nodes=10), "muffliato", {}).trainer.steps == 3
     # a complete graph averages in one step: omega 1, K 1
     w = torch.full((5, 5), 0.2)

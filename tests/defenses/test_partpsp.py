@@ -1,4 +1,4 @@
-"""DPPS / PartPSP (defenses/dpps.py, defenses/partpsp.py; card-dpps-partpsp.md).
+"""DPPS / PartPSP (defenses/dpps.py, defenses/partpsp.py; DPPS paper, Sec. 4.1, Sec. 5.4).
 
 Checks: push-sum invariants, the local part never leaves a node, Eq. 22, the Laplace scale
 gamma_n S / b (statistical), the estimate vs the real sensitivity, gradient views, accounting
@@ -80,8 +80,8 @@ def test_kinds_mark_sensitivity_as_uncovered_leak():
     assert not kinds["weight"].data_dependent
 
 
-def test_card_split_psp_mlp():
-    """Card §4: PartPSP-1 shares Linear(D->10); PartPSP-2 also Linear(10->D); SGP-DP all."""
+def test_partpsp_split_psp_mlp():
+    """Sec. 5.4: PartPSP-1 shares Linear(D->10); PartPSP-2 also Linear(10->D); SGP-DP all."""
     d_in = 64  # digits 8x8
     sizes = {1: d_in * 10 + 10, 2: d_in * 10 + 10 + 10 * d_in + d_in}
     for layers, size in sizes.items():
@@ -92,8 +92,8 @@ def test_card_split_psp_mlp():
     assert bool(full.trainer.sh.all()) and not full.trainer.has_local
 
 
-def test_card_split_resnet_counts_convolutional_blocks():
-    """Card §4 / §6.2: on a ResNet, PartPSP-1 shares the first convolutional block (the stem with
+def test_partpsp_split_resnet_counts_convolutional_blocks():
+    """Sec. 5.4: on a ResNet, PartPSP-1 shares the first convolutional block (the stem with
     stage 1), PartPSP-2 also stage 2, SGP-DP everything; a layer is a block, not a tensor's
     module (that split shared the stem convolution alone: 144 of 77,754 parameters)."""
     from defenses.partpsp import PartPSPConfig
@@ -252,9 +252,10 @@ def test_message_noise_scale_is_gamma_n_s_over_b(name, b):
 
 
 def test_estimate_stays_above_real_sensitivity_small_run():
-    """Card §2.4 (Fig 2 / Table 3 MLP-1 settings: b = 5, SP = 5, C' = 0.85, lambda = 0.55,
-    gamma_s = 0.1, gamma_n = 1e-3, EXP graph, 10 nodes) on digits for 40 rounds: the estimate
-    max_i S_i must stay >= S_real in every round, and the report must count violations."""
+    """The paper's privacy validation (Fig 2 / Table 3 MLP-1 settings: b = 5, SP = 5, C' = 0.85,
+    lambda = 0.55, gamma_s = 0.1, gamma_n = 1e-3, EXP graph, 10 nodes) on digits for 40 rounds:
+    the estimate max_i S_i must stay >= S_real in every round, and the report must count
+    violations."""
     run = RunConfig(dataset="digits", model="psp_mlp", nodes=10, topology="exponential",
                     rounds=40, batch_size=32, lr=0.1, eval_every=40, device="cpu", seed=0)
     built = build(run, "partpsp", dict(b=5.0, sync_period=5, c_prime=0.85, lam=0.55),

@@ -1,4 +1,4 @@
-"""PEDFL (defenses/pedfl.py; card-dpps-partpsp.md §6.2): DPPS's Table 2 baseline.
+"""PEDFL (defenses/pedfl.py): the DPPS paper's Table 2 baseline.
 
 Checks: the round is a D-PSGD step (gradient at the node's own model, gossip of the noisy
 models, then the step), the noise is Lap(0, gamma_n S_real / b) on the sent models with S_real

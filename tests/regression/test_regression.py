@@ -13,12 +13,12 @@ gate fail.
 DPPS / PartPSP are not in the suite: calibrated to ε = 1 their sensitivity estimate overflows
 within a few rounds (reported as diverged; see reports/reproduce/dpps/README.md), leaving
 nothing to attack.
-DeFL-VP runs with its control variates protected (card §1.7), with ε read per run (the
-whole run's randomized responses compose to ε = 1) and with one mini-batch gradient per round
-(`gradient="G1"`): the card's default G2 sends a local epoch's pseudo-gradient, which a batch-2
-inversion does not fit (its cells are "not applicable", and the gate refuses an unmeasured bound);
-unprotected, its control variates are an
-uncovered data-dependent message and the gate's coverage bound fails (tested below). Under the
+DeFL-VP runs with its control variates protected (the ordering of the DeFL-VP paper's theory,
+Sec. 4.3), with ε read per run (the whole run's randomized responses compose to ε = 1) and
+with one mini-batch gradient per round (`gradient="G1"`): the default G2 sends a local epoch's
+pseudo-gradient, which a batch-2 inversion does not fit (its cells are "not applicable", and
+the gate refuses an unmeasured bound); unprotected, its control variates are an uncovered
+data-dependent message and the gate's coverage bound fails (tested below). Under the
 paper's per-coordinate reading (ε = 1 per coordinate and round) the message-level attack reaches
 AUC ≈ 0.98 even with protected control variates: that reading is not a meaningful budget.
 """
