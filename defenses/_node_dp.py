@@ -20,7 +20,7 @@ from privbench.accounting import (
     GaussianEvent,
     PrivacyLedger,
     account,
-    plans,
+    dpdl_plan,
 )
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.trainer import Context
@@ -35,9 +35,9 @@ SAMPLING_MODELS = {"poisson": "poisson", "fixed": "fixed_without_replacement"}
 def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
                        ratios: Sequence[float], accountant: str,
                        options: AccountantOptions, sampling: str = "poisson") -> float:
-    """`privbench.accounting.plans.calibrate_max_node` (sigma = max_i z*(q_i) / r_i) with the
+    """`privbench.accounting.dpdl_plan.calibrate_max_node` (sigma = max_i z*(q_i) / r_i) with the
     config's `sampling` ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
-    return plans.calibrate_max_node(epsilon, delta, rounds, rates, ratios, accountant, options,
+    return dpdl_plan.calibrate_max_node(epsilon, delta, rounds, rates, ratios, accountant, options,
                                     SAMPLING_MODELS[sampling])
 
 

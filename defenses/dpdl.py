@@ -106,7 +106,7 @@ from defenses._node_dp import (
     sampling_rates,
 )
 from privbench.accounting import AccountantOptions
-from privbench.accounting.plans import (
+from privbench.accounting.dpdl_plan import (
     DPDLGraph,
     DPDLPrivacy,
     dpdl_multipliers,
@@ -217,7 +217,7 @@ def default_alpha(cfg: DPDLConfig, topology_name: str) -> float:
 
 
 def accounting_graph(cfg: DPDLConfig, ws: Sequence[Tensor], alpha: float) -> DPDLGraph:
-    """The mixing matrices and settings DPDL's accounting (`privbench.accounting.plans`) reads."""
+    """The mixing matrices and settings DPDL's accounting reads (`accounting.dpdl_plan`)."""
     return DPDLGraph(tuple(w.detach().cpu().double().numpy() for w in ws), alpha, cfg.kappa,
                      cfg.cross_coef)
 
@@ -225,7 +225,7 @@ def accounting_graph(cfg: DPDLConfig, ws: Sequence[Tensor], alpha: float) -> DPD
 def worst_multipliers(ws: Sequence[Tensor], sigma: np.ndarray, alpha: float, kappa: float,
                       cross_coef: str) -> list[dict[str, float]]:
     """Per node and reading, the release's noise multiplier, minimised over graph periods
-    (`privbench.accounting.plans.dpdl_multipliers`)."""
+    (`privbench.accounting.dpdl_plan.dpdl_multipliers`)."""
     graph = DPDLGraph(tuple(w.detach().cpu().double().numpy() for w in ws), alpha, kappa,
                       cross_coef)
     return dpdl_multipliers(graph, sigma)
@@ -234,7 +234,7 @@ def worst_multipliers(ws: Sequence[Tensor], sigma: np.ndarray, alpha: float, kap
 def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
                  epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
     """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`
-    (`privbench.accounting.plans.plan_dpdl_nodes`: the paper reading by RDP, the others by the
+    (`privbench.accounting.dpdl_plan.plan_dpdl_nodes`: the paper reading by RDP, the others by the
     config's accountant)."""
     acc = "rdp" if cfg.calibrate_with == "paper" else cfg.accountant
     return plan_dpdl_nodes(accounting_graph(cfg, ws, alpha), sampling_rates(counts, batch_size),
@@ -250,7 +250,7 @@ def _options(accountant: str) -> AccountantOptions:
 def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                     rounds: int) -> list[dict[str, Any]]:
     """Per node, one report per reading (paper, full, strict), each with node / reading keys
-    (`privbench.accounting.plans.dpdl_report`)."""
+    (`privbench.accounting.dpdl_plan.dpdl_report`)."""
     approx = ("" if cfg.self_weight == "clean" else
               "; approximate: the paper's noisy self-weight c^ii (eq. 15) makes the release a "
               "non-Gaussian function of the noise (Lemma 3, kappa taken as 1)")

@@ -25,6 +25,7 @@ from privbench.accounting.calibrate import (
     solve_monotone,
 )
 from privbench.accounting.compose import account, account_schedule
+from privbench.accounting.dpdl_plan import plan_dpdl  # registers the plan `dpdl`
 from privbench.accounting.events import (
     Event,
     GaussianEvent,
@@ -73,7 +74,6 @@ from privbench.accounting.plans import (
     plan_adp_vrsgp,
     plan_defl_vp,
     plan_dp_sgp,
-    plan_dpdl,
     plan_dpps,
     plan_dyn_d2p,
     plan_options,

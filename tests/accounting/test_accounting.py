@@ -536,7 +536,7 @@ def test_dpdl_ratios_on_a_complete_graph() -> None:
 def test_dpdl_graph_accounting_reduces_to_the_uniform_closed_form(n, degree, alpha) -> None:
     """The per-node accounting the defense plans its graph with, on uniform weights 1/degree,
     is the closed form of the uniform plan (eqs. 40, 53), and the registry's plan is its own."""
-    from privbench.accounting.plans import DPDLGraph, dpdl_node_parts, plan_dpdl_nodes
+    from privbench.accounting.dpdl_plan import DPDLGraph, dpdl_node_parts, plan_dpdl_nodes
 
     graph = DPDLGraph.uniform(n, degree, alpha, 1.0)
     closed = dpdl_noise_ratios(n, degree, alpha)
