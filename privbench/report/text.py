@@ -44,7 +44,8 @@ def _scripts(match: re.Match[str]) -> str:
 
 
 def strip_outside_refs(text: str) -> str:
-    """`text` without references to documents outside the repository ("(card §8 item 7)")."""
+    """`text` without references to documents outside the repository (a parenthesised section
+    number of an implementation note kept beside the papers, which a reader cannot follow)."""
     return _OUTSIDE_RE.sub("", text)
 
 
