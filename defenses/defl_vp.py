@@ -73,10 +73,13 @@ Choices of this implementation, where the paper is silent or inconsistent:
   Eq. 28: eps0 = eps / d, so each round's whole message is eps-LDP, T eps over the run,
   Corollary 2). The run's --eps is that budget. Both readings (per coordinate and composed over
   d coordinates and T rounds) are reported by `privacy()` for every mode.
-* `protect_control_variate`: false (default, VR -> RR as in Sec. 3 and Eqs. 11-16, h from raw
-  g, leaks); true is RR -> VR, the order that Lemmas 4-5 (Sec. 4.3) assume:
+* `protect_control_variate`: false is VR -> RR as in Sec. 3 and Eqs. 11-16 (h from raw g,
+  leaks); true is RR -> VR, the order that Lemmas 4-5 (Sec. 4.3) assume:
   a = RR(sign(g)) / (2p - 1), v = a - h + h̄, q = C(v), h^{t+1} = (1 - a) h + a * a_i, so the
-  exchanged h is post-processing of RR outputs.
+  exchanged h is post-processing of RR outputs. Unset (default): true where the run's ε is the
+  whole run's (eps_mode per_run, the calibrated reading: a claim that covers every
+  data-dependent message), false under the paper's readings (per_coordinate, per_vector: the
+  algorithm as Sec. 3 writes it, its leak reported).
 * alpha_cv = 0.5 (not given); h^0 = 0, x^0 shared and public; rand-k with k = ceil(0.2 d) (the
   paper asks only for an unbiased compressor, Eqs. 8-9; 0.2 matches the time ratio of Table 5);
   topology: the runner's symmetric random graph (Metropolis-Hastings weights); sign(0) = +1
@@ -209,7 +212,8 @@ class DeFLVPConfig:
             "per_coordinate" (Alg. 3: eps per coordinate per round; the run then composes to
             d T eps) or "per_vector" (Theorem 1, eps / d per coordinate; composes to T eps).
         protect_control_variate: order rr_vr (Lemmas 4-5, Sec. 4.3): RR before VR, control
-            variates built from privatized signs (privacy-clean h).
+            variates built from privatized signs (privacy-clean h); None: true under the
+            calibrated eps_mode per_run, false under the paper's readings (`protects`).
         composition: pure-epsilon composition rule of the calibrated report ("basic"/"advanced").
         weight_decay: L2 term added to every local gradient (not given in the paper; 0).
     """
@@ -224,7 +228,7 @@ class DeFLVPConfig:
     local_momentum: float = 0.9
     eta_sign: float = 0.01
     eps_mode: Literal["per_coordinate", "per_vector", "per_run"] = "per_run"
-    protect_control_variate: bool = False
+    protect_control_variate: bool | None = None
     composition: Literal["basic", "advanced"] = "basic"
     weight_decay: float = 0.0
 
@@ -256,10 +260,17 @@ class DeFLVPConfig:
         return "calibrated" if self.eps_mode == "per_run" else "paper"
 
     @property
+    def protects(self) -> bool:
+        """Whether the control variate is built from privatized signs (order rr_vr)."""
+        if self.protect_control_variate is not None:
+            return self.protect_control_variate
+        return self.eps_mode == "per_run" and self.vr and self.dp != "none"
+
+    @property
     def order(self) -> str:
         """Order of VR and RR (Sec. 3 vs Lemmas 4-5): "rr_vr" when the control variate is protected.
         """
-        return "rr_vr" if self.protect_control_variate else "vr_rr"
+        return "rr_vr" if self.protects else "vr_rr"
 
 
 def message_kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
@@ -270,9 +281,9 @@ def message_kinds(cfg: DeFLVPConfig) -> tuple[MessageKind, ...]:
     dp = cfg.dp == "rr"
     model = MessageKind("model", covered=dp,
                         description="x_i^t, the model (post-processing of past q's when dp=rr)")
-    cv = MessageKind("control_variate", covered=dp and cfg.protect_control_variate,
+    cv = MessageKind("control_variate", covered=dp and cfg.protects,
                      description="h_i^t, EMA of raw local gradients, sent in the clear (the leak)"
-                     if not cfg.protect_control_variate else
+                     if not cfg.protects else
                      "h_i^t, EMA of privatized debiased signs (order rr_vr)")
     update = MessageKind("update", covered=dp,
                          description="q_i^t = C(RR(sign(v_i^t)) / (2p-1)), dense (d,) with zeros "
@@ -326,7 +337,7 @@ class DeFLVP(Trainer):
         g = self._local_gradient(t, self.x)  # (n, d)
         if cfg.vr:
             h_bar = gossip(bus, mixer, t, self.h, "control_variate")  # (n, d) Eq. 10
-        if cfg.protect_control_variate:  # order rr_vr (Lemmas 4-5)
+        if cfg.protects:  # order rr_vr (Lemmas 4-5)
             a = privatize_sign(g, self.coordinate_epsilons[t], self._gen("rr"))  # (n, d)
             v = a - self.h + h_bar
             msg, cv_input = v, a
@@ -423,7 +434,7 @@ class DeFLVP(Trainer):
         message kinds outside the guarantee (control variates unless protected).
         """
         cfg = self.cfg
-        uncovered = ("control_variate",) if cfg.vr and not cfg.protect_control_variate else ()
+        uncovered = ("control_variate",) if cfg.vr and not cfg.protects else ()
         if cfg.dp != "rr":
             sent = ("model", "control_variate", "update") if cfg.vr else ("model", "update")
             rep = EpsilonReport(math.inf, 0.0, "none", "paper", "node-level", sent,
@@ -511,8 +522,8 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
         h0, h1 = _sent(obs, t, "control_variate", victim), _sent(obs, t + 1, "control_variate",
                                                                    victim)
         g = (h1 - (1.0 - a) * h0) / a
-        kind = "sign" if cfg.protect_control_variate else "gradient"
-        what = "a_i^t = RR(sign(g))/(2p-1)" if cfg.protect_control_variate else "raw g_i^t"
+        kind = "sign" if cfg.protects else "gradient"
+        what = "a_i^t = RR(sign(g))/(2p-1)" if cfg.protects else "raw g_i^t"
         return GradientView(victim, t, params, g, kind, None, b,
                             f"(h_i^(t+1) - (1-alpha_cv) h_i^t) / alpha_cv = {what}{epoch}",
                             local_epoch=g2)

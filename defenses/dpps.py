@@ -70,9 +70,19 @@ Choices of this implementation, and deviations from the paper or the code:
   `require_doubly_stochastic=false` (then `sensitivity_check.doubly_stochastic` is false).
 - Sensitivity max (how S_i is broadcast on a directed graph is unspecified): simulated broadcast:
   every node sends S_i to every other node.
-- `sensitivity_mode`: "estimated" (Eq. 22, default), "oracle" (noise from S_real, as
+- `sensitivity_mode`: "estimated" (Eq. 22), "oracle" (noise from S_real, as
   Table 2 and "PartPSP-Real"; the oracle value is not a node's message so no `sensitivity`
-  message is sent), "none" (NoDP rows: no noise, epsilon infinite).
+  message is sent), "clipped", "none" (NoDP rows: no noise, epsilon infinite), or "auto"
+  (default): "estimated" at the paper's knob b (or with `calibrate_with="paper"`), "clipped"
+  when the run's ε is calibrated over the rounds. "clipped" is the rigorous reading of a
+  calibrated claim: the shared gradient is L1-clipped to CLIP (Eq. 24; `clip`, else
+  DEFAULT_L1_CLIP) and the noise is drawn for S(t) = 2 gamma_s(t) CLIP, the most one node's
+  data can move its release eps_i (Eq. 25). A node's state s_i is a mix of messages already
+  released (Eq. 9b), so under adaptive composition eps_i is the round's only fresh data
+  dependence, and with nodes as the records (Definition 2) each round is
+  (S / scale)-DP by Lemma 1 whatever the states' spread. No S_i is broadcast and nothing
+  feeds the noise back into S, so the calibrated run neither leaks S_i nor diverges; the
+  trace's S_real is then max_{i,j} ||eps_i - eps_j||_1 (the realized spread of the updates).
 - S^(0) term of Eq. 22: dropped by default (code); `s0_term=True` adds 2C'||s_i^(0)||_1 at t = 0.
 - Eq. 22 uses the current (decayed) gamma_n (code). Decay (code only): gamma_s, gamma_l and gamma_n
   are multiplied by `decay_factor` at each round in `decay_rounds`, with one global round counter
@@ -104,6 +114,15 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from defenses._dpps_mechanism import (
+    SENSITIVITY_BASIS,
+    SENSITIVITY_MODES,
+    clip_bound,
+    laplace,
+    noise_feedback,
+    resolved_mode,
+    sensitivity_step,
+)
 from defenses._push_sum_schedule import is_sync, mixing_into, rates, real_sensitivity
 from privbench.accounting import (
     EpsilonReport,
@@ -124,43 +143,12 @@ from privbench.threat.observation import GradientView, Observation
 from privbench.threat.rebuild import observed_mix
 from privbench.topology import column_stochastic, complete
 
-SENSITIVITY_MODES = ("estimated", "oracle", "none")
-
-
 # --------------------------------------------------------------- model and topology (Sec. 2.1, 5.4)
 
 
 # -------------------------------------------------------------- the mechanism (Algorithm 1, Eq. 22)
 
 
-def laplace(shape: tuple[int, ...], scale: Tensor, gen: torch.Generator,
-            device: torch.device) -> Tensor:
-    """I.i.d. Lap(0, scale) draws as the difference of two Exp(1) draws times `scale`."""
-    e1 = torch.empty(shape, device=device).exponential_(1.0, generator=gen)
-    e2 = torch.empty(shape, device=device).exponential_(1.0, generator=gen)
-    return (e1 - e2) * scale
-
-
-def sensitivity_step(prev: Tensor, eps_norm: Tensor, noise_norm_prev: Tensor, reset: bool,
-                     c_prime: float, lam: float, gamma_n: float,
-                     s0_norm: Tensor | None = None) -> Tensor:
-    """Eq. 22 for every node at once.
-
-    Args:
-        prev: (n,) S_i^(t-1) (ignored when `reset`).
-        eps_norm: (n,) ||eps_i^(t)||_1.
-        noise_norm_prev: (n,) ||n_i^(t-1)||_1 of the RAW Laplace draw (before gamma_n).
-        reset: t = 0 or a reset round: S_i = 2C'||eps_i||_1 (+ 2C'||s_i^(0)||_1 if given).
-        c_prime, lam, gamma_n: C', lambda and the current noise rate.
-        s0_norm: (n,) ||s_i^(0)||_1 for the paper's t = 0 term, or None (code: dropped).
-
-    Returns:
-        (n,) S_i^(t).
-    """
-    if reset:
-        out = 2 * c_prime * eps_norm
-        return out if s0_norm is None else out + 2 * c_prime * s0_norm
-    return lam * prev + 2 * c_prime * (eps_norm + lam * gamma_n * noise_norm_prev)
 
 
 # ---------------------------------------------------------------- configuration
@@ -188,7 +176,9 @@ class DPPSConfig:
         clip: L1 clipping threshold CLIP of the shared gradient (None: off).
         c_prime: C' of Eq. 22.
         lam: lambda of Eq. 22.
-        sensitivity_mode: "estimated" (Eq. 22), "oracle" (real sensitivity), "none" (no noise).
+        sensitivity_mode: "auto" (Eq. 22 at the paper's b, the clip bound when calibrated),
+            "estimated" (Eq. 22), "clipped" (S = 2 gamma_s CLIP), "oracle" (real
+            sensitivity), "none" (no noise).
         s0_term: add the paper's 2C'||s_i^(0)||_1 at t = 0 (the code drops it).
         sync: periodic complete-graph synchronisation with estimator reset (code).
         sync_period: SP (code default 4; 5 for Fig 2 / Table 3).
@@ -211,7 +201,7 @@ class DPPSConfig:
     clip: float | None = None
     c_prime: float = 0.78
     lam: float = 0.55
-    sensitivity_mode: str = "estimated"
+    sensitivity_mode: str = "auto"
     s0_term: bool = False
     sync: bool = True
     sync_period: int = 4
@@ -219,23 +209,6 @@ class DPPSConfig:
     decay_factor: float = 0.1
     require_doubly_stochastic: bool = True
     diagnostics: bool = True
-
-
-def noise_feedback(d_shared: int, eps_round: float, mix: Tensor) -> dict[str, float]:
-    """The sensitivity the noise itself creates ("Why no calibrated ε can work" in
-    reports/reproduce/dpps/README.md).
-
-    A round's Laplace noise n_k, scale S / eps_round on each of the d_shared coordinates, is mixed
-    by `mix` (n, n; row i = what node i receives) into the next round's vectors, so nodes i and j
-    then differ by sum_k (mix_ik - mix_jk) n_k, about c d_shared S / eps_round in L1 with
-    c = (2 / sqrt(pi)) max_ij ||mix_i - mix_j||_2 (the mean absolute value of that difference per
-    unit of scale; 1.13 on the one-peer graph, where two nodes' senders can be disjoint; less
-    where every pair shares senders): the next round's S grows by that factor (syncs aside), so
-    the run stays bounded only for eps_round above about c d_shared.
-    """
-    c = 2.0 / math.sqrt(math.pi) * float(torch.cdist(mix, mix).max())
-    return {"shared_coordinates": d_shared, "growth_per_round": c * d_shared / eps_round,
-            "stable_above_epsilon_round": c * d_shared}
 
 
 def shared_mask(fm: FlatModel, cfg: DPPSConfig) -> Tensor:
@@ -305,6 +278,7 @@ class DPPS(Trainer):
         super().__init__(cfg, ctx)
         _check(cfg)
         n, dev = ctx.n, ctx.device
+        self.mode, self.clip = resolved_mode(cfg), clip_bound(cfg)
         self.sh = shared_mask(ctx.fm, cfg).to(dev)  # (d,) bool
         self.loc = ~self.sh
         self.has_local = bool(self.loc.any())
@@ -336,7 +310,7 @@ class DPPS(Trainer):
 
     def _budget(self) -> tuple[tuple[float, ...] | None, float | None]:
         """(the plan's per-round epsilons (T,) or None, fixed b or None)."""
-        if self.cfg.sensitivity_mode == "none":
+        if self.mode == "none":
             return None, None
         if self.cfg.b is not None:
             return None, float(self.cfg.b)
@@ -381,31 +355,40 @@ class DPPS(Trainer):
             g = batch_grads(ctx.fm, self._compose(y, self.l), x, yb, mask)  # (n, d)
             self.l = self.l - gl * g[:, self.loc]
         h = batch_grads(ctx.fm, self._compose(y, self.l), x, yb, mask)[:, self.sh]  # (n, d_s), P3
-        if cfg.clip is not None:
-            h, _ = clip_l1(h, cfg.clip)  # P4, Eq. 24
+        if self.clip is not None:
+            h, _ = clip_l1(h, self.clip)  # P4, Eq. 24
         eps = -gs * h  # (n, d_s), Eq. 25
         s_half = self.s + eps  # D1, Eq. 7
         eps_norm = eps.abs().sum(dim=1)  # (n,)
-        reset = t == 0 or (cfg.sync and t % cfg.sync_period == 0)
-        self.S_i = sensitivity_step(self.S_i, eps_norm, self.noise_norm, reset, cfg.c_prime,
-                                    cfg.lam, gn, self.s0_norm if cfg.s0_term and t == 0 else None)
         rows = ctx.comm.gather_rows  # oracle view of per-node values (identity in one process)
-        s_real = real_sensitivity(rows(s_half)) if (cfg.diagnostics or
-                                                    cfg.sensitivity_mode == "oracle") else None
-        if cfg.sensitivity_mode == "estimated":  # D2: broadcast S_i, S = max_i S_i
-            s_recv = ctx.bus.broadcast(t, "sensitivity", self.S_i[:, None], self.all_adj)[:, 0]
-            # node i: max(S_i, max_j S_j) (s_recv[i] is its own S_i), equal for all i
-            s_used = torch.maximum(s_recv, (s_recv[None, :] * self.all_adj).amax(dim=1)).amax()
-        elif cfg.sensitivity_mode == "oracle":
-            s_used = s_real
-        else:
-            s_used = None
+        s_used, s_real = self._sensitivity(t, s_half, eps, eps_norm, gs, gn)
         s_noisy, scale = self.perturb(s_half, s_used, t, gn)  # D3, Eq. 8
         self.s, self.a = push_sum(ctx.bus, self.mixer_at(t), t, s_noisy, self.a, "shared",
                                   "weight")  # D4-D5
         self.rounds_done = t + 1
         if cfg.diagnostics:
             self.record(rows(self.S_i), s_real, s_used, scale, rows(eps_norm))
+
+    def _sensitivity(self, t: int, s_half: Tensor, eps: Tensor, eps_norm: Tensor, gs: float,
+                     gn: float) -> tuple[Tensor | None, Tensor | None]:
+        """(the S the round's noise is drawn for, or None: no noise; the real sensitivity, or
+        None without diagnostics). s_half, eps (n, d_s); eps_norm (n,)."""
+        cfg, ctx, rows = self.cfg, self.ctx, self.ctx.comm.gather_rows
+        if self.mode == "clipped":  # a data-independent bound: nothing broadcast, no feedback
+            s_used = torch.tensor(2 * gs * self.clip, device=ctx.device)  # type: ignore[operator]
+            self.S_i = torch.full_like(self.S_i, float(s_used))
+            return s_used, real_sensitivity(rows(eps)) if cfg.diagnostics else None
+        reset = t == 0 or (cfg.sync and t % cfg.sync_period == 0)
+        self.S_i = sensitivity_step(self.S_i, eps_norm, self.noise_norm, reset, cfg.c_prime,
+                                    cfg.lam, gn, self.s0_norm if cfg.s0_term and t == 0 else None)
+        s_real = (real_sensitivity(rows(s_half)) if cfg.diagnostics or self.mode == "oracle"
+                  else None)
+        if self.mode == "estimated":  # D2: broadcast S_i, S = max_i S_i
+            s_recv = ctx.bus.broadcast(t, "sensitivity", self.S_i[:, None], self.all_adj)[:, 0]
+            # node i: max(S_i, max_j S_j) (s_recv[i] is its own S_i), equal for all i
+            return (torch.maximum(s_recv, (s_recv[None, :] * self.all_adj).amax(dim=1)).amax(),
+                    s_real)
+        return (s_real if self.mode == "oracle" else None), s_real
 
     def mixer_at(self, t: int) -> Mixer:
         """Round t's mixer: the complete graph in a sync round, else the topology's
@@ -466,7 +449,7 @@ class DPPS(Trainer):
         costly = finite & (real > 0)  # rounds whose ratio is defined
         ratio = est[costly] / real[costly]
         zero_est = torch.nonzero(costly & (est <= 0)).flatten().tolist()
-        reset_void = self.cfg.c_prime < 1 and self.cfg.sensitivity_mode == "estimated"
+        reset_void = self.cfg.c_prime < 1 and self.mode == "estimated"
         return {"recorded": True, "rounds": len(est), "estimate_below_real": len(below),
                 "violation_rounds": below[:50],
                 "min_ratio_est_over_real": float(ratio.min()) if len(ratio) else None,
@@ -477,15 +460,15 @@ class DPPS(Trainer):
                 "max_estimate": float(est[finite].max()) if bool(finite.any()) else None,
                 "first_non_finite_round": bad[0] if bad else None,
                 "c_prime": self.cfg.c_prime, "c_prime_voids_reset_bound": reset_void,
-                "doubly_stochastic": self.doubly, "sensitivity_mode": self.cfg.sensitivity_mode}
+                "doubly_stochastic": self.doubly, "sensitivity_mode": self.mode}
 
     def privacy(self) -> list[dict[str, Any]]:
         """Per node: paper reading (Theorem 1, per round), calibrated (composed), realized."""
         cfg, run = self.cfg, self.ctx.run
-        uncovered = ("sensitivity",) if cfg.sensitivity_mode == "estimated" else ()
+        uncovered = ("sensitivity",) if self.mode == "estimated" else ()
         check = self.sensitivity_check()
         rounds = self.rounds_done
-        if cfg.sensitivity_mode == "none" or rounds == 0:
+        if self.mode == "none" or rounds == 0:
             why = "no noise (sensitivity_mode=none)" if rounds else "no round run yet"
             reps = [EpsilonReport(math.inf, 0.0, "none", m, "node-level", uncovered, note=why)
                     for m in ("paper", "calibrated")]
@@ -501,17 +484,22 @@ class DPPS(Trainer):
                               note=f"largest per-round budget, not composed over T; {knob}")
         events = [LaplaceEvent(e, 1) for e in eps_r]
         ledger = PrivacyLedger(unit="node-level", uncovered=uncovered).extend(events)
+        holds = (f"S(t) = 2 gamma_s CLIP bounds one node's update (CLIP = {self.clip:g}, "
+                 "Eq. 24-25; its state is post-processing of released messages)"
+                 if self.mode == "clipped" else
+                 "holds only if S(t) >= true L1 sensitivity every round")
         cal = account(ledger, run.delta, mode="calibrated", pure_composition=cfg.composition,
                       note=f"{cfg.composition} composition over {rounds} rounds; nodes are "
-                           "the records; holds only if S(t) >= true L1 sensitivity every round; "
-                           f"{knob}")
+                           f"the records; {holds}; {knob}")
         readings = [(paper, "assumed"), (cal, "assumed")]
-        if check.get("recorded"):
+        if check.get("recorded") and self.mode != "clipped":  # a clip bound holds as claimed
             readings.append((self._realized(uncovered), "realized"))
-        feedback = noise_feedback(int(self.sh.sum()), eps_r[0], self.mixer.matrix(0).cpu())
         extra = {"b": b0, "gamma_n": cfg.gamma_n, "epsilon_round": eps_r[0],
                  "b_is_not_epsilon": True, "sensitivity_check": check,
-                 "noise_feedback": feedback}
+                 "sensitivity_basis": SENSITIVITY_BASIS[self.mode]}
+        if self.mode != "clipped":  # S(t) follows the states, so the noise feeds back into it
+            extra["noise_feedback"] = noise_feedback(int(self.sh.sum()), eps_r[0],
+                                                     self.mixer.matrix(0).cpu())
         return [{"node": i, **r.to_dict(), **extra, "reading": reading}
                 for i in range(self.ctx.n) for r, reading in readings]
 

@@ -48,3 +48,9 @@ class Attack:
 def reads_messages(attack: type[Attack]) -> bool:
     """Whether an attack is scored on gradient views derived from observed messages."""
     return "messages" in attack.needs
+
+
+def trains_its_own_run(attack: type[Attack]) -> bool:
+    """Whether an attack reads nothing of the trained cell's run but trains its own (the canary
+    and mechanism audits): it runs on a cell whose training diverged as on any other."""
+    return attack.needs == frozenset({"retrain"})

@@ -1,5 +1,8 @@
 """The mechanism audit's node-level reading: a node-level claim (its whole data) measured from each
-node's normalised messages, per round."""
+node's normalised messages, per round. The sensitivity is the L1 distance between two nodes'
+clean releases (replacing one node's data by another's, against the ledger's realized S), or,
+where the ledger's S is a clip bound, the distance one saturating sample moves the probed node's
+release (against the bound)."""
 
 from __future__ import annotations
 
@@ -61,6 +64,19 @@ def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float
             "scale_interval": [lo, hi]}
 
 
+def _probe_sensitivity(rep: RoundReplays, kinds: dict[str, Any]) -> float | None:
+    """The L1 distance one sample moves the probed node's normalised release: removed vs
+    replaced by a saturating sample (the largest over the probe's scales); None without a
+    probe. Under a clip bound this is what the node's data can change, which the bound caps."""
+    if rep.remove is None or not rep.saturate:
+        return None
+    base = _normalised(rep.remove, rep.probed, kinds)
+    moved = [_normalised(log, rep.probed, kinds) for log in rep.saturate]
+    if base is None or any(m is None for m in moved):
+        return None
+    return max(float((m - base).abs().sum()) for m in moved)  # type: ignore[operator]
+
+
 def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
                        ledgers: list[dict[str, Any] | None], trainer: Any, voided: bool,
                        level: float) -> dict[str, Any]:
@@ -79,14 +95,21 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
                 "reason": "the node-level ledger reports no per-round sensitivity and scale "
                           "(`sensitivity_trace`) to measure against"}
     claimed, node = max(claims)
+    # a clip bound is the ledger's S itself (`S_used`), and what one node's data moves its
+    # release is measured by the probes; otherwise the realized S_real between two nodes
+    bound = any((led or {}).get("sensitivity_basis") == "clip_bound" for led in ledgers)
+    ledger_s = trace.get("S_used", []) if bound else real
     rounds, worst = [], None
     for rep in replays:
         row = _node_round(rep, kinds, len(ledgers), level)
         t = rep.round
-        if row is None or t >= len(real) or not scale[t] or not math.isfinite(real[t]):
+        if row is not None and bound:
+            row["sensitivity"] = _probe_sensitivity(rep, kinds)
+        if row is None or row["sensitivity"] is None or t >= len(ledger_s) or not scale[t] \
+                or not math.isfinite(ledger_s[t]):
             continue
-        ledger_eps, lo, hi = real[t] / scale[t], *row["scale_interval"]
-        row.update(ledger_sensitivity=real[t], ledger_scale=scale[t],
+        ledger_eps, lo, hi = ledger_s[t] / scale[t], *row["scale_interval"]
+        row.update(ledger_sensitivity=ledger_s[t], ledger_scale=scale[t],
                    epsilon=row["sensitivity"] / row["scale"] if row["scale"] else math.inf,
                    epsilon_interval=[row["sensitivity"] / hi if hi else math.inf,
                                      row["sensitivity"] / lo if lo else math.inf],
@@ -105,7 +128,8 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
     return {"applicable": True, "node": node, "epsilon": claimed * worst[0],
             "interval": [claimed * worst[1], claimed * worst[2]], "claimed": claimed,
             "ratio": worst[0], "ratio_interval": worst[1:], "rounds": rounds,
-            "basis": f"round {at['round']}: sensitivity {at['sensitivity']:.4g} vs realized "
+            "basis": f"round {at['round']}: sensitivity {at['sensitivity']:.4g} vs "
+                     f"{'the clip bound' if bound else 'realized'} "
                      f"{at['ledger_sensitivity']:.4g}, Laplace scale {at['scale']:.4g} vs "
                      f"{at['ledger_scale']:.4g}",
             "accountant": "the ledger's composition, scaled by the largest per-round ratio of "

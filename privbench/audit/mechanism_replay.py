@@ -24,7 +24,7 @@ class MechanismSettings:
     """How the audit measures.
 
     Attributes:
-        rounds: audited rounds, spread over the run (the first two always among them); the
+        rounds: audited rounds, spread over the run (the first four always among them); the
             probed node rotates over them, so each node's sensitivity is measured
             rounds / n times (at least once when rounds >= n).
         scales: the two input scales of the saturating sample (a bounded contribution is the
@@ -39,12 +39,19 @@ class MechanismSettings:
     level: float = 1e-5
 
 
+EARLY = 4  # consecutive audited rounds at the start of a run
+
+
 def audited_rounds(total: int, count: int) -> list[int]:
-    """`count` rounds of a `total`-round run: 0, 1 and the rest evenly spread to the last."""
+    """`count` rounds of a `total`-round run: the first EARLY (consecutive, so that a run that
+    goes non-finite early still has noisy rounds to compare for reuse) and the rest evenly
+    spread from there to the last."""
     if total <= count:
         return list(range(total))
-    spread = np.linspace(0, total - 1, count - 1).round().astype(int).tolist()
-    return sorted({0, 1, *spread})[:count] if count > 1 else [0]
+    early = list(range(min(EARLY, count)))
+    rest = count - len(early)
+    spread = np.linspace(len(early), total - 1, rest).round().astype(int).tolist() if rest else []
+    return sorted({*early, *spread})
 
 
 def _sent(log: MessageLog, node: int) -> Messages:

@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from privbench.audit.attack import KINDS, NEEDS, Attack, reads_messages
+from privbench.audit.attack import KINDS, NEEDS, Attack, reads_messages, trains_its_own_run
 from privbench.audit.dispatch import RUNNERS
 from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS
@@ -101,3 +101,9 @@ def test_a_broken_attack_is_caught() -> None:
                                            "membership attacks implement score"]
     assert contract_problems(Unfrozen) == ["Config is not a frozen dataclass"]
     assert contract_problems(Stub) == ["inversion attacks implement reconstruct"]
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_only_the_audits_that_train_their_own_run_run_on_a_diverged_cell(name: str) -> None:
+    cls = ATTACKS.get(name)
+    assert trains_its_own_run(cls) == (cls.kind in ("canary", "mechanism"))

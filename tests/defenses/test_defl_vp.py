@@ -216,9 +216,10 @@ def test_ablation_switches_match_the_method_table():
         assert built.trainer.eta == {"eta_sign": 0.003, "local_lr": 0.02}[eta]
         covered = {k.name: k.covered for k in built.trainer.kinds}
         assert covered["update"] == (dp == "rr")
-        # a control variate is declared (and flagged uncovered) only when one is sent
+        # a control variate is declared only when one is sent; under the calibrated reading
+        # (eps_mode per_run, the default) a private run builds it from privatized signs
         assert ("control_variate" in covered) == vr
-        assert not covered.get("control_variate", False)
+        assert covered.get("control_variate", False) == (vr and dp == "rr")
         train(built.trainer)
         assert ("control_variate" in built.ctx.bus.log.kinds()) == vr
         if dp == "rr" and not vr:  # D-PSGD+RR: nothing it sends is outside the guarantee
@@ -420,6 +421,25 @@ def test_cli_train_writes_per_node_epsilon_both_modes(tmp_path):
     modes = {(r["node"], r["mode"]) for r in res["privacy"]}
     assert modes == {(i, m) for i in range(4) for m in ("paper", "calibrated")}
     kinds = {m["name"]: m for m in res["messages"]}
-    assert not kinds["control_variate"]["covered"] and kinds["control_variate"]["data_dependent"]
+    assert kinds["control_variate"]["covered"] and kinds["control_variate"]["data_dependent"]
     assert kinds["update"]["covered"]
+    assert res["defense_config"]["protect_control_variate"] is None  # resolved: protected
     assert res["accuracy"]["average_model"] > 0
+
+
+@pytest.mark.parametrize(("over", "protects"), [
+    ({}, True),  # the calibrated reading: every data-dependent message covered
+    ({"eps_mode": "per_coordinate"}, False),  # the paper's reading: the algorithm as written
+    ({"eps_mode": "per_vector"}, False),
+    ({"protect_control_variate": False}, False),  # explicit: the paper's order, calibrated ε
+    ({"eps_mode": "per_coordinate", "protect_control_variate": True}, True),
+])
+def test_the_calibrated_reading_protects_the_control_variate_and_the_paper_reading_reports_it(
+        over, protects):
+    built = build(_run(rounds=1), "defl_vp", over)
+    assert built.trainer.cfg.protects == protects
+    assert built.trainer.cfg.order == ("rr_vr" if protects else "vr_rr")
+    covered = {k.name: k.covered for k in built.trainer.kinds}
+    assert covered["control_variate"] == protects
+    uncovered = {u for r in built.trainer.privacy() for u in r["uncovered"]}
+    assert uncovered == (set() if protects else {"control_variate"})

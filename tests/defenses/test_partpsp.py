@@ -53,9 +53,11 @@ def _true_shared_grad(built, t: int, params: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------ contract and split
 
 
-@pytest.mark.parametrize("name", ["dpps", "partpsp"])
-def test_default_build_trains_and_reports(name):
-    built = build(RunConfig(rounds=3, nodes=4, device="cpu", eval_every=3), name)
+@pytest.mark.parametrize(("name", "over", "uncovered"), [
+    ("dpps", {}, []), ("partpsp", {}, []),  # calibrated: the clip bound, nothing broadcast
+    ("dpps", {"b": 2.0}, ["sensitivity"]), ("partpsp", {"b": 2.0}, ["sensitivity"])])
+def test_default_build_trains_and_reports(name, over, uncovered):
+    built = build(RunConfig(rounds=3, nodes=4, device="cpu", eval_every=3), name, over)
     train(built.trainer)
     z = built.trainer.models()
     assert z.shape == (4, built.ctx.fm.d) and torch.isfinite(z).all()
@@ -65,7 +67,7 @@ def test_default_build_trains_and_reports(name):
     assert {r["mode"] for r in reps} == {"paper", "calibrated"}
     for r in reps:
         assert {"epsilon", "delta", "accountant", "mode", "unit", "uncovered"} <= set(r)
-        assert r["unit"] == "node-level" and r["uncovered"] == ["sensitivity"]
+        assert r["unit"] == "node-level" and r["uncovered"] == uncovered
         assert r["b_is_not_epsilon"]
         if r["mode"] == "paper":
             assert "NOT epsilon" in r["note"]
@@ -313,14 +315,13 @@ def test_noise_feeds_the_next_rounds_sensitivity(topology, extra, nodes, eps_rou
 
 
 def test_a_calibrated_run_that_diverges_is_told_why():
-    """The default audit's PartPSP cells (reports/default-audit/README.md): calibrated to
-    epsilon = 8 the noise's growth of its own sensitivity is ~1e4 per round, the run goes non-finite
-    and the verdict says so."""
+    """Eq. 22's estimate calibrated to epsilon = 8: the noise's growth of its own sensitivity is
+    ~1e4 per round, the run goes non-finite and the verdict says so."""
     from privbench.report.verdicts import cell_verdict
 
     run = RunConfig(dataset="digits", model="mlp", nodes=6, topology="exponential", rounds=8,
                     batch_size=16, lr=0.2, eval_every=8, epsilon=8.0, device="cpu", seed=0)
-    built = build(run, "partpsp", {}, policy=RecordPolicy.none())
+    built = build(run, "partpsp", {"sensitivity_mode": "estimated"}, policy=RecordPolicy.none())
     res = train(built.trainer)
     assert res.diverged_round is not None
     reps = built.trainer.privacy()
@@ -333,6 +334,37 @@ def test_a_calibrated_run_that_diverges_is_told_why():
     [finding] = [f for f in verdict["findings"] if f["level"] == "violates"]
     assert "the noise is in the next round's sensitivity" in finding["evidence"]
     assert finding["fix"].startswith("a per-round ε above the bound named")
+
+
+def test_a_calibrated_run_draws_for_the_clip_bound_and_stays_finite():
+    """The same calibrated ε = 8 run in the (default) clipped mode: the noise is drawn for
+    S = 2 gamma_s CLIP every round, no S_i is broadcast, the realized spread of the updates
+    stays within the bound, the run stays finite, and the claim is the calibrated ε."""
+    run = RunConfig(dataset="digits", model="mlp", nodes=6, topology="exponential", rounds=8,
+                    batch_size=16, lr=0.2, eval_every=8, epsilon=8.0, device="cpu", seed=0)
+    built = build(run, "partpsp", {"clip": 0.5}, policy=RecordPolicy())
+    res = train(built.trainer)
+    assert res.diverged_round is None and torch.isfinite(built.trainer.models()).all()
+    assert "sensitivity" not in built.ctx.bus.log.kinds()
+    trace = built.trainer.sensitivity_trace()
+    assert trace["S_used"] == pytest.approx([2 * 0.2 * 0.5] * 8)
+    assert max(trace["S_real"]) <= 2 * 0.2 * 0.5 + 1e-6
+    assert trace["scale"] == pytest.approx([0.2 / (8.0 / 8)] * 8, rel=1e-5)  # S / eps_round
+    reps = [r for r in built.trainer.privacy() if r["node"] == 0]
+    assert [r["reading"] for r in reps] == ["assumed", "assumed"]  # no realized reading
+    assert reps[1]["epsilon"] == pytest.approx(8.0) and not reps[1]["uncovered"]
+    assert reps[1]["sensitivity_basis"] == "clip_bound" and "noise_feedback" not in reps[1]
+
+
+def test_auto_mode_is_the_clip_bound_when_calibrated_and_eq22_at_the_papers_knob():
+    from defenses._dpps_mechanism import DEFAULT_L1_CLIP
+    from defenses.dpps import DPPSConfig, clip_bound, resolved_mode
+
+    assert resolved_mode(DPPSConfig()) == "clipped"
+    assert clip_bound(DPPSConfig()) == DEFAULT_L1_CLIP
+    assert resolved_mode(DPPSConfig(b=1.0)) == "estimated" and clip_bound(DPPSConfig(b=1.0)) is None
+    assert resolved_mode(DPPSConfig(calibrate_with="paper")) == "estimated"
+    assert resolved_mode(DPPSConfig(sensitivity_mode="oracle")) == "oracle"
 
 
 def _observation(built, threat: ThreatModel) -> Observation:
@@ -432,8 +464,8 @@ def test_realized_epsilon_is_the_headline_and_non_finite_rounds_are_listed():
 
     run = RunConfig(model="mlp", nodes=6, rounds=6, batch_size=16, lr=0.2, epsilon=1.0,
                     eval_every=6, device="cpu", seed=0, topology="random_out")
-    built = build(run, "partpsp", {"require_doubly_stochastic": False},
-                  policy=RecordPolicy.none())
+    built = build(run, "partpsp", {"require_doubly_stochastic": False,
+                                   "sensitivity_mode": "estimated"}, policy=RecordPolicy.none())
     res = train(built.trainer)
     ran = 6 if res.diverged_round is None else res.diverged_round + 1  # a run stops when it
     reps = built.trainer.privacy()  # goes non-finite; its ε composes the rounds it released

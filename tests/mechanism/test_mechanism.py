@@ -12,6 +12,7 @@ per node and quantity).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from importlib import import_module
@@ -77,24 +78,8 @@ def test_every_mutant_of_dp_sgp_is_caught(mutant):
     assert EXPECTED[mutant] in _names(failed), [c.detail for c in failed]
 
 
-# Known gaps, strict (a fix turns them into failures to remove): at the quick defaults PEDFL
-# diverges in round 5 and DPPS / PartPSP in round 4 (Eq. 22's estimate feeds its own noise
-# back), so only rounds 0 and 1 are replayed: PEDFL's round 0 carries no noise (no second noisy
-# round to compare for reuse), and DPPS / PartPSP claim no finite realized ε (not measured).
-DIVERGED = {"dpps", "partpsp"}
-REUSE_UNSEEN = pytest.mark.xfail(strict=True, reason="PEDFL diverges in round 5: one noisy "
-                                 "round replayed, reuse across rounds not seen")
-NOT_MEASURED = pytest.mark.xfail(strict=True, reason="diverges in round 4 at the quick "
-                                 "defaults: no finite realized ε to measure against")
-
-
-def _known(defense: str, mutant: str) -> tuple[pytest.MarkDecorator, ...]:
-    return (REUSE_UNSEEN,) if (defense, mutant) == ("pedfl", "reused noise") else ()
-
-
-APPLICABLE = [pytest.param(d, m, marks=_known(d, m))
-              for d in DP_DEFENSES for m in MUTANTS if _applies(d, m)]
-CORRECT = [pytest.param(d, marks=(NOT_MEASURED,) if d in DIVERGED else ()) for d in DP_DEFENSES]
+APPLICABLE = [(d, m) for d in DP_DEFENSES for m in MUTANTS if _applies(d, m)]
+CORRECT = list(DP_DEFENSES)
 
 
 @pytest.mark.slow
@@ -128,7 +113,7 @@ def test_every_registered_dp_defense_has_its_mechanism_family():
 
 
 @pytest.mark.parametrize(("defense", "mutant", "why"), [
-    ("dpps", "clip x2", "sensitivity"), ("pedfl", "clip x2", "sensitivity"),
+    ("pedfl", "clip x2", "sensitivity"),
     ("defl_vp", "clip x2", "sign"), ("defl_vp", "rate x2", "local epoch"),
     ("partpsp", "rate x2", "no amplification by sampling")])
 def test_a_mutant_class_that_does_not_apply_says_why(defense, mutant, why):
@@ -242,11 +227,29 @@ def _halved_exponential():
 
 
 def test_a_diverged_node_level_run_is_not_measured_and_the_gate_says_why():
-    res = audit_mechanism(quick_run(1.0), "partpsp", {})  # defaults diverge at this setting
+    # Eq. 22's estimate diverges at this setting (its noise feeds back into S)
+    res = audit_mechanism(quick_run(1.0), "partpsp", {"sensitivity_mode": "estimated"})
     assert res["applicable"] and not res["epsilon"]["applicable"]
     assert res["epsilon"]["reason"]
     failed = [c for c in gate.check_bound(RULES, cell("partpsp", 1.0, res)) if not c.passed]
     assert any("max_measured_ratio" in c.name and "not measured" in c.detail for c in failed)
+
+
+def test_a_clip_bound_node_level_ledger_is_measured_by_its_probes():
+    """PartPSP calibrated (the clip bound): the sensitivity one saturating sample exposes stays
+    within the bound 2 gamma_s CLIP, the measured ε within the claim; drawing the noise for half
+    the clip actually applied (clip x2) is caught by the measured ratio."""
+    run = dataclasses.replace(quick_run(1.0), rounds=12)
+    res = audit_mechanism(run, "partpsp", {})
+    e = res["epsilon"]
+    assert res["findings"] == [] and e["applicable"], e
+    assert e["ratio_interval"][1] <= 1.0
+    # (a round where the saturating sample's loss is flat exposes nothing: 0)
+    assert all(0 <= r["sensitivity"] <= r["ledger_sensitivity"] for r in e["rounds"])
+    assert max(r["sensitivity"] / r["ledger_sensitivity"] for r in e["rounds"]) > 0.5
+    with MUTANTS["clip x2"]("partpsp"):
+        e = audit_mechanism(run, "partpsp", {})["epsilon"]
+    assert e["ratio_interval"][0] > 1.2
 
 
 def test_dpdl_is_recomposed_from_its_reported_joint_multiplier():
@@ -307,8 +310,19 @@ def test_private_selector_selects_every_claimed_cell():
 
 
 def test_audited_rounds_spread_over_the_run():
-    assert audited_rounds(60, 12)[:2] == [0, 1] and audited_rounds(60, 12)[-1] == 59
+    assert audited_rounds(60, 12)[:4] == [0, 1, 2, 3] and audited_rounds(60, 12)[-1] == 59
     assert len(audited_rounds(60, 12)) == 12 and audited_rounds(5, 12) == [0, 1, 2, 3, 4]
+    for total in range(9, 80):  # distinct, the first four consecutive, the last run's last
+        got = audited_rounds(total, 8)
+        assert len(set(got)) == 8 and got[:4] == [0, 1, 2, 3] and got[-1] == total - 1
+
+
+def test_a_run_that_goes_non_finite_early_still_shows_reused_noise():
+    """PEDFL at the quick defaults goes non-finite in round 5: the first audited rounds are
+    consecutive, so its noisy rounds 1-3 are compared and noise reused across them is found."""
+    failed, res = failed_rules("pedfl", 1.0, "reused noise")
+    assert "require_mechanism" in _names(failed)
+    assert any("reused across rounds" in f for f in res["findings"])
 
 
 def test_gaussian_epsilon_grows_with_less_noise_and_more_sampling():
