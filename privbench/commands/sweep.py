@@ -25,6 +25,7 @@ from typing import Any, TypedDict
 
 import torch
 
+from privbench.audit.attack import trains_its_own_run
 from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
 from privbench.audit.dispatch import _audit_threat, is_inversion, run_attack
 from privbench.commands.cells import (
@@ -371,7 +372,7 @@ class Sweep:
             views = self._inversion_views(defense, run, overrides)
             measured["inversion_views_s"] = laps.lap()
         for attack in attacks:
-            if not cell.ok:
+            if not cell.ok and not trains_its_own_run(ATTACKS.get(attack)):
                 result = AttackResult(f"skipped: training {cell.status}")
             else:
                 with self.phase(f"attack {attack} ({attacks.index(attack) + 1} of "

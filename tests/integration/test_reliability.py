@@ -99,3 +99,19 @@ def test_an_attack_that_blows_up_is_recorded_as_failed_and_the_sweep_goes_on(tmp
         status = cell["attacks"]["idlg"]["status"]
         assert status.startswith("failed: FloatingPointError: gradient matching diverged")
         assert cell["attacks"]["mia_threshold"]["status"] == "ok"  # the other attack still ran
+
+
+def test_a_diverged_cell_still_gets_the_audits_that_train_their_own_run(tmp_path):
+    """The mechanism audit replays its own run (it reads nothing of the cell's), so a diverged
+    cell is still measured: the gate reads its result there as on any other cell."""
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "run"
+    assert main(["attack", "--config", str(cfg), "--out", str(out), "--set", "lr=1e30",
+                 "--defense", "dp_sgp", "--eps", "1", "--attack", "idlg,mechanism",
+                 "--quiet"]) == 0
+    [cell] = json.loads((out / "results.json").read_text())["cells"]
+    assert cell["status"].startswith("diverged (NaN/Inf) in round ")
+    assert cell["attacks"]["idlg"]["status"].startswith("skipped: training diverged")
+    mech = cell["attacks"]["mechanism"]
+    assert mech["status"] == "ok" and mech["mechanism"]["diverged_round"] is not None
