@@ -127,13 +127,13 @@ def test_the_committed_tuned_values_apply_to_the_default_audit(eps):
     # the default audit runs topology "auto"; every committed quick entry (tuned on the graph
     # "auto" resolves to) must apply to it, or the audit silently trains untuned defaults.
     # Every cell of the default audit has an entry tuned at its own ε (and for its paper
-    # setting or reading), but those whose every candidate diverged (PARTPSP_DIVERGES).
+    # setting or reading).
     run = replace_checked(RunConfig(), {**sweep.PRESETS["quick"]["run"], "epsilon": eps},
                           where="run")
     assert run.topology == "auto"
     quick = tuning.load_tuned()["quick"]
     for cell in tune_preset.preset_cells("quick"):
-        if cell.eps not in (None, eps) or cell.name in PARTPSP_DIVERGES:
+        if cell.eps not in (None, eps):
             continue
         entry, why = tuning.entry_for(quick.get(cell.defense, []), run, cell.eps,
                                       cell.defense, dict(cell.fixed))
@@ -360,10 +360,6 @@ def test_save_entry_keys_on_eps_and_fixed_values(tmp_path):
     assert sorted(e.get("fixed", {}).get("eps_mode", "-") for e in kept) == [
         "-", "per_coordinate"]
 
-
-# The calibrated PartPSP cells: every candidate of their tune diverges (its noise grows the
-# next round's sensitivity; reports/default-audit/README.md), so they have no entry.
-PARTPSP_DIVERGES = ("partpsp@eps1", "partpsp@eps8")
 
 SMALL_GRIDS = {"sgp": ("lr=0.1,0.3",), "d_psgd": ("lr=0.2",), "adp_vrsgp": ("clip=1,3",),
                "defl_vp": ("eta_sign=0.01",), "dyn_d2p": ("lr=0.2,0.5",),
