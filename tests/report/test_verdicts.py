@@ -102,13 +102,12 @@ def test_the_worst_attack_wins_whatever_the_order_within_a_cell():
 
 
 def test_defl_vp_control_variates_violate(tmp_path):
-    """DeFL-VP's real message kinds: an inversion read from its control variates violates."""
-    from privbench.plugins import load_plugins
-    from privbench.registry import DEFENSES
+    """DeFL-VP's real message kinds under the paper's reading (Sec. 3's order, control variates
+    in the clear): an inversion read from its control variates violates."""
+    from defenses.defl_vp import DeFLVPConfig, message_kinds
 
-    load_plugins()
     kinds = [{"name": k.name, "covered": k.covered, "data_dependent": k.data_dependent}
-             for k in DEFENSES.get("defl_vp").kinds]
+             for k in message_kinds(DeFLVPConfig(eps_mode="per_coordinate"))]
     assert any(k["name"] == "control_variate" and not k["covered"] for k in kinds)
     inv = {"kind": "inversion", "status": "ok", "uses": ["control_variate", "model"],
            "metrics": {"psnr": 40.0, "label_accuracy": 1.0}}
