@@ -50,7 +50,7 @@ def sensitivity_step(prev: Tensor, eps_norm: Tensor, noise_norm_prev: Tensor, re
 
 
 def noise_feedback(d_shared: int, eps_round: float, mix: Tensor) -> dict[str, float]:
-    """The sensitivity the noise itself creates ("Why no calibrated ε can work" in
+    """The sensitivity the noise itself creates ("Why Eq. 22 cannot hold a calibrated ε" in
     reports/reproduce/dpps/README.md).
 
     A round's Laplace noise n_k, scale S / eps_round on each of the d_shared coordinates, is mixed

@@ -128,11 +128,13 @@ def test_a_diverged_train_exits_nonzero_and_says_in_which_round(tmp_path, capsys
 
 
 def test_a_diverged_partpsp_train_says_why_and_which_reading_is_which(tmp_path, capsys):
-    """Calibrated to a whole-run epsilon, PartPSP's noise grows its own sensitivity
-    (reports/reproduce/dpps/README.md, "Why no calibrated ε can work"): `train` names that cause
-    beside the round, and its privacy lines tell the assumed reading from the realized one."""
+    """Calibrated to a whole-run epsilon under Eq. 22's estimate, PartPSP's noise grows its own
+    sensitivity (reports/reproduce/dpps/README.md, "Why Eq. 22 cannot hold a calibrated ε"):
+    `train` names that cause beside the round, and its privacy lines tell the assumed reading
+    from the realized one."""
     code = main(["train", "--defense", "partpsp", "--eps", "8", "--rounds", "8", "--nodes", "6",
-                 "--device", "cpu", "--out", str(tmp_path / "o"), "--set", "eval_every=8"])
+                 "--device", "cpu", "--out", str(tmp_path / "o"), "--set", "eval_every=8",
+                 "--set", "defense.sensitivity_mode=estimated"])
     assert code == 1
     captured = capsys.readouterr()
     assert "the noise is in the next round's sensitivity" in captured.err

@@ -404,11 +404,12 @@ def _plan_dpps(defense: str, epsilon: float, delta: float, rounds: int, sample_r
              "laplace_scale_per_sensitivity": 1.0 / eps_round}
     notes += ("Laplace scale per coordinate = S(t) / epsilon_round = gamma_n S(t) / b; if gamma_n "
               "decays, scale b with it",
-              "the noise is in the next round's node differences: S grows about 1.13 d_s / "
+              "under Eq. 22's estimate (the paper's b, or sensitivity_mode=estimated) the noise "
+              "is in the next round's node differences: S grows about 1.13 d_s / "
               f"epsilon_round per round (d_s shared coordinates; 1.13 on the one-peer graph, less "
               f"on denser ones), so this budget stays bounded only for d_s below about "
-              f"{eps_round / 1.13:.3g} (reports/reproduce/dpps/README.md: \"Why no calibrated ε "
-              "can work\")")
+              f"{eps_round / 1.13:.3g} (reports/reproduce/dpps/README.md: \"Why Eq. 22 cannot "
+              "hold a calibrated ε\"); a calibrated run's default clip bound does not feed back")
     if q < 1:
         notes += ("no subsampling amplification: node-level unit",)
     return _plan(defense, noise, reports, calibrate_with, req, notes, eps_round,
