@@ -62,7 +62,7 @@ def audit(defense: str, eps: float | Sequence[float] = 1.0,
         folder = Path(out) if out else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         runner = sweep.Sweep(base, dict(defense_config or {}), audit_cfg, folder / "audit",
                              progress=False, command=f"privbench.testing.audit({defense!r})")
-        return runner.run()
+        return runner.run().to_json()
 
 
 def evaluate_bounds(results: JSONObject, defense: str, eps: float | None = None,

@@ -372,7 +372,8 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
         results = runner.run()
         seconds = time.perf_counter() - start
         timings = json.loads((Path(tmp) / "timings.json").read_text())
-    tuned = sorted(results["config"].get("tuned", {}).get("cells", {}))
+    summary = results.config.tuned if results.config is not None else None
+    tuned = sorted((summary or {}).get("cells", {}))
     return {"preset": preset, "defenses": list(audit.defenses), "seconds": seconds,
             "timings": timings, "tuned_cells": tuned}
 

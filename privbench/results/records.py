@@ -405,10 +405,6 @@ class AuditRun:
                    environment=data.get("environment"),
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
 
-    def __getitem__(self, key: str) -> Json:
-        """results.json's value at `key`, for callers that read the file's layout."""
-        return self.to_json()[key]
-
 
 def as_run(results: AuditRun | Mapping[str, Json]) -> AuditRun:
     """The record of an audit run, or of its results.json object."""

@@ -216,7 +216,7 @@ def test_audit_with_a_placed_threat_attacks_through_gossip_inversion(tmp_path) -
     run = RunConfig(**{**BATCH1, "rounds": 6})
     audit = sweep.audit_config("quick", ["d_psgd"], [8.0], ["idlg", "mia_message"], "hops:2",
                                {"inversion_rounds": (0,), "inversion_batch_sizes": (1,)})
-    res = sweep.Sweep(run, {}, audit, tmp_path / "a", progress=False).run()
+    res = sweep.Sweep(run, {}, audit, tmp_path / "a", progress=False).run().to_json()
     attacks = res["cells"][0]["attacks"]
     inv = attacks["idlg"]
     assert inv["status"] == "ok" and inv["metrics"]["psnr"] >= 20.0, inv["status"]

@@ -73,7 +73,7 @@ def test_sweep_applies_matching_tuned_values_and_reports_them(tmp_path):
     audit = sweep.audit_config("quick", ["dp_sgp", "dp_dpsgd"], [8.0], ["mia_threshold"],
                                None, {})
     tuned = {"dp_sgp": [_entry(0.5)], "dp_dpsgd": [_entry(0.7, rounds=999)]}
-    res = sweep.Sweep(TINY, {}, audit, tmp_path / "a", progress=False, tuned=tuned).run()
+    res = sweep.Sweep(TINY, {}, audit, tmp_path / "a", progress=False, tuned=tuned).run().to_json()
     cells = {c["defense"]: c for c in res["cells"]}
     assert cells["dp_sgp"]["defense_config"]["clip"] == 0.5
     assert cells["dp_sgp"]["tuned"]["run"] == {"lr": 0.3}
@@ -299,8 +299,8 @@ def test_a_sweep_cell_without_an_entry_at_its_eps_runs_the_defaults_and_says_so(
                                {})
     tuned = {"dp_sgp": [{**_entry(0.5), "candidates": 12, "preset": "quick"}],
              "sgp": [{**_at(None, 0.0, "sgp"), "defense": {"momentum": 0.5}}]}
-    res = sweep.Sweep(TINY, {}, audit, tmp_path / "a", progress=False, tuned=tuned).run()
-    cells = {c["epsilon"]: c for c in res["cells"]}
+    record = sweep.Sweep(TINY, {}, audit, tmp_path / "a", progress=False, tuned=tuned).run()
+    cells = {c["epsilon"]: c for c in record.to_json()["cells"]}
     assert cells[None]["defense_config"]["momentum"] == 0.5  # a non-private entry: any ε
     assert cells[None]["tuned"]["privacy_cost"]["rule"] == "none"
     assert cells[8.0]["defense_config"]["clip"] == 0.5
@@ -319,7 +319,7 @@ def test_a_sweep_cell_without_an_entry_at_its_eps_runs_the_defaults_and_says_so(
     html = (tmp_path / "a" / "index.html").read_text()
     assert "none: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults" in html
     assert "not charged (12 candidates): the cell&#39;s ε covers one training run" in html
-    attack_cmd._print_tuned(res)
+    attack_cmd._print_tuned(record)
     out = capsys.readouterr().out
     assert "  dp_sgp@1: no tuned entry at ε = 1 (entries: ε = 8): untuned defaults" in out
     assert ("  dp_sgp@8: lr=0.3 clip=0.5 (entry quick.dp_sgp at ε = 8; privacy cost not "

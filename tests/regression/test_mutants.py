@@ -47,7 +47,7 @@ def quick_audit(out: Path, defenses: tuple[str, ...] = ("dp_sgp",)) -> dict:
     p = sweep.PRESETS["quick"]
     base = replace_checked(RunConfig(), {**p["run"], "device": "cpu"}, where="run")
     cfg = sweep.audit_config("quick", list(defenses), [1.0], None, None, {})
-    return sweep.Sweep(base, {}, cfg, out, progress=False).run()
+    return sweep.Sweep(base, {}, cfg, out, progress=False).run().to_json()
 
 
 def failed_checks(results: dict) -> list[gate.Check]:
@@ -184,7 +184,7 @@ def table() -> None:  # pragma: no cover - prints the README's table; run by han
                "Poisson claimed, fixed batches": registered(FixedBatches)}
     for name, patch in mutants.items():
         with patch, tempfile.TemporaryDirectory() as tmp:
-            res = sweep.Sweep(base, {}, cfg, Path(tmp) / "a", progress=False).run()
+            res = sweep.Sweep(base, {}, cfg, Path(tmp) / "a", progress=False).run().to_json()
         cell = res["cells"][0]
         audit = cell["attacks"]["canary"]
         m = audit.get("metrics", {})
