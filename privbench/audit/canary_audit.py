@@ -171,11 +171,22 @@ def joint_llr(views: list[Any], coords: Tensor, background: Tensor, clip: float,
     """
     g = torch.stack([v.gradient.detach().double().cpu() for v in views])  # (T, d)
     g = g - g[:, background].median(dim=1, keepdim=True).values
-    bg = g[:, background]  # (T, N)
-    cov = bg @ bg.T / bg.shape[1]  # (T, T)
+    # a round whose view does not vary off the canaries (say a control variate still at its
+    # start, h^0 = 0) or is not finite carries no evidence: it is left out of the joint score
+    finite = torch.isfinite(g).all(dim=1)  # (T,)
+    # the likelihood ratio is unchanged when x, the means and the covariance's root are divided
+    # by one scale: views of order 1e160 and more would overflow their squares
+    scale = float(g[finite][:, background].abs().max()) if bool(finite.any()) else 0.0
+    keep = finite & (g[:, background].abs().amax(dim=1) > 0)
+    if not bool(keep.any()) or not scale > 0:
+        return np.zeros(len(coords))
+    g, views = g[keep] / scale, [v for v, k in zip(views, keep.tolist(), strict=True) if k]
+    bg = g[:, background]  # (T', N)
+    cov = bg @ bg.T / bg.shape[1]  # (T', T')
     t = cov.shape[0]
     cov = cov + torch.eye(t, dtype=cov.dtype) * (1e-9 * float(cov.diagonal().mean()) + 1e-30)
-    a = torch.tensor([clip / max(1, v.batch_size) for v in views], dtype=torch.float64)  # (T,)
+    a = torch.tensor([clip / max(1, v.batch_size) / scale for v in views],
+                     dtype=torch.float64)  # (T',) one canary's mean, in the scaled units
     q = min(max(rate, 1e-12), 1.0)
     x = g[:, coords].T  # (m, T)
     return (_log_normal(x, q * a, cov + torch.diag(q * (1 - q) * a * a))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -165,6 +166,33 @@ def test_joint_scoring_sees_through_noise_reused_across_rounds():
     per_round = sum(_view_llr(v, coords, a, q) for v in views)  # each round's noise as fresh
     assert gdp_fit(joint, inc.numpy(), 1e-5)["mu"] > 5
     assert gdp_fit(per_round, inc.numpy(), 1e-5)["mu"] < 1.5
+
+
+def test_joint_scoring_leaves_out_flat_rounds_and_survives_huge_views():
+    """A view that is zero off the canaries (a control variate at its start) carries no
+    evidence and is left out; views of order 1e200 (their squares overflow) score as the same
+    views at order 1, since the likelihood ratio does not depend on the unit."""
+    gen = torch.Generator().manual_seed(1)
+    t, d, m, q, a = 6, 3000, 100, 0.5, 1.0
+    coords = torch.arange(m)
+    inc = torch.rand(m, generator=gen) < 0.5
+    g = 0.3 * torch.randn(t, d, generator=gen, dtype=torch.float64)
+    g[:, :m] += a * ((torch.rand(t, m, generator=gen) < q) & inc)
+    g[0] = 0.0  # round 0: nothing sent yet
+
+    def views(x: torch.Tensor) -> list[GradientView]:
+        return [GradientView(victim=0, round=k, params=torch.zeros(d), gradient=x[k],
+                             kind="gradient", mask=None, batch_size=1, source="test",
+                             exact=True) for k in range(t)]
+
+    background = torch.ones(d, dtype=torch.bool)
+    background[coords] = False
+    unit = joint_llr(views(g), coords, background, a, q)
+    huge = joint_llr(views(g * 1e200), coords, background, a * 1e200, q)
+    assert np.isfinite(unit).all() and np.allclose(unit, huge, rtol=1e-6, atol=1e-6)
+    assert gdp_fit(unit, inc.numpy(), 1e-5)["mu"] > 1
+    assert not joint_llr(views(torch.zeros(t, d, dtype=torch.float64)), coords, background,
+                         a, q).any()
 
 
 def test_canaries_for_cap_is_the_smallest_count():
