@@ -136,11 +136,16 @@ def _pattern(diff: Tensor, live: Tensor) -> Tensor:
     return diff
 
 
+MIN_CHANGES = 10  # changed values a message needs before its noise pattern is compared
+
+
 def freshness(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Largest |correlation| of the noise of one message across audited rounds (reuse) and of
     one kind across nodes in one round (shared noise), against the threshold where independent
     Gaussian noise of that size would almost never reach it (8 / sqrt(size), at least 0.2;
-    size: the coordinates both messages define, at least 100)."""
+    size: the coordinates both messages define, at least 100). Two messages are compared only
+    where each has at least MIN_CHANGES values changed by the noise: a randomized response whose
+    claim flips about one value per message has no pattern to correlate."""
     by_msg: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     by_round: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -155,7 +160,8 @@ def freshness(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for a in range(len(group)):
                 for b in range(a + 1, len(group)):
                     x, y = group[a], group[b]
-                    if x["size"] != y["size"]:
+                    if x["size"] != y["size"] or min(x["changed_live"], y["changed_live"]) < \
+                            MIN_CHANGES:
                         continue
                     c, count = _corr_count(x["_noise"], y["_noise"])
                     c = abs(c)
@@ -187,12 +193,15 @@ def _noise_groups(keys: list[tuple[str, int]], noise: Messages) -> list[list[tup
 
 
 def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
-               scale_ratio: float, sample_level: bool = True
+               scale_ratio: float, sample_level: bool = True,
+               keep: list[float | None] | None = None
                ) -> tuple[list[dict[str, Any]], list[str]]:
     """Per probed (node, round): one sample's contribution to each message, whether it is
     bounded, and the effective noise multiplier of everything the node sent. Under a node-level
     ledger (the records are nodes, the sensitivity a whole node's) an unbounded sample
-    contribution is reported, not a finding."""
+    contribution is reported, not a finding. `keep`: each node's randomized-response keep
+    probability (None: not randomized response); a message without a flip is a finding only
+    where the claim makes that unlikely (keep^values <= level)."""
     rows, findings = [], []
     for rep in replays:
         i = rep.probed
@@ -210,17 +219,21 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
         growth = {k: float((high[k] - base[k]).norm()) / max(float(contrib[k].norm()), 1e-300)
                   for k in contrib if k in high}
         flows = _flows(contrib, clean, kinds)
-        mu2, unnoised, unbounded, detail = 0.0, [], [], {}
+        mu2, unnoised, unbounded, detail, unflipped = 0.0, [], [], {}, []
+        p = keep[i] if keep else None
         for k in flows:
             std = math.sqrt(float(noise[k].pow(2).mean())) if k in noise else 0.0
-            if std == 0:
+            values = int(((clean[k] != 0) & (noisy.get(k, clean[k]) != 0)).sum())
+            if std == 0 and p is not None and p ** values > level:
+                unflipped.append(k)  # no flip, as the claim's rare flips allow
+            elif std == 0:
                 unnoised.append(k)
             if growth.get(k, 1.0) > 2.0 and sample_level:
                 unbounded.append(k)
             detail[f"{k[0]}" + (f"->{k[1]}" if k[1] >= 0 else "")] = {
                 "contribution": float(contrib[k].norm()), "std": std,
                 "growth": growth.get(k, 1.0)}
-        noisy_flows = [k for k in flows if k not in unnoised]
+        noisy_flows = [k for k in flows if k not in unnoised and k not in unflipped]
         snr_lo = snr_hi = 0.0
         for g in _noise_groups(noisy_flows, noise):
             best = max(g, key=lambda k: float(contrib[k].norm() / noise[k].pow(2).mean().sqrt()))
@@ -243,6 +256,7 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                      "z_interval": [0.0 if (unnoised or unbounded) else _inv_sqrt(snr_hi),
                                     0.0 if (unnoised or unbounded) else _inv_sqrt(snr_lo)],
                      "messages": detail,
+                     **({"unflipped": [k[0] for k in unflipped]} if unflipped else {}),
                      **({} if flows else {"reason": "no data-dependent message carries the "
                                                      "sample in this round"})})
     return rows, findings
@@ -271,8 +285,10 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     noise = noise_rows(rec.replays, n, settings.level)
     fresh = freshness(noise)
     nodes = node_level(trainer.privacy())
+    keep = [None if led is None or "keep_prob" not in led else float(led["keep_prob"])
+            for led in ledgers]
     probes, probe_findings = probe_rows(rec.replays, kinds, settings.level,
-                                        settings.scales[1] / settings.scales[0], not nodes)
+                                        settings.scales[1] / settings.scales[0], not nodes, keep)
     sampling, sampling_findings = sampling_rows(rec.sizes, built.ctx.data.counts.tolist(),
                                                 ledgers, settings.level)
     inexact = [r.round for r in rec.replays if r.exact is False]

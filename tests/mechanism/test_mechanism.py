@@ -303,10 +303,13 @@ def test_a_cell_without_the_audit_fails_the_rules_saying_why():
 
 
 def test_private_selector_selects_every_claimed_cell():
+    from privbench.results.records import as_cell
+
     bound = {"eps": "private", "require_mechanism": True}
-    assert gate._selects(bound, {"defense": "a", "epsilon": 8.0})
-    assert gate._selects(bound, {"defense": "a", "epsilon": None, "setting": {"name": "paper"}})
-    assert not gate._selects(bound, {"defense": "a", "epsilon": None})
+    assert gate._selects(bound, as_cell({"defense": "a", "epsilon": 8.0}))
+    assert gate._selects(bound, as_cell({"defense": "a", "epsilon": None,
+                                         "setting": {"name": "paper"}}))
+    assert not gate._selects(bound, as_cell({"defense": "a", "epsilon": None}))
 
 
 def test_audited_rounds_spread_over_the_run():
@@ -332,3 +335,13 @@ def test_gaussian_epsilon_grows_with_less_noise_and_more_sampling():
     assert gaussian_epsilon(z, 0.2, 1e-5, "poisson", 120) > base
     assert gaussian_epsilon(np.zeros(60), 0.1, 1e-5, "poisson", 120) == 0.0  # no release
     assert math.isinf(gaussian_epsilon(np.full(60, np.nan), 0.1, 1e-5, "poisson", 120))
+
+
+def test_a_randomized_response_that_rarely_flips_is_no_false_alarm():
+    """DeFL-VP under the paper's reading at ε = 8 per coordinate flips about one value of a
+    message in 3,000: a message without a flip, or two with one flip each at the same place,
+    is what the claim predicts, not missing or reused noise."""
+    res = audit_mechanism(quick_run(8.0), "defl_vp", {"eps_mode": "per_coordinate"})
+    failed = [c for c in gate.check_bound(RULES, cell("defl_vp", 8.0, res)) if not c.passed]
+    assert not failed, [c.detail for c in failed]
+    assert any(p.get("unflipped") for p in res["probes"])  # the case happened, and was read
