@@ -31,6 +31,7 @@ each a failed check (exit 1) that says why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +110,14 @@ class Policy(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class Check:
-    """One evaluated check."""
+    """One evaluated check. `applicable` False: every attack that could measure the check's
+    metric declared itself not applicable to the cell (its reason in `detail`); such a check does
+    not fail, is shown as N/A, and a bound whose every check is N/A fails (it checked nothing)."""
 
     name: str
     passed: bool
     detail: str
+    applicable: bool = True
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -183,6 +187,16 @@ def _metric(cell: AuditCell, metric: str) -> float | None:
     return attack_metric(cell, metric)
 
 
+def _not_applicable(cell: AuditCell, metric: str) -> str | None:
+    """Why no attack of the cell can measure `metric` (say no inversion fits a defense whose
+    every release is a local epoch's update): each attack that reports it declared itself not
+    applicable; None when one ran, failed, was skipped, or none reports it."""
+    carriers = [a for a in cell.attacks.values() if metric in a.metrics]
+    if carriers and all(a.status.startswith("not applicable") for a in carriers):
+        return carriers[0].status
+    return None
+
+
 def _tpr_at(cell: AuditCell, fpr: float) -> tuple[float | None, bool]:
     """Best TPR at FPR <= fpr over the cell's attacks, and whether every reading is resolved.
 
@@ -245,7 +259,7 @@ def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
         bound = {k: v for k, v in bound.items() if k not in ATTACK_BOUNDS}  # type: ignore
     out += _checks(bound, cell, label)
     if state["kind"] == "uninformative":
-        out = [Check(c.name, c.passed, f"{c.detail}; {state['text']}")
+        out = [dataclasses.replace(c, detail=f"{c.detail}; {state['text']}")
                if c.name.removeprefix(f"{label} ").split(" ")[0] in ATTACK_BOUNDS else c
                for c in out]
     return out
@@ -257,6 +271,10 @@ def _checks(bound: Bound, cell: AuditCell, label: str) -> list[Check]:
         if key in SIMPLE_BOUNDS:
             metric, kind = SIMPLE_BOUNDS[key]
             value = _metric(cell, metric)
+            why = _not_applicable(cell, metric) if value is None else None
+            if why is not None:
+                out.append(Check(f"{label} {key}", True, f"{metric} {why}", applicable=False))
+                continue
             if value is None:
                 out.append(Check(f"{label} {key}", False, f"{metric} was not measured"))
                 continue
@@ -451,8 +469,11 @@ def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
             sel = f"defense={bound.get('defense', '*')}, eps={bound.get('eps', '*')}"
             msg = f"selects no cell of the results ({sel})"
             checks.append(Check(f"bound #{i + 1}", False, msg))
-        for cell in cells:
-            checks.extend(check_bound(bound, cell, dataset_classes(results)))
+        found = [c for cell in cells for c in check_bound(bound, cell, dataset_classes(results))]
+        if found and not any(c.applicable for c in found):
+            found.append(Check(f"bound #{i + 1}", False, "checked nothing: every check it "
+                               "selected is not applicable"))
+        checks.extend(found)
     if baseline is not None:
         checks.extend(compare_baseline(results, as_run(baseline), policy.get("tolerance", {}),
                                        scale))
@@ -477,6 +498,8 @@ def junit_xml(checks: list[Check]) -> str:
         case = ET.SubElement(suite, "testcase", classname="privbench.check", name=c.name)
         if not c.passed:
             ET.SubElement(case, "failure", message=c.detail).text = c.detail
+        elif not c.applicable:
+            ET.SubElement(case, "skipped", message=c.detail)
         else:
             ET.SubElement(case, "system-out").text = c.detail
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
@@ -487,7 +510,10 @@ def format_table(checks: list[Check]) -> str:
     width = max((len(c.name) for c in checks), default=10)
     lines = [f"{'check':<{width}}  result  detail"]
     for c in checks:
-        lines.append(f"{c.name:<{width}}  {'PASS' if c.passed else 'FAIL'}    {c.detail}")
+        shown = "N/A " if not c.applicable else "PASS" if c.passed else "FAIL"
+        lines.append(f"{c.name:<{width}}  {shown}    {c.detail}")
     failed = sum(not c.passed for c in checks)
-    lines.append(f"{len(checks) - failed} passed, {failed} failed")
+    na = sum(not c.applicable for c in checks)
+    lines.append(f"{len(checks) - failed - na} passed, {failed} failed"
+                 + (f", {na} not applicable" if na else ""))
     return "\n".join(lines)

@@ -263,3 +263,36 @@ def _policy(tmp_path, text):
     path = tmp_path / "policy.toml"
     path.write_text(text)
     return path
+
+
+def _no_inversion_fits(inversion_status: str) -> dict:
+    """The fixture with the "dp" cell's inversions replaced by `inversion_status` (a defense
+    whose releases no batch inversion fits, or a failed one)."""
+    res = _results()
+    cell = res["cells"][0]
+    cell["attacks"] = {k: {"status": inversion_status,
+                           "metrics": {"psnr": None, "ssim": None, "mse": None}}
+                       for k in ("idlg", "geiping")} | {"lira": cell["attacks"]["lira"]}
+    return res
+
+
+def test_a_check_no_attack_applies_to_is_not_applicable_and_a_bound_of_only_those_fails(
+        tmp_path, capsys):
+    res = _no_inversion_fits("not applicable: the view is a local epoch's pseudo-gradient")
+    code = _run(tmp_path, '[[bound]]\ndefense = "dp"\neps = 1.0\nmax_psnr = 15\nmax_auc = 0.6\n',
+                res)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "dp@1 max_psnr" in out and "N/A" in out and "local epoch" in out
+    assert "1 passed, 0 failed, 1 not applicable" in out
+    # a bound that checks nothing else fails: no bound may pass on N/A alone
+    assert _run(tmp_path, '[[bound]]\ndefense = "dp"\neps = 1.0\nmax_psnr = 15\n', res) == 1
+    assert "checked nothing" in capsys.readouterr().out
+
+
+def test_a_failed_or_skipped_attack_is_not_read_as_not_applicable(tmp_path, capsys):
+    for status in ("failed: RuntimeError: boom", "skipped: training diverged"):
+        res = _no_inversion_fits(status)
+        assert _run(tmp_path, '[[bound]]\ndefense = "dp"\neps = 1.0\nmax_psnr = 15\n'
+                    'max_auc = 0.6\n', res) == 1
+        assert "psnr was not measured" in capsys.readouterr().out
