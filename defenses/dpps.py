@@ -279,6 +279,9 @@ class DPPS(Trainer):
         _check(cfg)
         n, dev = ctx.n, ctx.device
         self.mode, self.clip = resolved_mode(cfg), clip_bound(cfg)
+        # only Eq. 22's estimate broadcasts S_i (per-instance kinds: what results.json reports)
+        self.kinds = tuple(k for k in type(self).kinds
+                           if k.name != "sensitivity" or self.mode == "estimated")
         self.sh = shared_mask(ctx.fm, cfg).to(dev)  # (d,) bool
         self.loc = ~self.sh
         self.has_local = bool(self.loc.any())

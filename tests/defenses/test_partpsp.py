@@ -346,6 +346,7 @@ def test_a_calibrated_run_draws_for_the_clip_bound_and_stays_finite():
     res = train(built.trainer)
     assert res.diverged_round is None and torch.isfinite(built.trainer.models()).all()
     assert "sensitivity" not in built.ctx.bus.log.kinds()
+    assert "sensitivity" not in {k.name for k in built.trainer.kinds}  # not even declared
     trace = built.trainer.sensitivity_trace()
     assert trace["S_used"] == pytest.approx([2 * 0.2 * 0.5] * 8)
     assert max(trace["S_real"]) <= 2 * 0.2 * 0.5 + 1e-6
