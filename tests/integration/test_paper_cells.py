@@ -51,7 +51,7 @@ def test_a_reading_the_sweep_already_applies_adds_no_cell(tmp_path):
 
 @pytest.fixture(scope="module")
 def defl_vp_results(tmp_path_factory):
-    return _sweep(tmp_path_factory.mktemp("paper"), ["defl_vp"]).run()
+    return _sweep(tmp_path_factory.mktemp("paper"), ["defl_vp"]).run().to_json()
 
 
 def test_paper_reading_cells_carry_their_eps_and_the_eps_they_compose_to(defl_vp_results):
