@@ -441,7 +441,8 @@ def test_cli_train_writes_both_modes(tmp_path, capsys):
     assert any("NOT epsilon" in r["note"] for r in res["privacy"])
     cal = next(r for r in res["privacy"] if r["mode"] == "calibrated")
     assert cal["epsilon"] == pytest.approx(4.0)
-    assert {m["name"] for m in res["messages"]} == {"shared", "weight", "sensitivity"}
+    # calibrated: the clip bound, no sensitivity broadcast (declared only under Eq. 22)
+    assert {m["name"] for m in res["messages"]} == {"shared", "weight"}
 
 
 def test_shared_mask_rejects_empty_split():
