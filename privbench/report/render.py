@@ -45,6 +45,7 @@ from privbench.results.store import (
     attack_metric,
     auc_interval,
     cell_state,
+    claim_rows,
     claimed_eps,
     claimed_for_audit,
     finite_or_none,
@@ -376,7 +377,7 @@ def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = N
     env.filters["ci"] = _ci_cell
     env.filters["prose"] = prose
     env.filters["no_paths"] = no_paths
-    env.globals.update(claimed_eps=claimed_eps, attack_metric=attack_metric,
+    env.globals.update(claimed_eps=claimed_eps, claim_rows=claim_rows, attack_metric=attack_metric,
                        attack_interval=attack_interval, uncovered_leaks=uncovered_leaks,
                        metric=metric, claim=claim, where=where, verdict_of=verdict_of,
                        best_auc=best_auc, mechanism_row=lambda c: mechanism_row(c, notes),

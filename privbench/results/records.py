@@ -59,6 +59,7 @@ class PrivacyReport(TypedDict, total=False):
     epsilon_round: float
     sensitivity_check: dict[str, Json]
     noise_feedback: dict[str, Json]
+    nodes: int  # a claims-table row (`claim_rows`): how many nodes report this reading
 
 
 class MessageKind(TypedDict, total=False):

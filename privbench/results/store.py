@@ -218,6 +218,40 @@ def claimed_eps(cell: AuditCell | TrainedCell | Mapping[str, Json], mode: str) -
     return max(values) if values else None
 
 
+def claim_rows(cell: AuditCell | TrainedCell | Mapping[str, Json]) -> list[PrivacyReport]:
+    """The privacy-claims table's rows of a cell: one per reading (mode, reading, accountant,
+    unit), in the ledger's order, with the largest ε and δ over the nodes that report it and
+    the union of what they leave uncovered; `nodes` counts them.
+
+    Nodes can differ (DPDL's per-node graph accounting, Dyn-D2P's degrees), so a row that showed
+    one node's ε would understate the reading's worst case.
+    """
+    rows: dict[tuple[object, ...], PrivacyReport] = {}
+    for rep in _privacy(cell):
+        key = (rep.get("mode"), rep.get("reading"), rep.get("accountant"), rep.get("unit"))
+        row = rows.get(key)
+        if row is None:
+            rows[key] = {**rep, "nodes": 1, "uncovered": list(rep.get("uncovered") or [])}
+            continue
+        row["nodes"] += 1
+        row["epsilon"] = _worse(row.get("epsilon"), rep.get("epsilon"))
+        row["delta"] = _worse(row.get("delta"), rep.get("delta"))
+        row["uncovered"] += [k for k in rep.get("uncovered") or [] if k not in row["uncovered"]]
+        row["approximate"] = bool(row.get("approximate") or rep.get("approximate"))
+    return list(rows.values())
+
+
+def _worse(a: float | str | None, b: float | str | None) -> float | str | None:
+    """The larger of two reported ε (or δ): "inf" beats any number, a number beats None."""
+    if "inf" in (a, b) or float("inf") in (a, b):
+        return "inf"
+    if finite_or_none(a) is None:
+        return b
+    if finite_or_none(b) is None:
+        return a
+    return max(float(a), float(b))  # type: ignore[arg-type]
+
+
 def eps_label(eps: float) -> str:
     """ε as a short, lossless label: `:g` where that is exact, else repr (1, 8, 1.0000001)."""
     short = f"{eps:g}"

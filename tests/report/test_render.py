@@ -312,3 +312,17 @@ def test_an_attack_that_ran_on_a_diverged_cell_is_marked_not_read():
     attacks = html[html.index("<h3>Attacks per cell</h3>"):]
     row = next(r for r in attacks.split("<tr>") if "mia_threshold" in r)
     assert "not read: training diverged" in row
+
+
+def test_claims_table_shows_the_largest_epsilon_over_nodes():
+    """Nodes that differ (per-node graph accounting): the column labelled "max over nodes"
+    reads the worst node's ε, never node 0's."""
+    res = _results()
+    per_node = [{"epsilon": eps, "delta": 1e-5, "accountant": "rdp", "mode": "calibrated",
+                 "reading": "strict", "unit": "sample-level", "uncovered": [], "node": node,
+                 "approximate": False} for node, eps in enumerate([0.4125, 0.9931, 0.7716])]
+    res["cells"][0]["privacy"] = per_node
+    html = render_html(res)
+    claims = html.split("<h3>Privacy claims</h3>", 1)[1].split("</table>", 1)[0]
+    assert "0.993" in claims and "3 nodes" in claims
+    assert "0.412" not in claims and "0.413" not in claims

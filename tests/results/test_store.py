@@ -216,3 +216,17 @@ def test_gate_labels_close_eps_cells_apart():
     cells = [{"defense": "dp", "epsilon": e} for e in (1.0000001, 1.0000004, 1.0, None)]
     assert [gate.cell_label(c) for c in cells] == ["dp@1.0000001", "dp@1.0000004", "dp@1",
                                                    "dp@no-DP"]
+
+
+def test_claim_rows_take_the_worst_node_of_each_reading():
+    def rep(node, eps, reading, uncovered=()):
+        return {"node": node, "mode": "paper", "reading": reading, "accountant": "rdp",
+                "unit": "sample-level", "epsilon": eps, "delta": 1e-5,
+                "uncovered": list(uncovered)}
+    cell = {"privacy": [rep(0, 0.4, "paper", ["cross_grad"]), rep(0, 0.5, "full"),
+                        rep(1, 0.9, "paper", ["momentum"]), rep(1, "inf", "full")]}
+    rows = results.claim_rows(cell)
+    assert [(r["reading"], r["epsilon"], r["nodes"]) for r in rows] == [
+        ("paper", 0.9, 2), ("full", "inf", 2)]
+    assert rows[0]["uncovered"] == ["cross_grad", "momentum"]
+    assert cell["privacy"][0]["uncovered"] == ["cross_grad"]  # the cell's reports untouched
