@@ -4,12 +4,15 @@ Every in-page link lands on one of its headings (GitHub's anchor rule); every re
 the README and of the write-ups under reports/ names a file that exists (and, with `#anchor`, a
 heading of that file); every fenced code block of the README is either run or checked by a test
 (`<!-- tested: tests/... -->` or `<!-- example-defense -->` right before it) or marked
-`<!-- illustrative -->`.
+`<!-- illustrative -->`. Every repository path they quote in backticks (`tests/...py`,
+`privbench/...`) exists, unless git ignores it (a command's output folder such as
+`reports/audit-quick/`).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +55,23 @@ def broken_links(doc: Path) -> list[str]:
                 file.read_text(encoding="utf-8"))):
             bad.append(target)
     return bad
+
+
+# a repository path quoted in backticks, optionally with a pytest node id (`file.py::test`)
+QUOTED_PATH = re.compile(
+    r"`((?:tests|privbench|attacks|defenses|reports|\.ci)/[\w./-]*)(?:::[\w\[\]-]+)?`")
+
+
+def missing_paths(doc: Path, root: Path = ROOT) -> list[str]:
+    """The repository paths `doc` quotes in backticks that neither exist nor are git-ignored
+    outputs (an ignored path is where a command writes, so it may not exist yet)."""
+    quoted = dict.fromkeys(QUOTED_PATH.findall(doc.read_text(encoding="utf-8")))
+    absent = [q for q in quoted if not (root / q.rstrip("/")).exists()]
+    if not absent:
+        return []
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=root,
+                             input="\n".join(absent), capture_output=True, text=True).stdout
+    return [q for q in absent if q not in ignored.splitlines()]
 
 
 def unmarked_blocks(text: str) -> list[str]:
@@ -111,3 +131,19 @@ def test_every_readme_code_block_is_tested_or_marked_illustrative():
     text = README.read_text(encoding="utf-8")
     assert text.count("```") >= 8
     assert unmarked_blocks(text) == []
+
+
+def test_every_path_the_readme_and_the_write_ups_quote_exists():
+    bad = {str(d.relative_to(ROOT)): missing for d in _documents() if (missing := missing_paths(d))}
+    assert not bad, f"quoted paths that do not exist: {bad}"
+
+
+def test_a_quoted_path_that_does_not_exist_is_found(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_real.py").write_text("")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/reports/*\n")
+    doc = tmp_path / "README.md"
+    doc.write_text("See `tests/test_real.py::test_a`, `tests/test_gone.py` and the output "
+                   "`reports/run/index.html`.")
+    assert missing_paths(doc, tmp_path) == ["tests/test_gone.py"]
