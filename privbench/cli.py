@@ -332,7 +332,9 @@ def _add_reproduce_arguments(p: argparse.ArgumentParser) -> None:
 def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     """`privbench report`: the results files and the HTML file."""
     p.add_argument("results", nargs="+", help="results.json file(s) written by `privbench attack`")
-    p.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    p.add_argument("-o", "--output", default="report.html",
+                   help="HTML file to write (default report.html)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
 
 
 def _add_check_arguments(p: argparse.ArgumentParser) -> None:

@@ -63,11 +63,12 @@ def _check_writable(out: Path) -> None:
         raise PrivbenchError(f"output folder {out} is not writable")
 
 
-def _refuse_existing(target: Path, overwrite: bool) -> None:
-    """A result file is evidence: one that exists is replaced only with --overwrite."""
+def _refuse_existing(target: Path, overwrite: bool, flag: str = "--out") -> None:
+    """A result file is evidence: one that exists is replaced only with --overwrite (`flag`:
+    the option that names another place)."""
     if target.exists() and not overwrite:
         raise PrivbenchError(f"{target} exists (a result file is never overwritten silently); "
-                             "choose another --out or pass --overwrite")
+                             f"choose another {flag} or pass --overwrite")
 
 
 def _claim(stack: contextlib.ExitStack, out: Path, result_file: str,

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from privbench.commands.common import _refuse_existing
 from privbench.errors import PrivbenchError
 
 if TYPE_CHECKING:
@@ -19,6 +20,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from privbench.report import merge_results
     from privbench.results.store import atomic_write_text, read_audit
 
+    output = Path(args.output)
+    if output.resolve() in {Path(p).resolve() for p in args.results}:
+        raise PrivbenchError(f"-o {output} names one of the results files it renders; "
+                             "choose another -o")
+    _refuse_existing(output, args.overwrite, "-o")
     items = [read_audit(p, "`privbench report` renders audit results written by "
                         "`privbench attack`") for p in args.results]
     items = [dataclasses.replace(item, detail={  # each named by its folder

@@ -251,7 +251,7 @@ def _fuzz_files(sandbox: Path, results: Any, policy: str, command: str) -> None:
         args = ["check", "damaged/results.json", "--policy", "damaged/policy.toml",
                 "--baseline", "good.json", "--junit", "good.html"]
     else:
-        args = ["report", "damaged/results.json", "good.json", "-o", "good.html"]
+        args = ["report", "damaged/results.json", "good.json", "-o", "good.html", "--overwrite"]
     before = (sandbox / "good.html").read_bytes()
     code = _call(sandbox, args, ok=(0, 1, 2))
     if code == 2:

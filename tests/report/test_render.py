@@ -79,6 +79,23 @@ def test_report_command_renders_the_same_html_from_json(tmp_path, capsys):
     assert out.read_text() == render_html(json.loads(path.read_text()))
 
 
+def test_an_existing_report_is_replaced_only_with_overwrite(tmp_path, capsys):
+    """A page is refused before anything is read or rendered: exit 2, one line, the old page
+    kept; `--overwrite` replaces it; -o naming a results file it reads is refused too."""
+    path = tmp_path / "results.json"
+    write_json(path, _results())
+    out = tmp_path / "r.html"
+    out.write_text("an earlier page")
+    assert main(["report", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "choose another -o or pass --overwrite" in err
+    assert out.read_text() == "an earlier page"
+    assert main(["report", str(path), "-o", str(path), "--overwrite"]) == 2
+    assert "names one of the results files" in capsys.readouterr().err
+    assert main(["report", str(path), "-o", str(out), "--overwrite"]) == 0
+    assert out.read_text() == render_html(json.loads(path.read_text()))
+
+
 def test_the_report_renders_the_audit_record_the_sweep_returns():
     """`render_html` takes the `AuditRun` record: the same page as from the file's JSON."""
     from privbench.results.records import AuditRun
