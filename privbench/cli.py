@@ -76,8 +76,10 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         g.add_argument("--eps", dest="eps_grid", action="append", help="ε grid, repeatable or "
                        f"comma-separated (default {PRESET_DEFAULT})")
     else:
-        g.add_argument("--defense", default="sgp", help="defense registry key (`privbench list`)")
-        g.add_argument("--eps", dest="epsilon", type=float, help="target epsilon per node")
+        g.add_argument("--defense", help="defense registry key (`privbench list`; default sgp, "
+                       "which is not private)")
+        g.add_argument("--eps", dest="epsilon", type=float,
+                       help="target epsilon per node (default 8)")
     g.add_argument("--dataset", help="dataset registry key (default digits)")
     g.add_argument("--data-root", dest="data_root",
                    help="folder holding mnist / fashion-mnist idx files (flat or torchvision's "

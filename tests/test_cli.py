@@ -36,6 +36,23 @@ def test_train_writes_results_and_messages(tmp_path, capsys):
     assert sorted({r["round"] for r in index["records"]}) == [0, 1, 2]
 
 
+
+@pytest.mark.parametrize(("argv", "said", "not_said"), [
+    ([], ["defense: sgp (the default, not private"], ["ε = 8"]),
+    (["--defense", "dp_sgp"], ["ε = 8 per node (the default; --eps chooses)"], ["defense: sgp"]),
+    (["--defense", "dp_sgp", "--eps", "8"], [], ["defense: sgp", "(the default; --eps"]),
+    (["--defense", "sgp"], [], ["defense: sgp", "ε = 8"]),
+])
+def test_train_says_the_defaults_that_decide_what_it_means(argv, said, not_said, tmp_path,
+                                                           capsys):
+    """A run that trains the non-private default, or a private defense at the default ε, says
+    so before it trains."""
+    code = main(["train", *argv, "--rounds", "2", "--nodes", "4", "--device", "cpu",
+                 "--out", str(tmp_path / "run"), "--quiet", "--record", "none", "--untuned"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert all(s in printed for s in said) and not any(s in printed for s in not_said)
+
 @pytest.mark.parametrize("args,needle", [
     (["train", "--dataset", "imagenet"], "unknown dataset 'imagenet'; known:"),
     (["train", "--model", "vgg"], "unknown model 'vgg'; known:"),

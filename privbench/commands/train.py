@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,14 +35,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     block of nodes, and rank 0 writes the merged output.
     """
     run, overrides = run_config_from_args(args)
+    said = defaults_used(args, run)
+    args.defense = args.defense or DEFAULT_DEFENSE
+    if os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 says it
+        for line in said:
+            print(line)
     run, overrides, tuned = _train_tuned(args, run, overrides)
     if args.backend == "local":
         return _train(args, run, overrides, None, None, tuned)
     if args.checkpoint_every is not None:
         raise PrivbenchError("--checkpoint-every: accepted with --backend local only (a rank "
                              "holds its own nodes' state alone)")
-    import os
-
     from privbench.engine.comm import DistComm, partition, process_group
 
     if args.dist_timeout <= 0:
@@ -51,14 +55,33 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _train(args, run, overrides, DistComm(run.nodes, device), device, tuned)
 
 
+DEFAULT_DEFENSE = "sgp"
+
+
+def defaults_used(args: argparse.Namespace, run: RunConfig) -> list[str]:
+    """One line for each default that decides what the run means and that the user did not
+    choose (`args.defense` None: no --defense given): the defense (not private unless chosen)
+    and a private defense's ε."""
+    from privbench import registry
+    from privbench.config import RunConfig
+
+    lines = []
+    if args.defense is None:
+        lines.append(f"defense: {DEFAULT_DEFENSE} (the default, not private; --defense chooses "
+                     "one, `privbench list` marks the private ones)")
+    name = args.defense or DEFAULT_DEFENSE
+    private = name in registry.DEFENSES.names() and registry.DEFENSES.get(name).private
+    if private and args.epsilon is None and run.epsilon == RunConfig.epsilon:
+        lines.append(f"ε = {run.epsilon:g} per node (the default; --eps chooses)")
+    return lines
+
+
 def _train_tuned(args: argparse.Namespace, run: RunConfig, overrides: dict[str, object],
                  ) -> tuple[RunConfig, dict[str, object], TunedUse | None]:
     """Apply the committed tuned values (any preset's entry tuned for exactly these settings:
     dataset, model, nodes, rounds, batch size, partition, topology, at the run's own ε) to a
     `train` run; the user's flags, --set and --config win, --untuned ignores them. Says which
     entry was used, or why none applies (the run then keeps the untuned defaults)."""
-    import os
-
     from privbench.commands.tuning import apply_tuned
 
     if args.untuned:
