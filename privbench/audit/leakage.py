@@ -43,7 +43,13 @@ from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.threat.gossip_inversion import BestViews, GossipDiagnostics
-from privbench.threat.observation import Observation, ThreatModel, observe, placed
+from privbench.threat.observation import (
+    Observation,
+    ThreatModel,
+    hop_distances,
+    observe,
+    placed,
+)
 
 LEAKAGE_FORMAT = "privbench-leakage/1"
 DEFAULT_DEFENSES = ("d_psgd", "sgp", "dp_dpsgd", "dp_sgp", "adp_vrsgp", "dyn_d2p", "defl_vp",
@@ -355,6 +361,18 @@ def _epsilons(built: Built) -> dict[str, float | None]:
     return {m: c[m].get("epsilon") for m in ("paper", "calibrated") if m in c}
 
 
+def _check_distances(cfg: LeakageConfig, built: Built) -> None:
+    """Refuse a hop distance at which no victim has a curious node on the run's graph (it would
+    train for nothing); a distance some victims lack is "not applicable" for those alone."""
+    reach = [hop_distances(built.ctx.topology, v) for v in range(cfg.victims)]
+    farthest = max(max(dist) for dist in reach)
+    for h in cfg.distances:
+        if not any(h in dist for dist in reach):
+            raise ConfigError(f"--distances {h}: no victim has a node {h} hops away on the "
+                              f"{built.ctx.run.topology} graph of {cfg.nodes} nodes (distances "
+                              f"there: 1..{farthest}); accepted: 1..{farthest}")
+
+
 def run_leakage(cfg: LeakageConfig, progress: Any = None) -> LeakageMap:
     """The leakage map of every (defense, epsilon): JSON-ready results (format LEAKAGE_FORMAT).
 
@@ -379,7 +397,7 @@ def run_leakage(cfg: LeakageConfig, progress: Any = None) -> LeakageMap:
         for d, eps in grid:
             for members, batch in ((1, 1), (cfg.members, cfg.members)):
                 try:
-                    build(cfg.run(eps, members, batch), d)
+                    _check_distances(cfg, build(cfg.run(eps, members, batch), d))
                 except PrivbenchError as exc:  # name the run: the grid may hold many
                     raise type(exc)(f"{d} eps={eps:g}: {exc}") from None
             bar.update()

@@ -148,6 +148,16 @@ def test_leakage_checks_every_run_before_any_run_trains(tmp_path, capsys, monkey
     assert not (tmp_path / "new").exists()
 
 
+def test_leakage_refuses_a_distance_beyond_the_graph_before_training(tmp_path, capsys,
+                                                                     monkeypatch):
+    _refuse_training(monkeypatch)
+    monkeypatch.setattr("privbench.audit.leakage.train", lambda *a, **k: pytest.fail("trained"))
+    assert main(["leakage", "--defense", "sgp", "--distances", "1,99", "--rounds", "2",
+                 "--quiet", "--out", str(tmp_path / "new" / "leak")]) == 2
+    _one_line_error(capsys, "--distances 99: no victim has a node 99 hops away")
+    assert not (tmp_path / "new").exists()
+
+
 @pytest.mark.parametrize("args", [
     ["train", "--defense", "dp_sgp", "--eps", "1e300", "--nodes", "4", "--rounds", "2",
      "--device", "cpu", "--quiet"],
