@@ -347,6 +347,8 @@ def _add_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=float, default=1.0,
                    help="scale of the policy's per-metric baseline tolerances (default 1)")
     p.add_argument("--junit", help="also write JUnit XML here")
+    p.add_argument("--markdown", help="also write the checks as a Markdown summary here (it is "
+                   "appended to $GITHUB_STEP_SUMMARY whenever that is set)")
 
 
 def _no_arguments(p: argparse.ArgumentParser) -> None:

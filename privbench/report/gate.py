@@ -505,13 +505,17 @@ def junit_xml(checks: list[Check]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
+def verdict_word(check: Check) -> str:
+    """What a check's result line says: PASS, FAIL or N/A."""
+    return "N/A" if not check.applicable else "PASS" if check.passed else "FAIL"
+
+
 def format_table(checks: list[Check]) -> str:
     """A readable table of every check."""
     width = max((len(c.name) for c in checks), default=10)
     lines = [f"{'check':<{width}}  result  detail"]
     for c in checks:
-        shown = "N/A " if not c.applicable else "PASS" if c.passed else "FAIL"
-        lines.append(f"{c.name:<{width}}  {shown}    {c.detail}")
+        lines.append(f"{c.name:<{width}}  {verdict_word(c):<4}    {c.detail}")
     failed = sum(not c.passed for c in checks)
     na = sum(not c.applicable for c in checks)
     lines.append(f"{len(checks) - failed - na} passed, {failed} failed"
