@@ -219,6 +219,8 @@ def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace the finished audit in --out (refused otherwise; --resume "
                         "reuses its cells instead)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--wide", action="store_true", help="the summary table with every column "
+                   "(default: the columns that fit 100 characters)")
     p.add_argument("--untuned", action="store_true",
                    help="ignore the preset's tuned values (privbench/presets/tuned.toml)")
 
@@ -336,7 +338,10 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", help="results.json file(s) written by `privbench attack`")
     p.add_argument("-o", "--output", default="report.html",
                    help="HTML file to write (default report.html)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing -o (or --csv) file")
+    p.add_argument("--csv", help="also write the summary table (one row per cell, every "
+                   "column, numbers at full precision) as CSV here")
 
 
 def _add_check_arguments(p: argparse.ArgumentParser) -> None:

@@ -61,7 +61,7 @@ def _finish_sweep(runner: Sweep, out: Path, args: argparse.Namespace) -> int:
         print(f"resume: reused {st.get('reused', 0)} cell file(s), recomputed {redo} "
               f"({st.get('missing', 0)} missing, {st.get('stale', 0)} stale, "
               f"{st.get('damaged', 0)} damaged)")
-    print(summary_table(results))
+    print(summary_table(results, wide=args.wide))
     print(verdict_summary(results))
     _print_tuned(results)
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")

@@ -25,6 +25,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise PrivbenchError(f"-o {output} names one of the results files it renders; "
                              "choose another -o")
     _refuse_existing(output, args.overwrite, "-o")
+    if args.csv:
+        _refuse_existing(Path(args.csv), args.overwrite, "--csv")
     items = [read_audit(p, "`privbench report` renders audit results written by "
                         "`privbench attack`") for p in args.results]
     items = [dataclasses.replace(item, detail={  # each named by its folder
@@ -33,6 +35,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     merged = merge_results(list(items))
     atomic_write_text(args.output, _render(merged, str(merged.detail["run_name"])))
     print(f"wrote {args.output}")
+    if args.csv:
+        from privbench.report.summary import summary_csv
+
+        atomic_write_text(args.csv, summary_csv(merged))
+        print(f"wrote {args.csv}")
     return 0
 
 

@@ -213,7 +213,7 @@ def test_a_cell_with_non_finite_messages_is_diverged_everywhere():
     assert any("diverged" in r for r in v["reasons"]) and v["level"] != "resists"
     row = _row(render_html(res), "defl_vp")
     assert "diverged" in row and "4.12" not in row and "ok" not in row.split("</td>")[2]
-    line = summary_table(res).splitlines()[1].split()
+    line = summary_table(res, wide=True).splitlines()[1].split()
     assert line[12:14] == ["-", "-"] and line[15] == "diverged:"  # eps_emp, cap; training
 
 
