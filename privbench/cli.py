@@ -340,6 +340,8 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
                    help="HTML file to write (default report.html)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing -o (or --csv) file")
+    p.add_argument("--compare", action="store_true", help="two results files, earlier then "
+                   "later: print and render what moved toward less privacy, with intervals")
     p.add_argument("--csv", help="also write the summary table (one row per cell, every "
                    "column, numbers at full precision) as CSV here")
 

@@ -24,6 +24,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if output.resolve() in {Path(p).resolve() for p in args.results}:
         raise PrivbenchError(f"-o {output} names one of the results files it renders; "
                              "choose another -o")
+    if args.compare and (len(args.results) != 2 or args.csv):
+        raise PrivbenchError(f"--compare takes two results files, the earlier audit then the "
+                             f"later one, and no --csv; got {len(args.results)} file(s)"
+                             + (" and --csv" if args.csv else ""))
     _refuse_existing(output, args.overwrite, "-o")
     if args.csv:
         _refuse_existing(Path(args.csv), args.overwrite, "--csv")
@@ -32,6 +36,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     items = [dataclasses.replace(item, detail={  # each named by its folder
         "run_name": Path(path).resolve().parent.name, **item.detail})
         for path, item in zip(args.results, items, strict=True)]
+    if args.compare:
+        return _compare(args, items)
     merged = merge_results(list(items))
     atomic_write_text(args.output, _render(merged, str(merged.detail["run_name"])))
     print(f"wrote {args.output}")
@@ -40,6 +46,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         atomic_write_text(args.csv, summary_csv(merged))
         print(f"wrote {args.csv}")
+    return 0
+
+
+def _compare(args: argparse.Namespace, items: list[AuditRun]) -> int:
+    """`--compare OLD NEW`: what moved toward less privacy, printed and as a page."""
+    from privbench.report.compare import compare_runs, comparison_text, render_comparison
+    from privbench.results.store import atomic_write_text
+
+    cmp = compare_runs(*items)
+    names = [str(Path(p)) for p in args.results]
+    print(comparison_text(cmp))
+    atomic_write_text(args.output, render_comparison(cmp, *names))
+    print(f"wrote {args.output}")
     return 0
 
 
