@@ -276,30 +276,31 @@ class Request:
     args: argparse.Namespace
 
 
-def _no_fixed(cfg: object) -> Options:
+def _no_fixed(cfg: object, mode: str) -> Options:
     return {}
 
 
 @dataclass(frozen=True)
 class PlanRoute:
     """A defense planned by a `privbench.accounting.PRIVACY_PLANS` function, as its trainer
-    calls it: `fixed(config)` are the plan options the defense's config sets (and `-o` may not
-    change); the others are `-o` options with the plan's defaults.
+    calls it: `fixed(config, mode)` are the plan options the defense's config sets when its
+    noise is calibrated by `mode` (and `-o` may not change); the others are `-o` options with
+    the plan's defaults.
 
     Attributes:
         plan_name: the `PRIVACY_PLANS` key.
-        fixed: the defense's config -> the plan options it fixes.
+        fixed: (the defense's config, the calibration mode) -> the plan options it fixes.
     """
 
     plan_name: str
-    fixed: Callable[[Any], Options] = _no_fixed
+    fixed: Callable[[Any, str], Options] = _no_fixed
     modes: tuple[str, ...] = ("calibrated", "paper")
 
     def options(self, name: str) -> tuple[Options, Options]:
         """(accepted -o options with their defaults, the options the defense fixes)."""
         from privbench.accounting import plan_options
 
-        fixed = self.fixed(_defense_config(name))
+        fixed = self.fixed(_defense_config(name), default_mode(name))
         accepted = {k: v for k, v in plan_options(self.plan_name).items() if k not in fixed}
         return accepted, fixed
 
@@ -307,7 +308,7 @@ class PlanRoute:
         """The plan of `req` with the noise calibrated by `mode`."""
         from privbench.accounting import make_plan
 
-        fixed = self.fixed(_defense_config(req.defense))
+        fixed = self.fixed(_defense_config(req.defense), mode)
         plan = make_plan(self.plan_name, req.epsilon, req.delta, req.rounds, req.sample_rate,
                          req.accountant, calibrate_with=mode, options=req.options,
                          **kwargs, **fixed)
@@ -514,14 +515,21 @@ def _plan_muffliato(req: Request, mode: str, cfg: Any) -> PrivacyPlan:
                            f"{releases} releases in {req.rounds} rounds"),))
 
 
-def _dyn_d2p_fixed(cfg: Any) -> Options:
+def _dyn_d2p_fixed(cfg: Any, mode: str) -> Options:
     """Const-D2P and Dyn[C]-D2P hold the budget constant (eq. 9): rho_mu = 1."""
     return {} if cfg.dynamic_budget else {"rho_mu": cfg.budget_rho}
 
 
-def _defl_vp_fixed(cfg: Any) -> Options:
-    """D-PSGD+RR sends no control variates (vr = false)."""
-    return {} if cfg.vr else {"control_variates": False}
+def _defl_vp_fixed(cfg: Any, mode: str) -> Options:
+    """D-PSGD+RR sends no control variates (vr = false); DeFL-VP's order of VR and RR is its
+    config's, read under the calibration: its calibrated default (eps_mode per_run) protects the
+    control variates (rr_vr), the paper's Alg. 3 reading (eps_mode per_coordinate) sends them in
+    the clear (vr_rr)."""
+    if not cfg.vr:
+        return {"control_variates": False}
+    if mode == "paper" and cfg.eps_mode == "per_run":
+        cfg = replace(cfg, eps_mode="per_coordinate")
+    return {"order": cfg.order}
 
 
 ROUTES: dict[str, Route] = {

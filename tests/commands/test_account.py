@@ -269,3 +269,20 @@ def test_dpdl_full_reading_is_flagged_approximate(capsys) -> None:
         assert full["note"].startswith("full reading") and full["approximate"] is True
         assert "not an upper bound" in full["note"]
         assert plan["reports"][1]["approximate"] is False  # the strict reading is a bound
+
+
+def test_defl_vp_covers_its_control_variates_as_its_trainer_does(capsys) -> None:
+    """The calibrated default builds its control variates from privatized signs (order rr_vr,
+    what the audit of its default run measures), the paper's Alg. 3 reading sends them in the
+    clear; the order is the trainer's, not an -o option."""
+    from privbench.registry import DEFENSES
+
+    assert DEFENSES.get("defl_vp").Config().order == "rr_vr"
+    run_account(parse("--defense", "defl_vp", "--eps", "1", "--delta", "1e-5", "--rounds", "20",
+                      "--json"))
+    plans = {p["calibrated_with"]: p for p in json.loads(capsys.readouterr().out)}
+    assert all(not r["uncovered"] for r in plans["calibrated"]["reports"])
+    assert all(r["uncovered"] == ["control_variate"] for r in plans["paper"]["reports"])
+    with pytest.raises(ConfigError, match="option order of 'defl_vp' is fixed by the defense"):
+        run_account(parse("--defense", "defl_vp", "--eps", "1", "--delta", "1e-5",
+                          "-o", "order=vr_rr"))
