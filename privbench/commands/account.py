@@ -177,6 +177,9 @@ def format_plans(plans: list[PrivacyPlan]) -> str:
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
                   for row in rows]
     notes = dict.fromkeys(n for p in plans for n in p.notes)
+    if any(r.epsilon == 0 for p in plans for r in p.reports):
+        notes[("an epsilon of 0 is exact, not rounded: the accountant bounds that reading at "
+               "(0, delta), the noise is so large that delta alone covers the run")] = None
     if notes:
         lines += ["", "notes:"] + [f"  - {n}" for n in notes]
     return "\n".join(line.rstrip() for line in lines)

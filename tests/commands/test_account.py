@@ -286,3 +286,15 @@ def test_defl_vp_covers_its_control_variates_as_its_trainer_does(capsys) -> None
     with pytest.raises(ConfigError, match="option order of 'defl_vp' is fixed by the defense"):
         run_account(parse("--defense", "defl_vp", "--eps", "1", "--delta", "1e-5",
                           "-o", "order=vr_rr"))
+
+
+def test_an_epsilon_of_zero_is_said_to_be_exact(capsys) -> None:
+    """At ε = 1e-6 the RDP conversion reaches 0 (the noise alone meets δ): printed as 0 with
+    the reason, never as a rounded number."""
+    run_account(parse("--defense", "dp_dpsgd", "--eps", "1e-6", "--delta", "1e-5", "--json"))
+    plans = json.loads(capsys.readouterr().out)
+    assert any(r["epsilon"] == 0.0 for p in plans for r in p["reports"])
+    run_account(parse("--defense", "dp_dpsgd", "--eps", "1e-6", "--delta", "1e-5"))
+    assert "an epsilon of 0 is exact, not rounded" in capsys.readouterr().out
+    run_account(parse("--defense", "dp_dpsgd", "--eps", "1", "--delta", "1e-5"))
+    assert "an epsilon of 0" not in capsys.readouterr().out
