@@ -145,13 +145,17 @@ def parse_options(name: str, items: list[str]) -> Options:
 
 
 def _fmt(x: float) -> str:
-    if math.isinf(x):
-        return "inf"
-    return f"{x:.6g}"
+    """A number as every privbench output writes it (`fmt_num`: 3 significant digits, "∞",
+    never a rounded zero); `--json` keeps full precision."""
+    from privbench.results.store import fmt_num
+
+    return fmt_num(x)
 
 
 def format_plans(plans: list[PrivacyPlan]) -> str:
     """A readable text table of plans (pure; `run_account` prints it)."""
+    from privbench.report.text import plain
+
     first = plans[0]
     lines = [
         f"privbench account: {first.defense}  target eps={first.epsilon:g} delta={first.delta:g}"
@@ -169,8 +173,9 @@ def format_plans(plans: list[PrivacyPlan]) -> str:
         lines += ["", f"noise calibrated with {who}:",
                   "  noise: " + "  ".join(f"{k}={_fmt(v)}" for k, v in plan.noise.items())]
         rows = [header] + [
-            (f"  {r.mode}", _fmt(r.epsilon), f"{r.delta:g}", r.accountant, r.unit,
-             "yes" if r.approximate else "no", r.sampling, ",".join(r.uncovered) or "-", r.note)
+            (f"  {r.mode}", _fmt(r.epsilon), _fmt(r.delta), r.accountant, r.unit,
+             "yes" if r.approximate else "no", r.sampling, ",".join(r.uncovered) or "-",
+             plain(r.note))
             for r in plan.reports
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
@@ -181,7 +186,7 @@ def format_plans(plans: list[PrivacyPlan]) -> str:
         notes[("an epsilon of 0 is exact, not rounded: the accountant bounds that reading at "
                "(0, delta), the noise is so large that delta alone covers the run")] = None
     if notes:
-        lines += ["", "notes:"] + [f"  - {n}" for n in notes]
+        lines += ["", "notes:"] + [f"  - {plain(n)}" for n in notes]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from privbench.report.gate import Check, verdict_word
+from privbench.report.text import plain
 
 # failures first, then what a reader must still look at, then what holds
 _ORDER = {"FAIL": 0, "INCONCLUSIVE": 1, "N/A": 2, "PASS": 3}
 
 
 def _cell(text: str) -> str:
-    """A Markdown table cell: pipes escaped, one line."""
-    return " ".join(text.replace("|", "\\|").split())
+    """A Markdown table cell: math as Unicode, pipes escaped, one line."""
+    return " ".join(plain(text).replace("|", "\\|").split())
 
 
 def markdown_summary(checks: Sequence[Check], results: str, policy: str) -> str:
@@ -54,5 +55,5 @@ def annotations(checks: Sequence[Check], results: str) -> list[str]:
         if kind:
             out.append(f"::{kind} file={_escape_property(results)},"
                        f"title={_escape_property('privbench check ' + c.name)}::"
-                       f"{_escape_data(c.name + ': ' + c.detail)}")
+                       f"{_escape_data(c.name + ': ' + plain(c.detail))}")
     return out

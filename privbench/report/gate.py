@@ -40,6 +40,7 @@ from xml.etree import ElementTree as ET
 
 from privbench.config import read_toml
 from privbench.errors import ConfigError
+from privbench.report.text import plain
 from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
 from privbench.results.store import (
     attack_metric,
@@ -496,12 +497,13 @@ def junit_xml(checks: list[Check]) -> str:
                        failures=str(failures), errors="0")
     for c in checks:
         case = ET.SubElement(suite, "testcase", classname="privbench.check", name=c.name)
+        detail = plain(c.detail)
         if not c.passed:
-            ET.SubElement(case, "failure", message=c.detail).text = c.detail
+            ET.SubElement(case, "failure", message=detail).text = detail
         elif not c.applicable:
-            ET.SubElement(case, "skipped", message=c.detail)
+            ET.SubElement(case, "skipped", message=detail)
         else:
-            ET.SubElement(case, "system-out").text = c.detail
+            ET.SubElement(case, "system-out").text = detail
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
@@ -515,7 +517,7 @@ def format_table(checks: list[Check]) -> str:
     width = max((len(c.name) for c in checks), default=10)
     lines = [f"{'check':<{width}}  result  detail"]
     for c in checks:
-        lines.append(f"{c.name:<{width}}  {verdict_word(c):<4}    {c.detail}")
+        lines.append(f"{c.name:<{width}}  {verdict_word(c):<4}    {plain(c.detail)}")
     failed = sum(not c.passed for c in checks)
     na = sum(not c.applicable for c in checks)
     lines.append(f"{len(checks) - failed - na} passed, {failed} failed"

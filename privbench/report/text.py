@@ -1,8 +1,9 @@
-"""Text from results files made readable in the report: ASCII math as HTML, one reason once.
+"""Text from results files made readable: ASCII math as HTML or as Unicode, one reason once.
 
 Defenses describe their messages and views in ASCII math (`ddot g^{ij}_t`, `x_i^{t+1/2}`,
-`sigma^2`); `prose` renders it with Greek letters, accents and sub/superscripts. A symbol is one
-letter (or a Greek letter, or an accented letter) that starts a word; identifiers such as
+`sigma^2`); `prose` renders it with Greek letters, accents and HTML sub/superscripts for a page,
+`plain` with Unicode sub/superscript characters for a terminal, a log or a JUnit file. A symbol
+is one letter (or a Greek letter, or an accented letter) that starts a word; identifiers such as
 `control_variate` or `mia_message` are left alone.
 """
 
@@ -49,13 +50,58 @@ def strip_outside_refs(text: str) -> str:
     return _OUTSIDE_RE.sub("", text)
 
 
-def prose(text: object) -> Markup:
-    """`text` escaped, its ASCII math as Unicode letters with HTML sub/superscripts."""
-    s = str(escape(no_paths(strip_outside_refs(str(text)))))
+def _letters(s: str) -> str:
+    """Accents and Greek letters of ASCII math as Unicode."""
     for pattern, mark in ACCENTS:
         s = pattern.sub(lambda m, mark=mark: m.group(1) + mark, s)
-    s = _GREEK_RE.sub(lambda m: GREEK[m.group(1)], s)
-    return Markup(_SYMBOL_RE.sub(_scripts, s))
+    return _GREEK_RE.sub(lambda m: GREEK[m.group(1)], s)
+
+
+
+
+_SUB = dict(zip("0123456789+-=()aehijklmnoprstuvx",
+                "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ", strict=True))
+_SUP = dict(zip("0123456789+-=()abcdefghijklmnoprstuvwxyzT½",
+                "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ᵃᵇᶜᵈᵉᶠᵍʰⁱʲᵏˡᵐⁿᵒᵖʳˢᵗᵘᵛʷˣʸᶻᵀ½", strict=True))
+# ASCII operators and norms of the defenses' notes, as a reader writes them
+_OPERATORS = ((re.compile(r"\|\|([^|]+)\|\|_?([0-9])?"), lambda m: f"‖{m.group(1)}‖"
+                + (_SUB[m.group(2)] if m.group(2) else "")),
+              (re.compile(r"(?<=\*)eps(?!\w)"), "ε"), (re.compile(r" == "), " = "),
+              (re.compile(r"(?<=[\w)])\*(?=[A-Za-zα-ω(])"), "·"),
+              (re.compile(r"(?<![\w.])1/2(?![\w.])"), "½"), (re.compile(r" <= "), " ≤ "),
+              (re.compile(r" >= "), " ≥ "), (re.compile(r" != "), " ≠ "))
+
+
+def _unicode_scripts(match: re.Match[str]) -> str:
+    out = match.group(1)
+    for kind, body in _PART_RE.findall(match.group(2)):
+        body = body[1:-1] if body[:1] in "{(" and body[-1:] in ")}" else body
+        table = _SUB if kind == "_" else _SUP
+        if all(ch in table for ch in body):
+            out += "".join(table[ch] for ch in body)
+        else:  # no Unicode form for every character: the script stays readable as text
+            out += f"{kind}({body})"
+    return out
+
+
+def prose(text: object) -> Markup:
+    """`text` escaped, its ASCII math as Unicode letters and operators with HTML
+    sub/superscripts."""
+    return Markup(_SYMBOL_RE.sub(_scripts, _operators(_letters(str(escape(no_paths(
+        strip_outside_refs(str(text)))))))))
+
+
+def _operators(s: str) -> str:
+    for pattern, repl in _OPERATORS:
+        s = pattern.sub(repl, s)
+    return s
+
+
+def plain(text: object) -> str:
+    """`text` for a terminal, a log or a JUnit file: its ASCII math as Unicode (Greek letters,
+    accents, ‖g‖₁, x_i^{t+1/2} -> xᵢᵗ⁺½, d*eps -> d·ε, == -> =), no markup, no escapes."""
+    return _SYMBOL_RE.sub(_unicode_scripts, _operators(_letters(no_paths(strip_outside_refs(
+        str(text))))))
 
 
 class Notes:

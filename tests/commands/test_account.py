@@ -295,6 +295,6 @@ def test_an_epsilon_of_zero_is_said_to_be_exact(capsys) -> None:
     plans = json.loads(capsys.readouterr().out)
     assert any(r["epsilon"] == 0.0 for p in plans for r in p["reports"])
     run_account(parse("--defense", "dp_dpsgd", "--eps", "1e-6", "--delta", "1e-5"))
-    assert "an epsilon of 0 is exact, not rounded" in capsys.readouterr().out
+    assert "an ε of 0 is exact, not rounded" in capsys.readouterr().out
     run_account(parse("--defense", "dp_dpsgd", "--eps", "1", "--delta", "1e-5"))
-    assert "an epsilon of 0" not in capsys.readouterr().out
+    assert "of 0 is exact" not in capsys.readouterr().out
