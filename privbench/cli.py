@@ -465,9 +465,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"privbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Terminated:
+        discard_created()  # a stop that kept nothing leaves no empty folder or lock file
         print(f"privbench: stopped (SIGTERM); {_kept_text()}", file=sys.stderr)
         return 128 + 15
     except KeyboardInterrupt:
+        discard_created()
         print(f"privbench: interrupted; {_kept_text()}", file=sys.stderr)
         return 130
 

@@ -70,6 +70,7 @@ def test_sigterm_in_tune_and_leakage_says_nothing_is_kept(tmp_path, capsys, monk
     line = _stopped_line(capsys)
     assert line == (f"{HEAD}nothing of the run is kept ({out / written} is written when it "
                     f"ends); `privbench {shlex.join(argv)}` starts again")
+    assert not out.exists()  # a stop that kept nothing leaves no empty folder, no lock file
 
 
 def test_sigterm_in_attack_keeps_the_finished_cells_and_names_the_command_that_continues(
