@@ -43,9 +43,11 @@ def _upright_if_crowded(fig: Any, ax: Any) -> None:
 BASELINE_STYLES = [(0, (5, 2)), (0, (1, 1)), (0, (6, 2, 1, 2)), (0, (2, 2))]
 
 
-def _png(fig: Any) -> str:
+def _png(fig: Any, tight: bool = True) -> str:
+    """The figure as a data URI; `tight` False keeps the figure's own size (panels shown side by
+    side stay the same size, so their text is drawn at the same scale)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
@@ -87,7 +89,7 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _upright_if_crowded(fig, ax)
     return _png(fig)
 
@@ -126,13 +128,16 @@ def tpr_band(tpr: list[float], members: int, level: float = 0.95) -> tuple[np.nd
     return lo, hi
 
 
+ROC_FIGSIZE = (6.8, 7.2)  # inches: every ROC panel is this size (612 x 648 px at 90 dpi)
+
+
 def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int, int]],
               bounds: list[tuple[str, np.ndarray, np.ndarray, int]], color: Any = None,
               bands: list[tuple[np.ndarray, np.ndarray] | None] | None = None,
               unresolved_below: float | None = None, notes: list[str] | None = None
               ) -> str | None:
     """One defense's ROC curves on log-log axes (the low-FPR regime), with the best curve any
-    attack could reach under each claimed ε (dashed), the legend outside the axes. Every curve
+    attack could reach under each claimed ε (dashed), the legend under the axes. Every curve
     is drawn in the defense's `color`, a cell's in its own shade (its bound too), attacks differ
     by line style; `bands`: each curve's pointwise 95 % TPR interval (shaded);
     `unresolved_below`: the FPR under which the attack's non-members cannot resolve a rate
@@ -145,7 +150,9 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
     """
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    # one fixed canvas for every panel: the axes on top, the legend and the notes below them
+    fig = plt.figure(figsize=ROC_FIGSIZE)
+    ax = fig.add_axes((0.11, 0.52, 0.85, 0.42))
     color = color if color is not None else plt.rcParams["axes.prop_cycle"].by_key()["color"][0]
     styles = ["-", "-.", (0, (1, 1)), (0, (5, 1, 1, 1, 1, 1))]
     lo = 1e-3
@@ -178,11 +185,16 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
     ax.set_ylabel("true positive rate")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    legend = fig.legend(handles, labels, fontsize=8, loc="upper left", frameon=False,
+                        bbox_to_anchor=(0.02, 0.42),
+                        ncol=2 if len(labels) > 4 and max(map(len, labels)) <= 48 else 1)
+    fig.canvas.draw()  # where the legend ends, for the notes under it
+    bottom = fig.transFigure.inverted().transform(
+        legend.get_window_extent().get_points())[0][1]
     for j, note in enumerate(notes or []):
-        ax.annotate(note, xy=(0, 0), xycoords="axes fraction", xytext=(0, -38 - 11 * j),
-                    textcoords="offset points", fontsize=7, va="top", wrap=True)
-    return _png(fig)
+        fig.text(0.02, bottom - 0.02 - 0.035 * j, note, fontsize=8, va="top", wrap=True)
+    return _png(fig, tight=False)
 
 
 def upscale(img: np.ndarray, size: int = 96) -> np.ndarray:
@@ -248,5 +260,6 @@ def sensitivity_traces(traces: list[tuple[str, Mapping[str, list[float | None]]]
     ax.set_ylabel("L1 sensitivity")
     ax.set_title("Sensitivity estimate vs real, per round", fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2,
+              frameon=False)  # under the axes: never over the traces
     return _png(fig)

@@ -54,6 +54,8 @@ from privbench.results.store import (
 )
 
 TEMPLATE = Path(__file__).with_name("template.html.j2")
+# reconstruction galleries shown open; the others are one click away (each is a tall image)
+GALLERIES_OPEN = 4
 
 __all__ = ["merge_results", "render_html", "verdicts"]
 
@@ -385,7 +387,8 @@ def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = N
     return env.get_template(TEMPLATE.name).render(
         r=results, run_name=run_name, verdicts=judged, plots=_plots(results), levels=LEVELS,
         galleries=_galleries(results), message_map=_message_map(results),
-        psnr_leak=PSNR_LEAK_DB, titles=TITLES, notes=notes, config=_config_shown(results))
+        psnr_leak=PSNR_LEAK_DB, titles=TITLES, notes=notes, config=_config_shown(results),
+        GALLERIES_OPEN=GALLERIES_OPEN)
 
 
 def merge_results(items: list[AuditRun | Mapping[str, Json]]) -> AuditRun:
