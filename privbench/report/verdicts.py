@@ -367,12 +367,23 @@ def verdicts(results: AuditRun | Mapping[str, Json]) -> dict[str, DefenseVerdict
         found = sorted((f for v in per for f in v["findings"]),
                        key=lambda f: (severity(f["level"]), -f.get("strength", 0.0),
                                       f["evidence"]))
-        reasons = [f["evidence"] + (f" — fix: {f['fix']}" if f.get("fix") else "")
-                   for f in found if private or f["level"] != "resists"]
+        reasons = _with_fixes([f for f in found if private or f["level"] != "resists"])
         out[name] = {"level": level, "title": _title(level, per), "private": private,
                      "cells": per, "reasons": reasons or [f["evidence"] for f in found]}
     order = sorted(out, key=lambda n: (not out[n]["private"], severity(out[n]["level"]), n))
     return {n: out[n] for n in order}
+
+
+def _with_fixes(found: list[Finding]) -> list[str]:
+    """Each finding's evidence, with its fix where that fix was not said by an earlier finding
+    of the same defense (cells at several ε often share one)."""
+    said: set[str] = set()
+    out = []
+    for f in found:
+        fix = f.get("fix")
+        out.append(f["evidence"] + (f" — fix: {fix}" if fix and fix not in said else ""))
+        said.add(fix or "")
+    return out
 
 
 def verdict_summary(results: AuditRun | Mapping[str, Json]) -> str:
