@@ -21,7 +21,12 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     """`privbench leakage`: the leakage map (attacks by hop distance, network DP)."""
     from privbench.audit.leakage import config_from, run_leakage
     from privbench.data.files import check_data_root
-    from privbench.report.leakage import by_distance, markdown, render_leakage
+    from privbench.report.leakage import (
+        by_distance,
+        markdown,
+        render_leakage,
+        terminal_summary,
+    )
     from privbench.results.store import atomic_write_text, dumps
 
     check_data_root(args.data_root)
@@ -46,5 +51,6 @@ def cmd_leakage(args: argparse.Namespace) -> int:
         atomic_write_text(target, dumps(results))
         atomic_write_text(out / "leakage.html", render_leakage(results))
         atomic_write_text(out / "leakage.md", by_distance(results) + "\n" + markdown(results))
+    print(terminal_summary(results))
     print(f"wrote {target}, {out / 'leakage.html'} and {out / 'leakage.md'}")
     return 0

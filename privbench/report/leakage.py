@@ -15,12 +15,20 @@ import numpy as np
 
 from privbench.report.plots import _png, _shade, palette, plt
 from privbench.report.text import Notes, no_paths, prose
+from privbench.report.verdicts import PSNR_LEAK_DB
 from privbench.results.store import eps_text, fmt_num
 
 if TYPE_CHECKING:  # the map's JSON as `run_leakage` writes it
     from privbench.audit.leakage import LeakageCell, LeakageMap, LeakageRow
 
 DISTANCE_AXIS = ("1 hop", "2 hops", "3 hops", "eavesdropper")
+# why a cell of the table holds no number
+NO_SYSTEM = ("no gossip inversion: the attacker received the victim's release itself, so there "
+             "is no linear system whose condition number to show")
+NO_INTERVAL = "the attack stored no interval for this AUC"
+NO_CLAIM = "a non-private baseline: no ε is claimed"
+NO_NETWORK = ("no network-DP bound: it is computed for linear-gossip DP defenses whose "
+              "releases carry fresh noise")
 
 
 def _label(cell: LeakageCell) -> str:
@@ -79,7 +87,8 @@ def _line_plot(series: dict[str, list[tuple[int, float]]], order: list[str], yla
     ax.set_xticks(range(len(order)), order)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.14), frameon=False,
+              ncol=2)  # under the axes: the figure keeps its width, a phone its text size
     return _png(fig)
 
 
@@ -151,9 +160,15 @@ def _worst(cells: list[LeakageCell]) -> dict[str, float]:
     return out
 
 
+# a value at or below these leaks nothing and is never flagged as the worst (an AUC at chance,
+# an empirical ε of 0, a reconstruction under the report's leak threshold)
+NO_LEAK = {"psnr": PSNR_LEAK_DB, "auc": 0.5, "empirical_epsilon": 0.0}
+
+
 def _flag(value: Any, key: str, worst: dict[str, float], private: bool) -> str:
     text = _fmt(value)
-    if private and isinstance(value, (int, float)) and worst.get(key) == value:
+    if private and isinstance(value, (int, float)) and worst.get(key) == value \
+            and value > NO_LEAK[key]:
         return f'<td class="worst" title="the most leaking private cell">{text} ▲</td>'
     return text
 
@@ -165,18 +180,21 @@ def _row_html(cell: LeakageCell, row: LeakageRow, notes: Notes,
     private = cell.get("epsilon") is not None
     inv_cells = ([_flag(inv.get("psnr"), "psnr", worst, private), _fmt(inv.get("ssim")),
                   _fmt(inv.get("label_accuracy")), html.escape(inv.get("via", "")),
-                  _fmt(ident.get("condition")) if ident else "–"]
+                  _fmt(ident.get("condition")) if ident else notes.mark(NO_SYSTEM)]
                  if inv["status"] == "ok" else [_na(inv["status"], 5, notes)])
     ci = mia.get("auc_ci")
     mia_cells = ([_flag(mia.get("auc"), "auc", worst, private),
-                  f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "–",
+                  f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else notes.mark(NO_INTERVAL),
                   _fmt(mia.get("tpr_at_1%_fpr")),
                   _flag(mia.get("empirical_epsilon"), "empirical_epsilon", worst, private)]
                  if mia.get("status") == "ok" else [_na(mia.get("status"), 4, notes)])
     claimed = cell.get("claimed_epsilon") or {}
-    paper, cal = _fmt(claimed.get("paper")), _fmt(claimed.get("calibrated"))
+    paper, cal = (_fmt(claimed.get(k)) if private else notes.mark(NO_CLAIM)
+                  for k in ("paper", "calibrated"))
+    why = net.get("reason") or (NO_NETWORK if private else NO_CLAIM)
     net_cells = [_fmt(net.get("network_epsilon")), paper, cal, _fmt(net.get("visibility"))] \
-        if net.get("applicable", "network_mu" in net) else ["–", paper, cal, "–"]
+        if net.get("applicable", "network_mu" in net) else \
+        [notes.mark(why), paper, cal, notes.mark(why)]
     tds = [html.escape(_label(cell)), html.escape(row["placement"])]
     tds += inv_cells + mia_cells + net_cells
     return "<tr>" + "".join(t if t.startswith("<td") else f"<td>{t}</td>" for t in tds) + "</tr>"
@@ -237,7 +255,8 @@ below; the calibrated ε is the guarantee.</p>
 <h2>Setting</h2><div class="scroll"><table class="setting">{setting}</table></div>
 {imgs}
 <h2>Table</h2>
-<p>▲ marks the most leaking value over the private cells (highest PSNR, AUC, empirical ε).</p>
+<p>▲ marks the most leaking value over the private cells (highest PSNR, AUC, empirical ε),
+where it leaks at all (PSNR ≥ {PSNR_LEAK_DB:g} dB, AUC above 0.5, empirical ε above 0).</p>
 <div class="scroll"><table>{HEADER}{rows}</table></div>
 <ol>{note_list}</ol>
 <h2>Network-DP assumptions</h2><ul>{notes}</ul>
@@ -275,6 +294,26 @@ def by_distance(results: LeakageMap) -> str:
         out.append(f"**{title}**\n\n| defense | {cols} | ε calibrated |\n{sep}" +
                    "\n".join(lines) + "\n")
     return "\n".join(out)
+
+
+def terminal_summary(results: LeakageMap) -> str:
+    """The map for a terminal (under 100 columns): per (defense, ε) and attacker placement, the
+    inversion's PSNR and the membership AUC ("n/a" where the attack does not apply there; the
+    reason is in leakage.html)."""
+    order = [p["label"] for p in results["placements"]]
+    short = [lab.replace("eavesdropper", "eavesdr.").replace(" colluding", " coll.")
+             for lab in order]
+    width = max([len("defense"), *(len(_label(c)) for c in results["cells"])])
+    out = []
+    for title, section, key in (("inversion PSNR (dB)", "inversion", "psnr"),
+                                ("membership AUC", "membership", "auc")):
+        lines = [title, f"{'defense':<{width}} " + " ".join(f"{h:>8}" for h in short)]
+        for cell in results["cells"]:
+            rows = {r["placement"]: r for r in cell["rows"]}
+            vals = [html.unescape(_cell_value(rows.get(p), section, key)) for p in order]
+            lines.append(f"{_label(cell):<{width}} " + " ".join(f"{v:>8}" for v in vals))
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
 
 
 def _cell_value(row: LeakageRow | None, section: str, key: str) -> str:

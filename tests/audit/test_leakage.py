@@ -202,7 +202,8 @@ def test_leakage_command_writes_map_and_refuses_to_overwrite(tmp_path, capsys) -
     assert rows["2 hops"]["inversion"]["psnr"] >= 20.0
     assert rows["2 hops"]["membership"]["status"] == "ok"
     assert "How far does a leak travel" in (out / "leakage.html").read_text()
-    capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "inversion PSNR (dB)" in printed and "membership AUC" in printed
     assert main(args) == 2
     assert "exists" in capsys.readouterr().err
     assert main(["leakage", "--distances", "a", "--out", str(tmp_path / "x")]) == 2
