@@ -332,6 +332,11 @@ def _config_shown(results: AuditRun | Mapping[str, Json]) -> Mapping[str, Json]:
     return cfg
 
 
+def _json_text(value: object) -> str:
+    """Indented JSON as people read it: ε as ε, never \\u03b5 (autoescaping makes it HTML)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
 def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = None) -> str:
     """The self-contained audit page for an audit (its record, or results.json's object).
 
@@ -379,6 +384,7 @@ def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = N
     env.filters["ci"] = _ci_cell
     env.filters["prose"] = prose
     env.filters["no_paths"] = no_paths
+    env.filters["json_text"] = _json_text
     env.globals.update(claimed_eps=claimed_eps, claim_rows=claim_rows, attack_metric=attack_metric,
                        attack_interval=attack_interval, uncovered_leaks=uncovered_leaks,
                        metric=metric, claim=claim, where=where, verdict_of=verdict_of,

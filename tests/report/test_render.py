@@ -345,3 +345,11 @@ def test_claims_table_shows_the_largest_epsilon_over_nodes():
     claims = html.split("<h2>Privacy claims</h2>", 1)[1].split("</table>", 1)[0]
     assert "0.993" in claims and "3 nodes" in claims
     assert "0.412" not in claims and "0.413" not in claims
+
+
+def test_the_page_writes_unicode_as_itself_never_as_an_escape():
+    res = _results()
+    res["config"]["run"]["note"] = "ε = 1 per node, σ drawn fresh"
+    html = render_html(res)
+    assert "\\u03b5" not in html and "\\u03c3" not in html
+    assert "ε = 1 per node, σ drawn fresh" in html.split("<pre>", 1)[1]
