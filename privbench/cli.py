@@ -93,8 +93,9 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     g.add_argument("--topology", help="topology registry key (default auto: the defense's, "
                         "random_out; exponential for dpps / partpsp)")
     g.add_argument("--out-degree", dest="out_degree", type=int, help="k of random_out (default 2)")
-    g.add_argument("--partition", help="iid or dirichlet")
-    g.add_argument("--alpha", type=float, help="Dirichlet concentration")
+    g.add_argument("--partition", help="iid or dirichlet (default iid)")
+    g.add_argument("--alpha", type=float,
+                   help="Dirichlet concentration of --partition dirichlet (default 0.5)")
     g.add_argument("--rounds", type=int, help=f"training rounds {_default(sweep, '500')}")
     g.add_argument("--batch-size", dest="batch_size", type=int,
                    help=f"batch size per node {_default(sweep, '32')}")
@@ -123,8 +124,10 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="defense(s) whose real round is timed, repeatable or comma-separated "
                         "(default: every private one; 'none': only the generic round; scale: "
                         "the first one, default dp_sgp)")
-    p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=32,
+                   help="batch size per node (default 32)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repeats, the median reported (default 5)")
     p.add_argument("--method", action="append",
                    help="engine: round method(s), repeatable or comma-separated: privbench, "
                         "opacus_hooks, opacus_ghost, func_per_node, floor, naive_loop (default: "
@@ -132,7 +135,8 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "privbench (default), dp_accounting (its PLDAccountant, interleaved)")
     p.add_argument("--k", type=int, action="append",
                    help="attacks: number of attacks K, repeatable (default 1, 8, 32, 128)")
-    p.add_argument("--steps", type=int, default=25, help="attacks: optimisation steps")
+    p.add_argument("--steps", type=int, default=25,
+                   help="attacks: optimisation steps (default 25)")
     p.add_argument("--audit-preset", dest="audit_preset", default="quick",
                    help="audit: the `privbench attack` preset timed (default quick; its "
                         "defenses unless --defense is given)")
@@ -153,7 +157,7 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "cores)")
     p.add_argument("--rounds", type=int, default=20,
                    help="distributed: rounds per timed run; plans: rounds planned (default 20)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda[:N]")
     p.add_argument("--json", dest="json_out", help="also write the table as JSON here")
 
 
@@ -232,7 +236,8 @@ def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
                    help="a run field (lr) or defense field (clip, lr_constant, ...) and its "
                         "values, repeatable; candidates are the Cartesian product")
     p.add_argument("--preset", choices=["quick", "paper"], default="quick",
-                   help="run settings to tune for (those of `privbench attack --preset`)")
+                   help="run settings to tune for (those of `privbench attack --preset`; "
+                        "default quick)")
     p.add_argument("--validation", type=float, default=0.2,
                    help="fraction of each node's members carved out for validation (default 0.2)")
     p.add_argument("--save", help="append the best candidate to this tuned-values TOML file "
@@ -261,7 +266,10 @@ def _add_leakage_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the baselines and the papers' linear-gossip and other defenses)")
     g.add_argument("--eps", dest="eps_grid", action="append", help="ε grid (default 1,8)")
     g.add_argument("--dataset", help="dataset registry key (default digits)")
-    g.add_argument("--data-root", dest="data_root", help="folder of the dataset files")
+    g.add_argument("--data-root", dest="data_root",
+                   help="folder holding mnist / fashion-mnist idx files (flat or torchvision's "
+                        "layout) or cifar-10-batches-py; default: $PRIVBENCH_DATA, then the "
+                        "Debian package's folder (apt-get install dataset-fashion-mnist)")
     g.add_argument("--model", help="model registry key (default mlp)")
     g.add_argument("--nodes", type=int, help="nodes (default 8)")
     g.add_argument("--topology", help="topology (default ring)")

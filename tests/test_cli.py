@@ -235,3 +235,23 @@ def test_train_writes_a_heartbeat_line_to_a_log(tmp_path, capsys, monkeypatch):
     assert main(["train", "--defense", "sgp", "--rounds", "4", "--nodes", "3", "--device", "cpu",
                  "--out", str(tmp_path / "q"), "--quiet"]) == 0
     assert "privbench: train" not in capsys.readouterr().err  # --quiet: nothing
+
+
+def test_every_option_that_takes_a_value_says_its_default_in_help():
+    """An option with a default names it in --help; an output file (`--junit`), a repeatable
+    override (`--set`) or a run file (`--config`) has none to name."""
+    import argparse
+
+    from privbench.cli import build_parser
+
+    none_to_name = {"--config", "--set", "--messages", "--resume", "--grid", "--save", "--merge",
+                    "--csv", "--baseline", "--junit", "--markdown", "--plot", "--json",
+                    "--option"}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    silent = [f"{name} {a.option_strings[-1]}" for name, parser in sub.choices.items()
+              for a in parser._actions
+              if a.option_strings and a.nargs != 0 and not a.required
+              and not isinstance(a, argparse._HelpAction)
+              and a.option_strings[-1] not in none_to_name
+              and "default" not in (a.help or "").lower()]
+    assert silent == []
