@@ -32,7 +32,8 @@ from torch import Tensor
 
 from privbench.errors import NotApplicable
 
-_ACTIVE: ContextVar[GradientCanaries | None] = ContextVar("privbench_canaries", default=None)
+_ACTIVE: ContextVar[GradientCanaries | VectorCanaries | None] = ContextVar(
+    "privbench_canaries", default=None)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,55 @@ class GradientCanaries:
         return g.scatter_add(1, coords, present)
 
 
-def active() -> GradientCanaries | None:
+@dataclass(frozen=True)
+class VectorCanaries:
+    """Canaries whose gradients are arbitrary vectors: the mechanism audit's worst-case probes
+    (`privbench.audit.mechanism_replay`), two canaries of opposite directions whose clipped
+    contributions saturate the clip bound whatever the other samples of the batch are (Nasr et
+    al. 2023: a white-box adversary chooses the gradient). Same labels and hooks as
+    `GradientCanaries`.
+
+    Attributes:
+        vectors: (m, d) canary j's gradient, before clipping.
+    """
+
+    vectors: Tensor
+
+    def _slots(self, y: Tensor, mask: Tensor, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The sampled canary slots: rows (k,), slots (k,), and their gradients (k, d)."""
+        rows, slots = torch.nonzero((y < 0) & mask, as_tuple=True)
+        ids = (-y[rows, slots] - 1).clamp(max=len(self.vectors) - 1)
+        return rows, slots, self.vectors.to(like)[ids]
+
+    def clipped_sum(self, inner: Callable[..., tuple[Tensor, Tensor]], fm: object, params: Tensor,
+                    x: Tensor, y: Tensor, mask: Tensor, bound: Tensor | float,
+                    max_bytes: int | None) -> tuple[Tensor, Tensor]:
+        """`inner` on the real samples, plus every sampled canary's L2-clipped gradient
+        (`GradientCanaries.clipped_sum`'s arguments)."""
+        sums, norms = inner(fm, params, x, y.clamp(min=0), mask & (y >= 0), bound, max_bytes)
+        rows, slots, v = self._slots(y, mask, sums)
+        size = v.norm(dim=1)  # (k,)
+        b = torch.as_tensor(bound, dtype=sums.dtype, device=sums.device).expand(y.shape)
+        factor = (b[rows, slots] / (size + 1e-12)).clamp(max=1.0)  # (k,)
+        norms = norms.index_put((rows, slots), size)
+        return sums.index_add(0, rows, v * factor[:, None]), norms
+
+    def batch_mean(self, inner: Callable[..., Tensor], fm: object, params: Tensor, x: Tensor,
+                   y: Tensor, mask: Tensor) -> Tensor:
+        """`inner` with every sampled canary counted as one more sample of the mean
+        (`GradientCanaries.batch_mean`'s arguments). No bound is known here (a defense that
+        clips the batch as a whole clips this mean afterwards), so each canary is scaled by
+        1 + the norm of its row's real gradient sum: it outweighs the real samples by its own
+        norm's factor, however large their gradients are."""
+        real = mask & (y >= 0)
+        n_all = mask.sum(dim=1).clamp(min=1).to(params.dtype)  # (m_rows,)
+        g = inner(fm, params, x, y.clamp(min=0), real) * (real.sum(dim=1) / n_all)[:, None]
+        rows, _, v = self._slots(y, mask, g)
+        rest = 1 + (g * n_all[:, None]).norm(dim=1)  # (m_rows,) 1 + |real gradient sum|
+        return g.index_add(0, rows, v * (rest / n_all)[rows, None])
+
+
+def active() -> GradientCanaries | VectorCanaries | None:
     """The bank inserted in the current context, if any."""
     return _ACTIVE.get()
 
@@ -115,7 +164,8 @@ def refuse(y: Tensor, where: str) -> None:
 
 
 @contextlib.contextmanager
-def inserted(bank: GradientCanaries) -> Iterator[GradientCanaries]:
+def inserted(bank: GradientCanaries | VectorCanaries
+             ) -> Iterator[GradientCanaries | VectorCanaries]:
     """Activate `bank` for the per-sample clipping calls made inside the block."""
     token = _ACTIVE.set(bank)
     try:

@@ -59,3 +59,30 @@ def test_canaries_count_in_the_batch_mean_and_are_refused_per_sample():
     expect[0] = mean_real[0] * 4 / 5
     expect[0, 6] += 3.0 / 5
     assert torch.allclose(got, expect, atol=1e-6)
+
+
+def test_vector_canaries_are_clipped_as_any_sample_and_counted_in_the_batch_mean():
+    from privbench.engine.canaries import VectorCanaries
+
+    fm, params, x, y, mask = _batch(2)
+    gen = torch.Generator().manual_seed(3)
+    v = torch.randn(2, fm.d, generator=gen)
+    v = v * torch.tensor([[4.0], [0.1]]) / v.norm(dim=1, keepdim=True)  # norms 4 and 0.1
+    bank = VectorCanaries(v)
+    yc = y.clone()
+    yc[0, 1], yc[1, 2] = -1, -2  # canary 0 at node 0, canary 1 at node 1
+    real = mask & (yc >= 0)
+    expect, _ = clipped_grad_sum(fm, params, x, y, real, 0.5)
+    expect[0] += v[0] * 0.5 / 4  # clipped from norm 4 to 0.5
+    expect[1] += v[1]  # below the bound: whole
+    with inserted(bank):
+        got, norms = clipped_grad_sum(fm, params, x, yc, mask, 0.5)
+        mean = batch_grads(fm, params, x, yc, mask)
+    assert torch.allclose(got, expect, atol=1e-5)
+    assert float(norms[0, 1]) == pytest.approx(4.0)
+    count = mask.sum(dim=1).double()  # (2,) the canary counts as a sample of the mean
+    real_mean = batch_grads(fm, params, x, y, real)
+    rest = 1 + (real_mean * (count - 1)[:, None].to(real_mean)).norm(dim=1, keepdim=True)
+    want = real_mean * ((count - 1) / count)[:, None].to(real_mean) + \
+        v * rest / count[:, None].to(v)  # the canary outweighs the real gradient sum
+    assert torch.allclose(mean, want, atol=1e-5)
