@@ -10,22 +10,31 @@ recording every message it sends:
 * noisy: the round as the run ran it (checked equal to the run's own messages);
 * clean: the same round with every draw of the "noise" streams silenced
   (`privbench.seeding.noise_off`), so noisy - clean is the noise that reached each message;
-* remove / saturate: clean, with one real sample of the probed node removed, or replaced by a
-  sample whose gradient is made very large (its input scaled by `scales`, its label changed).
-  saturate - remove is one sample's largest contribution to each message: the sensitivity a
-  clipped mechanism really enforces, in the message's own units (no step size, batch size or
-  mixing weight needs to be known). Two scales tell a bounded contribution from an unbounded
-  one (no clipping: it grows with the scale).
+* remove / saturate: clean, on two neighbouring batches of the probed node built from
+  white-box gradient canaries (`privbench.engine.canaries.VectorCanaries`; Nasr et al., "Tight
+  Auditing of Differentially Private Machine Learning", USENIX Security 2023): in both, its
+  first real sample is a canary of gradient +a u; in saturate its second is a canary of
+  gradient -2 b u (a, b far beyond any clip bound, u one fixed direction), in remove it is left
+  out. saturate - remove is one added record's largest contribution to each message: C where
+  each sample is clipped to C, 2C where the batch is clipped as a whole (its clipped sum or mean
+  goes from one end of the clip ball to the other, whatever the real samples are), in the
+  message's own units (no step size, batch size or mixing weight needs to be known). Two values
+  of b tell a bounded contribution from an unbounded one (no clipping: it grows with b);
+* neighbour: clean, on the dataset without one member of the probed node (at each node's
+  first probe): every message of every kind is compared with clean's, and a kind the defense
+  declares data-independent that changes, or a kind it does not declare, is a finding
+  (`privbench.audit.mechanism_coverage.declared_kinds`).
 
 From these, per node, round and message kind: the noise's scale with a chi-square interval
 (Gaussian reading; the mean absolute value for Laplace, the changed fraction for randomized
 response), its freshness (correlation across audited rounds and across nodes: reused or shared
 noise shows as correlation near 1), coverage (a data-dependent message the defense declares
-covered must carry noise wherever the sample reaches it), the sampling drawn (every round's
-realised batch sizes against the ledger's scheme and rate: a test on the rate, not the name), and
-the effective noise multiplier z = noise std / contribution of the messages a node sends in a
-round (independent noises compose as mu^2 = sum (contribution / std)^2, Dong, Roth and Su,
-"Gaussian Differential Privacy", JRSS B 2022, Cor. 3.3).
+covered must carry noise wherever the sample reaches it, and each of its parameter tensors
+as much as the rest of it: `privbench.audit.mechanism_coverage.coverage`), the sampling drawn
+(every round's realised batch sizes against the ledger's scheme and rate: a test on the rate,
+not the name), and the effective noise multiplier z = noise std / contribution of the messages
+a node sends in a round (independent noises compose as mu^2 = sum (contribution / std)^2, Dong,
+Roth and Su, "Gaussian Differential Privacy", JRSS B 2022, Cor. 3.3).
 
 The measured ε recomposes the ledger with what was measured, independently of the trainer's own
 plan: for a defense that declares its per-release noise multipliers (`Trainer.release_noise`,
@@ -45,6 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from privbench.audit.mechanism_coverage import coverage, declared_kinds
 from privbench.audit.mechanism_epsilon import (
     _inv_sqrt,
     measured_epsilon,
@@ -112,7 +122,8 @@ def noise_rows(replays: list[RoundReplays], n: int, level: float) -> list[dict[s
                              "mean_abs": float(diff.abs().mean()) if diff.numel() else 0.0,
                              "changed": float((diff != 0).double().mean()) if diff.numel() else 0.0,
                              "changed_live": int((diff[live] != 0).sum()), "live": int(live.sum()),
-                             "size": diff.numel(), "_noise": _pattern(diff, live)})
+                             "size": diff.numel(), "_noise": _pattern(diff, live),
+                             "_diff": diff, "_live": live})
     return rows
 
 
@@ -248,7 +259,7 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                             f"without noise (round {rep.round})")
         for k in unbounded:
             findings.append(f"node {i}'s {k[0]} message: one sample's contribution is unbounded "
-                            f"(x{growth[k]:.0f} when its input grows x{scale_ratio:.0f}, "
+                            f"(x{growth[k]:.0f} when its gradient grows x{scale_ratio:.0f}, "
                             f"round {rep.round})")
         z = math.inf if mu2 == 0 else 1 / math.sqrt(mu2)
         rows.append({"node": i, "round": rep.round, "measured": bool(flows),
@@ -260,6 +271,39 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                      **({} if flows else {"reason": "no data-dependent message carries the "
                                                      "sample in this round"})})
     return rows, findings
+
+
+def sensitivity_reading(eps: dict[str, Any]) -> dict[str, Any] | None:
+    """Measured sensitivity / the ledger's bound, from the measured ε's reading: a Gaussian
+    ledger's noise multiplier over the measured one (the probes' contribution against the
+    noise drawn: measured / bound where the noise is the ledger's), with its interval; a
+    node-level ledger's largest per-round sensitivity over its bound (or realized S). None where
+    the ledger has no sensitivity to read (randomized response, or nothing measured)."""
+    if not eps.get("applicable"):
+        return None
+    if "z_ratio" in eps:
+        lo, hi = eps["z_ratio_interval"]
+        return {"measured_over_bound": _ratio(1.0, eps["z_ratio"]),
+                "interval": [_ratio(1.0, hi), _ratio(1.0, lo)],
+                "basis": "the ledger's noise multiplier over the measured one (noise std / one "
+                         "sample's largest contribution, probed by two opposite gradient "
+                         "canaries)"}
+    rounds = [r for r in eps.get("rounds", []) if r.get("ledger_sensitivity")]
+    if not rounds:
+        return None
+    # the round that resolves the most (a probed sensitivity's lower end allows for rounding)
+    best = max(rounds, key=lambda r: r.get("sensitivity_low", r["sensitivity"])
+               / r["ledger_sensitivity"])
+    bound = best["ledger_sensitivity"]
+    return {"measured_over_bound": best["sensitivity"] / bound,
+            "low": best.get("sensitivity_low", best["sensitivity"]) / bound,
+            "round": best["round"],
+            "basis": "the L1 sensitivity exposed over the ledger's, in the round whose lower "
+                     "end is largest"}
+
+
+def _ratio(a: float, b: float) -> float:
+    return math.inf if b <= 0 else float(a / b)
 
 
 def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
@@ -287,16 +331,21 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     nodes = node_level(trainer.privacy())
     keep = [None if led is None or "keep_prob" not in led else float(led["keep_prob"])
             for led in ledgers]
+    layout = [(s.name, s.start, s.stop) for s in built.ctx.fm.specs]
+    family = "rr" if any(p is not None for p in keep) else "laplace" if nodes else "gaussian"
+    blocks, block_findings = coverage(noise, kinds, layout, family, settings.level)
+    sent, kind_findings = declared_kinds(rec.replays, kinds, n)
+    block_findings += kind_findings
     probes, probe_findings = probe_rows(rec.replays, kinds, settings.level,
                                         settings.scales[1] / settings.scales[0], not nodes, keep)
     sampling, sampling_findings = sampling_rows(rec.sizes, built.ctx.data.counts.tolist(),
                                                 ledgers, settings.level)
     inexact = [r.round for r in rec.replays if r.exact is False]
-    findings = [*probe_findings, *fresh["findings"],
+    findings = [*probe_findings, *block_findings, *fresh["findings"],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]
     release = trainer.release_noise()
-    voided = bool(probe_findings or fresh["findings"] or inexact)
+    voided = bool(probe_findings or block_findings or fresh["findings"] or inexact)
     eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
            if nodes else
            measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
@@ -304,9 +353,10 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     return {"applicable": True, "rounds": [r.round for r in rec.replays],
             "diverged_round": res.diverged_round,
             "replay_exact": not inexact if any(r.exact is not None for r in rec.replays) else None,
-            "noise": [{k: v for k, v in row.items() if k != "_noise"} for row in noise],
+            "noise": [{k: v for k, v in row.items() if not k.startswith("_")} for row in noise],
+            "coverage": blocks, "kinds": sent,
             "freshness": {k: v for k, v in fresh.items() if k != "findings"},
             "probes": probes, "sampling": sampling, "sampling_findings": sampling_findings,
-            "epsilon": eps, "findings": findings,
+            "epsilon": eps, "sensitivity": sensitivity_reading(eps), "findings": findings,
             "settings": {"rounds": settings.rounds, "scales": list(settings.scales),
                          "level": settings.level}}

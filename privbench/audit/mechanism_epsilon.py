@@ -156,7 +156,8 @@ def _claim(led: dict[str, Any] | None) -> float | None:
 
 def _voided(ledgers: list[dict[str, Any] | None]) -> dict[str, Any]:
     """The findings make every claim void: one sample is exposed without noise, without a bound,
-    or under noise that cancels across rounds or nodes."""
+    or under noise that cancels across rounds or nodes; a block of a message carries less noise
+    than the rest; a message declared data-independent changes with the data."""
     claims = [(c, i) for i, led in enumerate(ledgers) if (c := _claim(led)) is not None]
     if not claims:
         return {"applicable": False, "reason": "no node reports a privacy claim"}
@@ -165,7 +166,9 @@ def _voided(ledgers: list[dict[str, Any] | None]) -> dict[str, Any]:
             "interval": [math.inf, math.inf], "claimed": claimed, "ratio": math.inf,
             "ratio_interval": [math.inf, math.inf],
             "basis": "the findings: a sample exposed without noise, without a bound, or under "
-                     "reused or shared noise, is not protected by any ε"}
+                     "reused or shared noise, a block of coordinates under less noise than its "
+                     "message, or data in a message declared data-independent, is not "
+                     "protected by any ε"}
 
 
 def _report_multipliers(ledgers: list[dict[str, Any] | None], rounds: int,

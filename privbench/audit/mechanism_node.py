@@ -44,11 +44,13 @@ def _laplace_interval(abs_sum: float, d: int, level: float) -> tuple[float, floa
             2 * abs_sum / chi2.ppf(level / 2, 2 * d))
 
 
-def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float
-                ) -> dict[str, Any] | None:
+def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float,
+                own: bool = False) -> dict[str, Any] | None:
     """One audited round of a node-level mechanism: the sensitivity the releases expose (the
     largest L1 distance between two nodes' clean releases: replacing one node's data by
-    another's) and the Laplace scale drawn (mean |noise|), in the releases' units."""
+    another's) and the Laplace scale drawn (mean |noise|), in the releases' units: of every
+    node's release, or with `own` of the probed node's alone (its sensitivity is read in its
+    own release's units, divided by its own push-sum weight)."""
     clean = [_normalised(rep.clean, i, kinds) for i in range(n)]
     noisy = [_normalised(rep.noisy, i, kinds) for i in range(n)]  # type: ignore[arg-type]
     if any(c is None for c in clean) or any(v is None for v in noisy):
@@ -57,6 +59,8 @@ def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float
     diff = torch.stack(noisy) - rows  # (n, d)
     if not bool(torch.isfinite(rows).all() and torch.isfinite(diff).all()):
         return None
+    if own:
+        diff = diff[rep.probed:rep.probed + 1]  # (1, d)
     s = float(torch.cdist(rows[None], rows[None], p=1.0).amax())
     abs_sum = float(diff.abs().sum())
     lo, hi = _laplace_interval(abs_sum, diff.numel(), level)
@@ -64,17 +68,26 @@ def _node_round(rep: RoundReplays, kinds: dict[str, Any], n: int, level: float
             "scale_interval": [lo, hi]}
 
 
-def _probe_sensitivity(rep: RoundReplays, kinds: dict[str, Any]) -> float | None:
-    """The L1 distance one sample moves the probed node's normalised release: removed vs
-    replaced by a saturating sample (the largest over the probe's scales); None without a
-    probe. Under a clip bound this is what the node's data can change, which the bound caps."""
+def _probe_sensitivity(rep: RoundReplays, kinds: dict[str, Any]
+                       ) -> tuple[float, float] | None:
+    """The L1 distance one record moves the probed node's normalised release: the canary base
+    vs the canary pair (the largest over the probe's scales), and a lower end that allows for
+    the messages' float32 rounding (a coordinate's difference is known to one spacing of the
+    float32 grid at its value, which at a release of magnitude 64 is a third of a clipped
+    coordinate's move: each value is rounded to within half a spacing); None without a probe.
+    Under a clip bound this is what the node's data
+    can change, which the bound caps."""
     if rep.remove is None or not rep.saturate:
         return None
     base = _normalised(rep.remove, rep.probed, kinds)
     moved = [_normalised(log, rep.probed, kinds) for log in rep.saturate]
     if base is None or any(m is None for m in moved):
         return None
-    return max(float((m - base).abs().sum()) for m in moved)  # type: ignore[operator]
+    best = max(moved, key=lambda m: float((m - base).abs().sum()))  # type: ignore[operator]
+    diff = (best - base).abs()
+    top = torch.maximum(best.abs(), base.abs()).float()  # (d,) both values lie within
+    grid = (torch.nextafter(top, torch.full_like(top, math.inf)) - top).double()  # its spacing
+    return float(diff.sum()), float((diff - grid).clamp(min=0).sum())
 
 
 def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
@@ -83,8 +96,10 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
     """A node-level Laplace ledger recomposed with what was measured: per audited round the
     exposed sensitivity S and the drawn scale b (per-round ε = S / b, Dwork and Roth 2014,
     Thm. 3.6) beside the ledger's own (its S_real / scale, the realized reading); the claim
-    scaled by the largest measured / ledger ratio (its composition is linear in the per-round
-    ε), with the interval of the scale."""
+    scaled by the measured / ledger ratio of the round whose ratio is largest at the lower end
+    of its interval (its composition is linear in the per-round ε; the round that resolves the
+    most: rounding blurs a probed sensitivity where a release's values are large), with the
+    interval of the scale and of the probed sensitivity."""
     if voided:
         return _voided(ledgers)
     trace = trainer.sensitivity_trace() or {}
@@ -101,24 +116,27 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
     ledger_s = trace.get("S_used", []) if bound else real
     rounds, worst = [], None
     for rep in replays:
-        row = _node_round(rep, kinds, len(ledgers), level)
+        row = _node_round(rep, kinds, len(ledgers), level, own=bound)
         t = rep.round
+        low = row["sensitivity"] if row is not None else None
         if row is not None and bound:
-            row["sensitivity"] = _probe_sensitivity(rep, kinds)
+            probed = _probe_sensitivity(rep, kinds)
+            row["sensitivity"], low = probed if probed is not None else (None, None)
+            row["sensitivity_low"] = low
         if row is None or row["sensitivity"] is None or t >= len(ledger_s) or not scale[t] \
                 or not math.isfinite(ledger_s[t]):
             continue
         ledger_eps, lo, hi = ledger_s[t] / scale[t], *row["scale_interval"]
         row.update(ledger_sensitivity=ledger_s[t], ledger_scale=scale[t],
                    epsilon=row["sensitivity"] / row["scale"] if row["scale"] else math.inf,
-                   epsilon_interval=[row["sensitivity"] / hi if hi else math.inf,
+                   epsilon_interval=[low / hi if hi else math.inf,
                                      row["sensitivity"] / lo if lo else math.inf],
                    ledger_epsilon=ledger_eps)
         rounds.append(row)
         if ledger_eps > 0:
             ratio = [row["epsilon"] / ledger_eps, *(e / ledger_eps
                                                      for e in row["epsilon_interval"])]
-            if worst is None or ratio[0] > worst[0]:
+            if worst is None or (ratio[1], ratio[0]) > (worst[1], worst[0]):
                 worst, at = ratio, row
     if worst is None or not math.isfinite(claimed):
         return {"applicable": False, "rounds": rounds,

@@ -27,15 +27,16 @@ class MechanismSettings:
         rounds: audited rounds, spread over the run (the first four always among them); the
             probed node rotates over them, so each node's sensitivity is measured
             rounds / n times (at least once when rounds >= n).
-        scales: the two input scales of the saturating sample (a bounded contribution is the
-            same at both).
+        scales: the two gradient norms of the probe's second canary (`_canaries`; the first
+            has the first norm; in a batch mean, relative to the real samples' gradient sum,
+            see `VectorCanaries.batch_mean`): a bounded contribution is the same at both.
         level: two-sided error probability of each interval (noise scale, sampling rate):
             small, because a gate fails a correct run when an interval misses (each of n nodes
             has two).
     """
 
     rounds: int = 8
-    scales: tuple[float, float] = (1e2, 1e4)
+    scales: tuple[float, float] = (1e4, 1e6)
     level: float = 1e-5
 
 
@@ -71,13 +72,20 @@ def _sent(log: MessageLog, node: int) -> Messages:
     return out
 
 
+# what a probe does to the probed node's first real samples of the probed round: "remove" drops
+# one from the batch, "canary<j>" makes it canary j (its gradient chosen, `_canaries`)
+BASE = ("canary0", "remove")  # the neighbour without the second sample
+PAIR = ("canary0", "canary1")  # ... and with it, as a canary opposite to the first
+
+
 class _Probe:
-    """Wraps a copy's `draw`: one real sample of `node` removed or replaced (`scale`); and its
-    `draw_epoch` (`epoch`): one member removed from a local epoch (nothing to replace there)."""
+    """Wraps a copy's `draw`: the first real samples of `node` in round `at` changed by
+    `actions` (see BASE, PAIR; nothing where the node drew fewer samples); and its `draw_epoch`
+    (`epoch`): one member removed from a local epoch (nothing else applies there)."""
 
     def __init__(self, draw: Callable[..., tuple[Tensor, Tensor, Tensor]], node: int,
-                 scale: float | None, classes: int, at: int) -> None:
-        self.draw, self.node, self.scale, self.classes = draw, node, scale, classes
+                 actions: tuple[str, ...], at: int) -> None:
+        self.draw, self.node, self.actions = draw, node, actions
         self.at = at  # the probed round (later rounds of a replay are drawn unchanged)
         self.applied = False
 
@@ -85,15 +93,15 @@ class _Probe:
                  batch_size: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         x, y, mask = self.draw(t, rates=rates, batch_size=batch_size)
         real = torch.nonzero(mask[self.node]).flatten()
-        if t != self.at or not len(real):
+        if t != self.at or len(real) < len(self.actions):
             return x, y, mask
-        j, i = int(real[0]), self.node
-        x, y, mask = x.clone(), y.clone(), mask.clone()
-        if self.scale is None:
-            mask[i, j] = False
-        else:
-            x[i, j] = x[i, j] * self.scale
-            y[i, j] = (y[i, j] + 1) % self.classes
+        i = self.node
+        y, mask = y.clone(), mask.clone()
+        for j, action in zip(real.tolist(), self.actions, strict=False):
+            if action == "remove":
+                mask[i, j] = False
+            else:  # canary k's label (`privbench.engine.canaries`)
+                y[i, j] = -(int(action.removeprefix("canary")) + 1)
         self.applied = True
         return x, y, mask
 
@@ -101,7 +109,7 @@ class _Probe:
               ) -> tuple[Tensor, Tensor]:
         perm, members = draw_epoch(t)  # (n, M) slot order, (n, M) real-member slots
         real = torch.nonzero(members[self.node]).flatten()
-        if t != self.at or self.scale is not None or not len(real):
+        if t != self.at or "remove" not in self.actions or not len(real):
             return perm, members
         members = members.clone()
         members[self.node, int(real[0])] = False
@@ -109,34 +117,66 @@ class _Probe:
         return perm, members
 
 
+def _canaries(d: int, norms: tuple[float, float]) -> Any:
+    """The probe's two canaries: gradients +norms[0] u and -2 norms[1] u along one direction u
+    (a fixed random sign vector / sqrt(d)). Each alone is far beyond any clip bound, and
+    together they point the other way: the released clipped quantity moves from the bound's
+    one end to the other, whether the defense clips per sample (one bound: C) or the batch as
+    a whole (its clipped sum or mean moves by 2C, the worst case of an added record, which
+    one real sample reaches only when the rest of the batch happens to point against it)."""
+    from privbench.engine.canaries import VectorCanaries
+
+    gen = torch.Generator().manual_seed(0)
+    u = (torch.randint(0, 2, (d,), generator=gen) * 2 - 1).double() / d ** 0.5
+    return VectorCanaries(torch.stack([norms[0] * u, -2 * norms[1] * u]))
+
+
+def _without_member(data: Any, node: int) -> Any:
+    """`data` (`NodeData`) with node's last member removed: a neighbouring dataset in the sense
+    of the DP definition (one record fewer: the node's member count and everything derived
+    from it change, not only one batch)."""
+    import dataclasses
+
+    counts = data.counts.clone()
+    counts[node] -= 1
+    return dataclasses.replace(data, counts=counts)
+
+
 def _replay(built: Any, blob: bytes, t: int, clean: bool,
-            probe: tuple[int, float | None] | None = None, lag: int = 0,
-            at_release: bool = False) -> tuple[MessageLog, bool]:
+            probe: tuple[int, tuple[str, ...], tuple[float, float]] | None = None, lag: int = 0,
+            at_release: bool = False, neighbour: int | None = None) -> tuple[MessageLog, bool]:
     """Round t replayed on a copy of the state `blob` holds (`checkpoint.snapshot` of `built`
     before round t), then `lag` more rounds (where round t's batch is released only later, e.g.
-    in the next round's model): their messages, and whether a probe applied.
+    in the next round's model): their messages, and whether a probe applied. `probe`: (node,
+    `_Probe` actions, the canaries' norms, see `_canaries`); `neighbour`: the replay runs on the
+    dataset without one member of that node (`_without_member`).
 
     Which noise is on: without `at_release`, round t's (noisy replay only) and no later one: the
     noise a defense adds before the release (to the gradient, into the state). With it, round
     t's in every replay (the same draws, so they cancel between replays) and the later rounds'
     in the noisy replay only: the fresh noise a defense adds when it releases (earlier noise
     mixed into the state was released before, and protects nothing new)."""
+    from privbench.engine.canaries import inserted
     from privbench.engine.checkpoint import restore
 
     trainer, ctx = restore(blob, built, RecordPolicy(rounds=frozenset(range(t, t + lag + 1))))
+    if neighbour is not None:
+        ctx.data = _without_member(ctx.data, neighbour)
     applied = probe is None
     wrapper = None
+    hooks = contextlib.ExitStack()
     if probe is not None:
-        classes = int(ctx.data.y_test.max()) + 1
-        wrapper = _Probe(ctx.draw, probe[0], probe[1], classes, t)
+        wrapper = _Probe(ctx.draw, probe[0], probe[1], t)
         ctx.draw = wrapper
         epoch = ctx.draw_epoch
         ctx.draw_epoch = lambda r: wrapper.epoch(epoch, r)  # type: ignore[method-assign]
-    with noise_off() if clean and not at_release else contextlib.nullcontext():
-        trainer.round(t)
-    with noise_off() if clean or not at_release else contextlib.nullcontext():
-        for later in range(t + 1, t + lag + 1):
-            trainer.round(later)
+        hooks.enter_context(inserted(_canaries(ctx.fm.d, probe[2])))
+    with hooks:
+        with noise_off() if clean and not at_release else contextlib.nullcontext():
+            trainer.round(t)
+        with noise_off() if clean or not at_release else contextlib.nullcontext():
+            for later in range(t + 1, t + lag + 1):
+                trainer.round(later)
     if wrapper is not None:
         applied = wrapper.applied
     return ctx.bus.log, applied
@@ -155,6 +195,7 @@ class RoundReplays:
     exact: bool | None  # noisy replay == the run's own messages (None: not recorded)
     lag: int = 0  # later rounds the replays followed, see `_replay`
     at_release: bool = False  # the noise measured is the later rounds' (see `_replay`)
+    neighbour: MessageLog | None = None  # clean, without one member of the probed node's data
 
 
 class Recorder:
@@ -223,17 +264,21 @@ class Recorder:
         noisy = (_replay(b, blob, t, clean=False, lag=lag, at_release=late)[0]
                  if lag or not self.replays else None)
         clean, _ = _replay(b, blob, t, clean=True, lag=lag, at_release=late)
-        remove, ok = _replay(b, blob, t, clean=True, probe=(probed, None), lag=lag,
+        low = self.settings.scales[0]
+        remove, ok = _replay(b, blob, t, clean=True, probe=(probed, BASE, (low, low)), lag=lag,
                              at_release=late)
         saturate = None
+        first = probed not in {r.probed for r in self.replays}
+        # every message of every kind on a neighbouring dataset, at each node's first probe
+        neighbour = (_replay(b, blob, t, clean=True, lag=lag, at_release=late,
+                             neighbour=probed)[0] if first else None)
         if ok and not self.epoch:
             # the second scale (bounded or not) at each node's first probe only
-            first = probed not in {r.probed for r in self.replays}
             scales = self.settings.scales if first else self.settings.scales[:1]
-            saturate = tuple(_replay(b, blob, t, clean=True, probe=(probed, s), lag=lag,
-                                     at_release=late)[0] for s in scales)
+            saturate = tuple(_replay(b, blob, t, clean=True, probe=(probed, PAIR, (low, s)),
+                                     lag=lag, at_release=late)[0] for s in scales)
         return RoundReplays(t, probed, noisy, clean, remove if ok else None,
-                            saturate, None, lag, late)  # type: ignore[arg-type]
+                            saturate, None, lag, late, neighbour)  # type: ignore[arg-type]
 
     def attach_run(self, log: MessageLog) -> None:
         """Each audited round's noisy messages from the run's own log; the one replayed noisy
@@ -256,7 +301,8 @@ def _kind(name: str) -> str:
 def _flows(contrib: Messages, clean: Messages, kinds: dict[str, Any]) -> list[tuple[str, int]]:
     """The messages one sample reaches, of data-dependent kinds the defense declares covered
     (an uncovered kind is reported as such by the coverage bound)."""
-    return [k for k in contrib if kinds[_kind(k[0])].data_dependent and kinds[_kind(k[0])].covered
+    declared = [(k, kinds.get(_kind(k[0]))) for k in contrib]  # undeclared: `declared_kinds`
+    return [k for k, kind in declared if kind is not None and kind.data_dependent and kind.covered
             and float(contrib[k].norm()) > 1e-6 * (float(clean[k].norm()) + 1e-12)]
 
 

@@ -13,10 +13,16 @@ family (`MECHANISMS`: Gaussian, Laplace or randomized response):
 * reused noise: round 0's noise draws drawn again, in the same order, in every round;
 * node unnoised: the first row of every noise draw noiseless (node 0's noise; for per-edge
   noise, the first edge's);
-* kind unnoised: each node's clean batch gradient also sent, as a kind declared covered.
+* kind unnoised: each node's clean batch gradient also sent, as a kind declared covered;
+* block unnoised: the bias coordinates of every noise draw noiseless (202 of 17,226);
+* clip x1.2: as clip x2, the bound x1.2;
+* batch clipped: a per-sample clipped sum replaced by the batch's sum clipped as a whole;
+* sized weights: push-sum weights sent in proportion to the node's dataset size (a kind declared
+  data-independent that carries data).
 
 A class that does not apply to a defense (no clip bound, no sampling amplification in the ledger,
-a full local epoch each round) raises `NotApplicableError` with the reason, which the table prints.
+a full local epoch each round, a batch already clipped as a whole, no message declared
+data-independent) raises `NotApplicableError` with the reason, which the table prints.
 
 `python -m tests.mechanism.mutants [defense ...] [--seeds N] [--out FILE]` prints the mutation
 table (one row per defense and ε: each mutant caught by which rule, measured vs claimed) of the
@@ -197,6 +203,42 @@ def node_unnoised(defense: str) -> contextlib.AbstractContextManager[None]:
     return _noise_draws(_family(defense), first_row)
 
 
+@contextlib.contextmanager
+def _holding_context(defense: str) -> Iterator[dict[str, Any]]:
+    """The defense's round patched to keep its running context in the yielded dict ("ctx"):
+    the model layout and data of the run (or of an audit's replayed copy) it plays."""
+    cls = DEFENSES.get(defense)
+    play, held = cls.round, {}
+
+    def round_(self: Any, t: int) -> None:
+        held["ctx"] = self.ctx
+        play(self, t)
+
+    with mock.patch.object(cls, "round", round_):
+        yield held
+
+
+@contextlib.contextmanager
+def block_unnoised(defense: str) -> Iterator[None]:
+    """The bias coordinates (every parameter tensor named "*bias": 202 of the CNN's 17,226) of
+    every noise draw laid out as the model's parameters (all, or its first layers: a shared
+    part) left noiseless (as `node_unnoised`)."""
+    silent = {"gaussian": 0.0, "laplace": 1.0, "rr": 0.0}[_family(defense)]
+    with _holding_context(defense) as held:
+        def biases(u: torch.Tensor) -> torch.Tensor:
+            fm = held["ctx"].fm if "ctx" in held else None
+            if fm is None or u.shape[-1] not in {spec.stop for spec in fm.specs}:
+                return u
+            u = u.clone()
+            for spec in fm.specs:
+                if spec.name.endswith("bias") and spec.stop <= u.shape[-1]:
+                    u[..., spec.start:spec.stop] = silent
+            return u
+
+        with _noise_draws(_family(defense), biases):
+            yield
+
+
 def doubled_rate(defense: str) -> contextlib.AbstractContextManager[Any]:
     """Poisson rates x2 (at most 1), fixed-size batches x2; the ledger keeps its rate."""
     if MECHANISMS[defense].epoch:
@@ -215,23 +257,88 @@ def doubled_rate(defense: str) -> contextlib.AbstractContextManager[Any]:
     return mock.patch.object(Context, "draw", patched)
 
 
-def doubled_clip(defense: str) -> contextlib.AbstractContextManager[Any]:
-    """The bound argument of the defense's clipping function doubled (its noise is drawn for
-    the configured bound)."""
+def _clip_function(defense: str) -> tuple[Any, str, Callable[..., Any]]:
+    """(module, name, function) the defense clips with; `NotApplicableError` where it has no
+    clip bound."""
     spec = MECHANISMS[defense]
     if spec.clip is None:
         raise NotApplicableError(spec.no_clip)
     path, name = spec.clip.split(":")
     module = importlib.import_module(path)
-    clip = getattr(module, name)
+    return module, name, getattr(module, name)
+
+
+def scaled_clip(factor: float) -> Callable[[str], contextlib.AbstractContextManager[Any]]:
+    """The mutant class "clip x`factor`": the bound argument of the defense's clipping function
+    multiplied by `factor` (its noise is drawn for the configured bound)."""
+
+    def mutant(defense: str) -> contextlib.AbstractContextManager[Any]:
+        module, name, clip = _clip_function(defense)
+        signature = inspect.signature(clip)
+
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.arguments["bound"] = bound.arguments["bound"] * factor
+            return clip(*bound.args, **bound.kwargs)
+
+        return mock.patch.object(module, name, patched)
+
+    return mutant
+
+
+doubled_clip = scaled_clip(2.0)
+
+
+def batch_clipped(defense: str) -> contextlib.AbstractContextManager[Any]:
+    """A per-sample clipped sum (`engine.clipped_grad_sum`) replaced by the batch's gradient sum
+    clipped as a whole to the same bound (one sample can then move it by twice the bound)."""
+    module, name, clip = _clip_function(defense)
+    if name != "clipped_grad_sum":
+        raise NotApplicableError("the defense already clips the batch as a whole (its ledger "
+                                 "accounts the bound twice)")
     signature = inspect.signature(clip)
 
-    def patched(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.arguments["bound"] = bound.arguments["bound"] * 2
-        return clip(*bound.args, **bound.kwargs)
+    def patched(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        a = signature.bind(*args, **kwargs).arguments
+        mask = a["mask"]
+        total = batch_grads(a["fm"], a["params"], a["x"], a["y"], mask) * \
+            mask.sum(dim=1, keepdim=True).to(a["params"].dtype)  # (m, d) unclipped sums
+        bound = torch.as_tensor(a["bound"], dtype=total.dtype, device=total.device)
+        bound = bound.expand(mask.shape)[:, :1] if bound.dim() else bound  # (m, 1) or ()
+        norms = total.norm(dim=1, keepdim=True)  # (m, 1)
+        clipped = total * (bound / (norms + 1e-12)).clamp(max=1.0)
+        return clipped, norms.expand(mask.shape)
 
     return mock.patch.object(module, name, patched)
+
+
+def sized_weights(defense: str) -> contextlib.AbstractContextManager[Any]:
+    """Push-sum weights sent in proportion to the node's dataset size |D_i| (the numerators
+    scaled alike, so the de-biased models train as before): the `weight` kind, declared
+    data-independent, carries each node's data size in the clear."""
+    kinds = {k.name: k for k in DEFENSES.get(defense).kinds}
+    if "weight" not in kinds or kinds["weight"].data_dependent:
+        raise NotApplicableError("no push-sum weight message: the defense sends no message "
+                                 "declared data-independent")
+    return _sized_push_sum(defense)
+
+
+@contextlib.contextmanager
+def _sized_push_sum(defense: str) -> Iterator[None]:
+    from privbench.engine import mixing
+
+    push_sum = mixing.push_sum
+    with _holding_context(defense) as held, contextlib.ExitStack() as stack:
+        def sized(bus: Any, mixer: Any, t: int, x_half: torch.Tensor, w: torch.Tensor,
+                  *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            counts = held["ctx"].data.counts.to(w)  # (n,) |D_i|
+            size = counts / counts.mean()
+            return push_sum(bus, mixer, t, x_half * size[:, None], w * size, *args, **kwargs)
+
+        for module in [m for m in list(sys.modules.values())
+                       if getattr(m, "push_sum", None) is push_sum]:
+            stack.enter_context(mock.patch.object(module, "push_sum", sized))
+        yield
 
 
 def _leaky(cls: type) -> type:
@@ -289,12 +396,25 @@ def kind_unnoised(defense: str) -> contextlib.AbstractContextManager[Any]:
 MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[Any]]] = {
     "noise x0.5": scaled_noise, "clip x2": doubled_clip, "rate x2": doubled_rate,
     "reused noise": reused_noise, "node unnoised": node_unnoised,
-    "kind unnoised": kind_unnoised,
+    "kind unnoised": kind_unnoised, "block unnoised": block_unnoised,
+    "clip x1.2": scaled_clip(1.2), "batch clipped": batch_clipped,
+    "sized weights": sized_weights,
 }
 EXPECTED = {  # the rule each mutant of a Gaussian defense must fail, at least
     "noise x0.5": "max_measured_ratio", "clip x2": "max_measured_ratio",
     "rate x2": "require_sampling_rate", "reused noise": "require_mechanism",
     "node unnoised": "require_mechanism", "kind unnoised": "require_mechanism",
+    "block unnoised": "require_mechanism", "clip x1.2": "max_measured_ratio",
+    "batch clipped": "max_measured_ratio", "sized weights": "require_mechanism",
+}
+
+
+# applicable mutants the shipped gate does not resolve on the quick preset, and why
+UNRESOLVED = {
+    ("dp_cga", "clip x1.2"): "its ledger also accounts its noisy self-gradient (released only "
+                             "through the next round's model), so a clip x1.2 overspends by "
+                             "about 13 %, inside the measured ε's sampling-rate interval "
+                             "(about ±17 %)",
 }
 
 
@@ -350,7 +470,9 @@ def measured(res: dict[str, Any]) -> str:
     if not e.get("applicable"):
         return f"ε not measured: {e.get('reason')}"
     lo, hi = e["interval"]
-    return f"ε {_g(e['epsilon'])} [{_g(lo)}, {_g(hi)}] vs {_g(e['claimed'])}"
+    sens = res.get("sensitivity")
+    return (f"ε {_g(e['epsilon'])} [{_g(lo)}, {_g(hi)}] vs {_g(e['claimed'])}"
+            + (f"; sensitivity x{_g(sens['measured_over_bound'])} of the bound" if sens else ""))
 
 
 def _evidence(check: gate.Check, res: dict[str, Any]) -> str:
@@ -373,6 +495,10 @@ _SHORTER = (
      r"node \1's \2 unnoised"),
     (r"(\S+) noise (reused across rounds|shared across nodes) \((.*): correlation ([\d.]+)\)",
      r"\1 noise \2 (\3: corr \4)"),
+    (r"(\S+) noise on (\S+) \(([\d.]+ %) of the message\) is below the rest of the message's: "
+     r"x([\d.]+) .*", r"\1 noise on \2 (\3) x\4"),
+    (r"(\S+) messages, declared data-independent, change with the data: .*",
+     r"\1 (declared data-independent) changes with the data"),
 )
 
 
