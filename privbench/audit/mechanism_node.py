@@ -75,8 +75,7 @@ def _probe_sensitivity(rep: RoundReplays, kinds: dict[str, Any]
     the messages' float32 rounding (a coordinate's difference is known to one spacing of the
     float32 grid at its value, which at a release of magnitude 64 is a third of a clipped
     coordinate's move: each value is rounded to within half a spacing); None without a probe.
-    Under a clip bound this is what the node's data
-    can change, which the bound caps."""
+    Under a clip bound this is what the node's data can change, which the bound caps."""
     if rep.remove is None or not rep.saturate:
         return None
     base = _normalised(rep.remove, rep.probed, kinds)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench.engine.canaries import VectorCanaries, inserted
 from privbench.engine.messages import MessageLog, RecordPolicy
 from privbench.seeding import noise_off
 
@@ -117,15 +118,13 @@ class _Probe:
         return perm, members
 
 
-def _canaries(d: int, norms: tuple[float, float]) -> Any:
+def _canaries(d: int, norms: tuple[float, float]) -> VectorCanaries:
     """The probe's two canaries: gradients +norms[0] u and -2 norms[1] u along one direction u
     (a fixed random sign vector / sqrt(d)). Each alone is far beyond any clip bound, and
     together they point the other way: the released clipped quantity moves from the bound's
     one end to the other, whether the defense clips per sample (one bound: C) or the batch as
     a whole (its clipped sum or mean moves by 2C, the worst case of an added record, which
     one real sample reaches only when the rest of the batch happens to point against it)."""
-    from privbench.engine.canaries import VectorCanaries
-
     gen = torch.Generator().manual_seed(0)
     u = (torch.randint(0, 2, (d,), generator=gen) * 2 - 1).double() / d ** 0.5
     return VectorCanaries(torch.stack([norms[0] * u, -2 * norms[1] * u]))
@@ -156,7 +155,6 @@ def _replay(built: Any, blob: bytes, t: int, clean: bool,
     t's in every replay (the same draws, so they cancel between replays) and the later rounds'
     in the noisy replay only: the fresh noise a defense adds when it releases (earlier noise
     mixed into the state was released before, and protects nothing new)."""
-    from privbench.engine.canaries import inserted
     from privbench.engine.checkpoint import restore
 
     trainer, ctx = restore(blob, built, RecordPolicy(rounds=frozenset(range(t, t + lag + 1))))
