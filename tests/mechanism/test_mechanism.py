@@ -410,3 +410,64 @@ def test_a_randomized_response_that_rarely_flips_is_no_false_alarm():
     failed = [c for c in gate.check_bound(RULES, cell("defl_vp", 8.0, res)) if not c.passed]
     assert not failed, [c.detail for c in failed]
     assert any(p.get("unflipped") for p in res["probes"])  # the case happened, and was read
+
+
+def _log(t, payloads):
+    """A message log of broadcast records: {kind: (n, d) payload, one row per sender}."""
+    from privbench.engine.messages import MessageLog, Record
+
+    log = MessageLog()
+    for kind, rows in payloads.items():
+        senders = torch.arange(len(rows))
+        log.add(Record(t, kind, torch.stack([senders, senders]).T, rows, senders, None, False))
+    return log
+
+
+def test_every_kind_is_checked_against_its_declaration_from_the_trainer_contract_alone():
+    """A replay on the neighbouring dataset: a kind declared data-independent that changes and a
+    kind never declared are findings; a data-dependent kind may change."""
+    from privbench.audit.mechanism_coverage import declared_kinds
+    from privbench.audit.mechanism_replay import RoundReplays
+    from privbench.engine.messages import MessageKind
+
+    kinds = {k.name: k for k in (MessageKind("model", covered=True),
+                                 MessageKind("weight", covered=True, data_dependent=False))}
+    model, weight = torch.ones(2, 5), torch.ones(2, 1)
+    clean = _log(3, {"model": model, "weight": weight, "extra": torch.zeros(2, 2)})
+    other = _log(3, {"model": model + 1, "weight": weight * torch.tensor([[1.0], [0.5]]),
+                     "extra": torch.zeros(2, 2)})
+    rep = RoundReplays(3, 1, clean, clean, None, None, None, neighbour=other)
+    seen, findings = declared_kinds([rep], kinds, 2)
+    assert seen["neighbour_rounds"] == 1
+    assert seen["kinds"]["model"]["change"] == 1.0 and seen["kinds"]["weight"]["change"] == 0.5
+    assert findings == [
+        "weight messages, declared data-independent, change with the data: node 1's, when one "
+        "member of node 1's data is removed (round 3, noise off: by up to 0.5)",
+        "extra messages are sent, but the defense does not declare that kind"]
+    unchanged = RoundReplays(3, 1, clean, clean, None, None, None, neighbour=clean)
+    assert declared_kinds([unchanged], {**kinds, "extra": kinds["model"]}, 2)[1] == []
+
+
+@pytest.mark.parametrize("family", ["gaussian", "laplace"])
+def test_a_tensor_under_half_the_noise_is_found_and_full_noise_is_not(family):
+    from privbench.audit.mechanism_coverage import coverage
+    from privbench.engine.messages import MessageKind
+
+    gen = torch.Generator().manual_seed(0)
+    layout = [("w", 0, 3000), ("b", 3000, 3100), ("w2", 3100, 6000)]
+
+    def rows(factor):
+        if family == "gaussian":
+            diff = torch.randn(6000, generator=gen, dtype=torch.float64)
+        else:  # Laplace: a difference of two exponentials
+            diff = (torch.empty(6000, dtype=torch.float64).exponential_(generator=gen)
+                    - torch.empty(6000, dtype=torch.float64).exponential_(generator=gen))
+        diff[3000:3100] *= factor
+        return [{"node": 0, "round": 0, "kind": "model", "std": 1.0, "_diff": diff,
+                 "_live": torch.ones(6000, dtype=torch.bool)}]
+
+    kinds = {"model": MessageKind("model", covered=True)}
+    summary, findings = coverage(rows(0.5), kinds, layout, family, 1e-5)
+    assert len(findings) == 1 and findings[0].startswith("model noise on b (1.7 % of the message)")
+    assert summary["blocks"][0]["block"] == "b" and summary["blocks"][0]["ratio"] < 0.7
+    assert coverage(rows(1.0), kinds, layout, family, 1e-5)[1] == []
