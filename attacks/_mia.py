@@ -47,6 +47,11 @@ class ModelAttack(Attack, abc.ABC):
         """Whether reference models must include the candidates (online attacks)."""
         return False
 
+    def reference_detail(self, reference_models: int) -> dict[str, str]:
+        """What the attack chose from the number of reference models, for the result (e.g.
+        LiRA's variance and the rule that picked it); empty when it chooses nothing."""
+        return {}
+
     @abc.abstractmethod
     def score(self, inp: ModelMIAInput) -> np.ndarray:
         """(N,) membership scores, higher = member."""

@@ -225,10 +225,12 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
 
 
 # What a membership result adds when it has it: the message attack's statistics and rule, the
-# rounds it used and skipped (with why), the model attack's observed round and references.
+# rounds it used and skipped (with why), the model attack's observed round and references (and
+# what it chose from their number: LiRA's variance and the rule).
 MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc", "regression_fit",
                      "selected_of", "ci_level", "rounds_attacked", "rounds_not_applicable",
-                     "not_applicable_reasons", "observed_round", "reference_models", "online")
+                     "not_applicable_reasons", "observed_round", "reference_models", "online",
+                     "variance", "variance_rule")
 
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
@@ -363,7 +365,8 @@ def run_mounted_membership(built: Built, attack: str, audit: AuditConfig, gen: t
     return AttackResult(
         "ok", (), metrics, "membership", None, {k: g.get(f"{k}_ci") for k in MEMBERSHIP_RATES},
         {"statistic": info.get("statistic"), "n_members": int(labels.sum()),
-         "n_nonmembers": int((~labels).sum()), "victims": len(observations)})
+         "n_nonmembers": int((~labels).sum()), "victims": len(observations),
+         **{k: info[k] for k in ("variance", "variance_rule") if k in info}})
 
 
 # A mounted attack's `run`, by its kind: (built, attack, audit, generator, mount) -> its result.

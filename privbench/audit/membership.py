@@ -118,6 +118,8 @@ class MembershipInfo(TypedDict, total=False):
     observed_round: int
     reference_models: int
     online: bool
+    variance: str
+    variance_rule: str
     statistics: dict[str, StatisticBrief]
 
 
@@ -274,7 +276,8 @@ def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
         refs, masks = train_reference_models(obs, data, victims, reference_models,
                                              atk.needs_in_models, gen, device, t_obs)
         refs = refs.to(device)  # (K, V, d)
-        info.update(reference_models=reference_models, online=atk.needs_in_models)
+        info.update(reference_models=reference_models, online=atk.needs_in_models,
+                    **atk.reference_detail(reference_models))  # e.g. LiRA's variance and why
     xt, yt = data.x_test.to(device), data.y_test.to(device)
     scores: list[np.ndarray] = []
     for i, (x, y, _) in enumerate(cands):

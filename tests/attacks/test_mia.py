@@ -61,8 +61,9 @@ def test_attacks_registered() -> None:
         assert name in ATTACKS
 
 
-@pytest.mark.parametrize("cfg", [{}, {"fixed_variance": True}, {"online": False},
-                                 {"online": False, "fixed_variance": True}])
+@pytest.mark.parametrize("cfg", [{"variance": "per_example"}, {"variance": "global"},
+                                 {"online": False, "variance": "per_example"},
+                                 {"online": False, "variance": "global"}])
 def test_lira_uses_per_example_calibration(cfg: dict) -> None:
     inp, member = _synthetic()
     lira = ATTACKS.get("lira")(ATTACKS.get("lira").Config(**cfg))
@@ -159,7 +160,7 @@ def test_reference_runs_are_stacked_copies() -> None:
     assert sorted(map(float, ins.sum(dim=(1, 2, 3)))) == sorted(map(float, got.sum(dim=(1, 2, 3))))
 
 
-@pytest.mark.parametrize("attack,cfg", [("mia_threshold", {}), ("lira", {"fixed_variance": "true"}),
+@pytest.mark.parametrize("attack,cfg", [("mia_threshold", {}), ("lira", {}),
                                         ("rmia", {}), ("mia_message", {})])
 def test_run_membership_json(attack: str, cfg: dict) -> None:
     built = _tiny("sgp")
@@ -175,6 +176,11 @@ def test_run_membership_json(attack: str, cfg: dict) -> None:
     assert res["auc_ci"][0] <= res["auc"] <= res["auc_ci"][1]
     if attack == "rmia":
         assert res["attack_config_resolved"] == {"a": 0.3, "gamma": 1.0}
+    if attack == "lira":  # the variance "auto" chose from the 2 references, and why
+        assert res["attack_config_resolved"] == {"online": True, "variance": "auto",
+                                                  "global_below": 64}
+        assert res["variance"] == "global"
+        assert res["variance_rule"].startswith("auto: 2 reference models < 64")
     if attack == "mia_message":  # both statistics reported, the stronger one graded
         stats = res["statistics"]
         assert set(stats) == {"regression", "cosine"}

@@ -132,16 +132,23 @@ def mlpm_scores(item: dict[str, Any], run_rmia: Any, aggregate: Any) -> dict[str
     mem[:, 0] = item["labels"]
     out = {"rmia": run_rmia(0, sig, pop, mem, k, 0.3)}
     ref_on, _, mask = item["online"]
-    n = len(item["labels"])
-    for key, fixed in (("lira", "False"), ("lira_fixed", "True")):
-        configs = {"audit": {"num_ref_models": ref_on.logit.shape[0], "nb_augmentation": 1,
-                             "augmentation": "none", "fix_variance": fixed, "offline": "False"}}
-        pred, _ = aggregate("loss_logit_rescaled", item["labels"],
-                            torch.from_numpy(item["target"].logit[0][:, None]), np.arange(n),
-                            mask, torch.from_numpy(ref_on.logit[:, :, None]), np.arange(1),
-                            configs)
-        out[key] = -np.asarray(pred).ravel()  # its scores are "lower = member"
+    for key, fixed in (("lira", False), ("lira_fixed", True)):
+        out[key] = mlpm_lira(aggregate, item["labels"], item["target"].logit[0], ref_on.logit,
+                             mask, fixed)
     return out
+
+
+def mlpm_lira(aggregate: Any, labels: np.ndarray, target: np.ndarray, ref: np.ndarray,
+              mask: np.ndarray, fixed: bool) -> np.ndarray:
+    """ML Privacy Meter's online LiRA scores (higher = member) of N candidates from the target's
+    logit-scaled confidences (N,), the references' (K, N) and their IN mask (K, N)."""
+    configs = {"audit": {"num_ref_models": ref.shape[0], "nb_augmentation": 1,
+                         "augmentation": "none", "fix_variance": str(fixed), "offline": "False"}}
+    n = len(labels)
+    pred, _ = aggregate("loss_logit_rescaled", labels, torch.from_numpy(target[:, None]),
+                        np.arange(n), mask, torch.from_numpy(ref[:, :, None]), np.arange(1),
+                        configs)
+    return -np.asarray(pred).ravel()  # its scores are "lower = member"
 
 
 def _row(name: str, ours: np.ndarray, theirs: np.ndarray, labels: np.ndarray) -> str:
