@@ -7,7 +7,7 @@ confidence of the true label for RMIA, logit-scaled confidence for LiRA) of ever
 reference model on the candidates and on the population (test split), then scores them with
 
 * privbench: `attacks.rmia` (offline, a = 0.3, gamma = 1) and `attacks.lira` (online, per-example
-  and fixed variance);
+  and global variance);
 * ML Privacy Meter, read from a checkout of privacytrustlab/ml_privacy_meter (never copied into
   privbench): v2 `attacks.py::run_rmia` (imported from its file; numpy + scikit-learn only) at
   the same `a`, and the 2024 RMIA research code's LiRA scoring (`research/2024_rmia/main.py::
@@ -114,8 +114,8 @@ def privbench_scores(item: dict[str, Any]) -> dict[str, np.ndarray]:
     out = {"rmia": cls().score(inp),  # a = 0.3, gamma = 1 (the defaults)
            "rmia_gamma2": cls(cls.Config(gamma=2.0)).score(inp)}  # the former default
     ref_on, _, mask = item["online"]
-    for key, fixed in (("lira", False), ("lira_fixed", True)):
-        lira = ATTACKS.get("lira")(ATTACKS.get("lira").Config(online=True, fixed_variance=fixed))
+    for key, variance in (("lira", "per_example"), ("lira_fixed", "global")):
+        lira = ATTACKS.get("lira")(ATTACKS.get("lira").Config(online=True, variance=variance))
         out[key] = lira.score(ModelMIAInput(item["target"], ref_on, mask))
     return out
 

@@ -1,6 +1,7 @@
 """Cross-check (opt-in): privbench's RMIA and LiRA against ML Privacy Meter's scoring of the same
-signals (tests/cross_check/mlpm.py). It needs a checkout of privacytrustlab/ml_privacy_meter named
-by $PRIVBENCH_MLPM and skips, saying so, without one:
+signals (tests/cross_check/mlpm.py), and LiRA per variance mode at 16 and 64 references
+(tests/cross_check/lira_variance.py's scoring). It needs a checkout of
+privacytrustlab/ml_privacy_meter named by $PRIVBENCH_MLPM and skips, saying so, without one:
 
     git clone https://github.com/privacytrustlab/ml_privacy_meter /tmp/mlpm
     PRIVBENCH_MLPM=/tmp/mlpm python -m pytest tests/cross_check -rs
