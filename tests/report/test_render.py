@@ -353,3 +353,15 @@ def test_the_page_writes_unicode_as_itself_never_as_an_escape():
     html = render_html(res)
     assert "\\u03b5" not in html and "\\u03c3" not in html
     assert "ε = 1 per node, σ drawn fresh" in html.split("<pre>", 1)[1]
+
+
+def test_lira_says_which_variance_it_used_and_why() -> None:
+    res = _results()
+    rule = "auto: 16 reference models < 64: one global variance (Carlini et al. 2022, Sec. VI)"
+    res["cells"][1]["attacks"]["lira"] = {
+        "status": "ok", "uses": ["model"], "metrics": {"auc": 0.6},
+        "variance": "global", "variance_rule": rule, "reference_models": 16}
+    html = render_html(res)
+    shown = rule.replace("<", "&lt;")  # escaped as every string of the page
+    assert f"variance: global ({shown}, 16 reference models)" in html
+    assert html.count("variance: ") == 1  # only the attack that chose one says so
