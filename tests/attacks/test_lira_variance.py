@@ -104,3 +104,19 @@ def test_per_example_variance_pays_off_with_many_references_on_heteroscedastic_s
 def test_bad_variance_settings_name_what_is_accepted(cfg: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         _lira(**cfg)
+
+
+@pytest.mark.parametrize("cfg,variance", [({}, "global"), ({"global_below": 2}, "per_example"),
+                                          ({"variance": "global", "global_below": 2}, "global")])
+def test_the_audit_record_says_which_variance_was_used_and_why(cfg: dict, variance: str) -> None:
+    """Through the one dispatch, as the audit sweep runs it: 2 reference systems."""
+    from privbench.audit.config import AuditConfig
+    from privbench.audit.dispatch import run_attack
+    from tests.attacks.test_mia import _tiny
+
+    audit = AuditConfig(attacks=("lira",), reference_models=2, attack_config={"lira": cfg})
+    res = run_attack(_tiny("sgp"), "lira", audit, seed=0)
+    assert res.status == "ok", res.status
+    assert (res.detail["variance"], res.detail["reference_models"]) == (variance, 2)
+    rule = res.detail["variance_rule"]
+    assert rule.startswith("configured" if "variance" in cfg else "auto: 2 reference models")
