@@ -5,18 +5,22 @@ For every (E local steps, batch B) it draws K digits batches and K random `mlp` 
 the same batch, released as the parameter difference, the multi-step user of Geiping et al.
 2020, Sec. 5) and inverts each update with
 
-* privbench: `attacks.geiping_multistep` at its defaults (Inverting Gradients' signed Adam, box,
-  step decay, global cosine, α_TV = 1e-4) except the iteration budget; labels inferred from
-  the update (never read from the truth);
+* privbench: `attacks.geiping_multistep` (Inverting Gradients' signed Adam, box, step decay,
+  global cosine, one restart) with the iteration budget and α_TV given (default 0, as
+  breaching's run below); labels inferred from the update (never read from the truth);
 * breaching (JonasGeiping/breaching, read from a checkout, never copied into privbench): its
   `invertinggradients` attack configuration (the same optimiser, cosine objective and budget)
   on a multi-step user's update (`shared_data` with `local_hyperparams`: lr, steps,
-  data_per_step and the labels, which breaching's multi-step user hands to the attacker), its
+  data_per_step and the true labels, which breaching's multi-step user hands to the attacker,
+  sorted as privbench's inference assigns them to its dummy slots), its
   total-variation prior switched off (breaching's TV is a 3-channel convolution and cannot take
   1-channel digits).
 
-Both reconstructions are graded by privbench's metrics (one-to-one matching, PSNR in [0, 1]).
-breaching draws its initialisation from torch's global generator, seeded here per target.
+Both start from the same dummy images (privbench's first draw from its generator, handed to
+breaching as `initial_data`), so a difference is the algorithms', not the initialisations' luck
+(from a poor start either can stall in a local minimum at ~20-30 dB where another start reaches
+~90 dB). Both reconstructions are graded by privbench's metrics (one-to-one matching, PSNR in
+[0, 1]).
 
     git clone https://github.com/JonasGeiping/breaching /tmp/breaching   (or any checkout)
     pip install hydra-core
@@ -61,27 +65,30 @@ def mean_psnr(rec: torch.Tensor, true: torch.Tensor) -> float:
     return sum(im.psnr(rec[i], true[j]) for i, j in zip(r, c, strict=True)) / len(r)
 
 
-def privbench_run(views: list[GradientView], fm: FlatModel, iterations: int,
-                  seed: int) -> torch.Tensor:
-    """privbench's reconstructions (K, B, C, H, W) of every view."""
+def privbench_run(views: list[GradientView], fm: FlatModel, iterations: int, tv: float,
+                  seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """privbench's reconstructions (K, B, C, H, W) of every view, and the dummy images they
+    started from (its generator's first draw, `attacks._inversion.init_dummy`)."""
     cls = ATTACKS.get("geiping_multistep")
-    rec = cls(cls.Config(steps=iterations)).reconstruct(
+    rec = cls(cls.Config(steps=iterations, tv=tv)).reconstruct(
         views, fm, SHAPE, 10, torch.device("cpu"), torch.Generator().manual_seed(seed))
-    return rec.images
+    start = torch.randn((len(views), views[0].samples, *SHAPE),
+                        generator=torch.Generator().manual_seed(seed))
+    return rec.images, start
 
 
 def breaching_run(breaching: Any, view: GradientView, fm: FlatModel, labels: torch.Tensor,
-                  iterations: int, seed: int) -> torch.Tensor:
-    """breaching's reconstruction (B, C, H, W) of one view's update."""
+                  iterations: int, start: torch.Tensor) -> torch.Tensor:
+    """breaching's reconstruction (B, C, H, W) of one view's update from dummy images `start`."""
     cfg = breaching.get_attack_config("invertinggradients", overrides=[
         f"optim.max_iterations={iterations}", f"optim.callback={iterations}",
         "regularization.total_variation.scale=0"])
     module = fm.module
     attacker = breaching.attacks.prepare_attack(module, torch.nn.CrossEntropyLoss(), cfg,
                                                 {"dtype": torch.float, "device": "cpu"})
-    start = fm.unflatten(view.params)
+    model = fm.unflatten(view.params)
     delta = fm.unflatten(-view.gradient * view.local.scale)  # θ_E - θ_0, breaching's sign
-    params = [start[s.name] for s in fm.specs]
+    params = [model[s.name] for s in fm.specs]
     meta = SimpleNamespace(shape=SHAPE, modality="vision", classes=10)
     steps = len(view.local.steps)
     hyper = {"lr": view.local.lr, "steps": steps, "data_per_step": view.local.samples,
@@ -89,14 +96,13 @@ def breaching_run(breaching: Any, view: GradientView, fm: FlatModel, labels: tor
     shared = {"gradients": [delta[s.name] for s in fm.specs], "buffers": None,
               "metadata": {"num_data_points": view.local.samples, "labels": labels,
                            "local_hyperparams": hyper}}
-    torch.manual_seed(seed)  # breaching's initialisation reads torch's global generator
     out, _ = attacker.reconstruct([{"parameters": params, "buffers": None, "metadata": meta}],
-                                  [shared], {}, dryrun=False)
+                                  [shared], {}, initial_data=start, dryrun=False)
     return out["data"].detach().clamp(0, 1)
 
 
 def compare(breaching: Any, local_steps: list[int], batches: list[int], targets: int,
-            iterations: int, local_lr: float) -> list[dict[str, Any]]:
+            iterations: int, local_lr: float, tv: float = 0.0) -> list[dict[str, Any]]:
     """One row per (E, B): mean PSNR of both sides over the K targets, and seconds."""
     load_plugins()
     rows = []
@@ -104,9 +110,11 @@ def compare(breaching: Any, local_steps: list[int], batches: list[int], targets:
         for e in local_steps:
             views, fm, x, y = synthetic_local_views(targets, b, e, local_lr, seed=b * 100 + e)
             t0 = time.perf_counter()
-            ours = privbench_run(views, fm, iterations, seed=0)
+            ours, start = privbench_run(views, fm, iterations, tv, seed=0)
             t1 = time.perf_counter()
-            theirs = [breaching_run(breaching, v, fm, y[k], iterations, seed=k)
+            # labels sorted: the slot order privbench's label inference assigns (the dummy slots
+            # are free, so the order carries nothing; with the same start it must match)
+            theirs = [breaching_run(breaching, v, fm, y[k].sort().values, iterations, start[k])
                       for k, v in enumerate(views)]
             t2 = time.perf_counter()
             p = [mean_psnr(ours[k], x[k]) for k in range(targets)]
@@ -132,13 +140,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--targets", type=int, default=4)
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--local-lr", type=float, default=0.1)
+    ap.add_argument("--tv", type=float, default=0.0, help="privbench's α_TV")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     print("| E | B | privbench PSNR dB | breaching PSNR dB | difference | seconds (ours / theirs) "
           "|")
     print("|---|---|---|---|---|---|")
     compare(load_breaching(a.breaching), [int(v) for v in a.local_steps.split(",")],
-            [int(v) for v in a.batches.split(",")], a.targets, a.iterations, a.local_lr)
+            [int(v) for v in a.batches.split(",")], a.targets, a.iterations, a.local_lr, a.tv)
 
 
 if __name__ == "__main__":
