@@ -478,7 +478,10 @@ class DeFLVP(Trainer):
                 "model_difference": (sum_j w_ij x_j^t - x_i^{t+1}) / eta = sum_j w_ij q_j^t, the
                 neighbourhood-mixed update (not exact for the victim alone); needs every
                 in-neighbour's round-t model.
-            All views are taken at params = x_i^t (the victim's round-t `model` message).
+            All views are taken at params = x_i^t (the victim's round-t `model` message);
+            under G2 each carries its local epoch (`LocalSteps`: momentum SGD of lr local_lr
+            over the victim's members in batches of the run's size), which a multi-step
+            inversion unrolls.
 
         Raises:
             NotApplicable: when a needed message is not observed or not sent under this config.
