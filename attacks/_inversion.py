@@ -155,7 +155,7 @@ def stack_views(views: list[GradientView], device: torch.device,
     """Stack K views (same batch size) into `Problems` on `device` in `dtype`."""
     if not views:
         raise ValueError("no gradient views to attack")
-    sizes = {int(v.batch_size) for v in views}
+    sizes = {v.samples for v in views}  # the batch, or the samples behind local steps
     if len(sizes) != 1:
         raise ValueError(f"views have different batch sizes {sorted(sizes)}; use group_views")
     params = torch.stack([v.params.detach() for v in views]).to(device, dtype)  # (K, d)
@@ -222,26 +222,41 @@ def _param_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
     return {s.name: params[:, s.start:s.stop].reshape(p, *s.shape) for s in fm.specs}
 
 
-def make_objective(fm: FlatModel, cost: str, tv: float) -> Callable[..., tuple[Tensor, Tensor]]:
+# What a victim releases from its dummy data: (pdict, x (B, C, H, W), yprob (B, C)) -> (d,).
+Release = Callable[[dict[str, Tensor], Tensor, Tensor], Tensor]
+
+
+def soft_label_loss(fm: FlatModel, p: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
+    """Mean cross-entropy of one batch x (B, C, H, W) against label probabilities (B, C)."""
+    logits = functional_call(fm.module, p, (x,))  # (B, classes)
+    return -(yprob * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
+def batch_gradient(fm: FlatModel) -> Release:
+    """The release of one batch's gradient at the known parameters (DLG, iDLG, IG)."""
+    names = [s.name for s in fm.specs]
+
+    def victim_grad(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
+        g = grad(lambda p: soft_label_loss(fm, p, x, yprob))(pdict)
+        return torch.cat([g[n].reshape(-1) for n in names])  # (d,)
+
+    return victim_grad
+
+
+def make_objective(fm: FlatModel, cost: str, tv: float,
+                   release: Release | None = None) -> Callable[..., tuple[Tensor, Tensor]]:
     """The per-problem objective (unbatched; vmap it).
 
     objective(x (B,C,H,W), ylog (B,C), onehot (B,C), learn (), pdict, target (d,), mask (d,),
     sign ()) -> (cost + tv * TV(x), cost). Labels are softmax(ylog) where `learn`, else onehot.
     `cost` is "sim" (1 - cosine over all observed coordinates, IG), "simlocal" (1 - the mean of
-    per-tensor cosines, IG's 'simlocal') or "l2" (sum of squares, DLG).
+    per-tensor cosines, IG's 'simlocal') or "l2" (sum of squares, DLG). `release` is what the
+    dummy data would release (default: one batch's gradient, `batch_gradient`).
     """
     if cost not in COSTS:
         raise ValueError(f"unknown matching cost {cost!r}; accepted: {', '.join(COSTS)}")
-    names = [s.name for s in fm.specs]
     bounds = [(s.start, s.stop) for s in fm.specs]
-
-    def victim_grad(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
-        def loss(p: dict[str, Tensor]) -> Tensor:
-            logits = functional_call(fm.module, p, (x,))  # (B, classes)
-            return -(yprob * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-
-        g = grad(loss)(pdict)
-        return torch.cat([g[n].reshape(-1) for n in names])  # (d,)
+    victim_grad = release if release is not None else batch_gradient(fm)
 
     def objective(x: Tensor, ylog: Tensor, onehot: Tensor, learn: Tensor,
                   pdict: dict[str, Tensor], target: Tensor, mask: Tensor,
@@ -273,6 +288,38 @@ def init_dummy(shape: Shape, init: str, gen: torch.Generator, device: torch.devi
     else:
         raise ValueError(f"unknown init {init!r}; accepted: randn, rand")
     return x.to(device, dtype)
+
+
+@dataclass(frozen=True)
+class GeipingConfig:
+    """Inverting Gradients settings (reference CLI defaults).
+
+    Attributes:
+        steps: Adam iterations (4,800 as rec_mult.py).
+        lr: Adam step size (0.1).
+        signed: Adam on sign(grad) (True in the CLI).
+        boxed: clamp to [0, 1] after every step (True).
+        decay: step decay x0.1 at 3/8, 5/8, 7/8 of the run (True).
+        tv: total-variation weight α_TV (1e-4, the CLI --tv default).
+        cost: "sim" (1 - cosine over all tensors, reference), "simlocal" (mean per-tensor
+            cosine, IG's option) or "l2".
+        restarts: initialisations per target, kept by gradient loss (1).
+        init: "randn" (reference) or "rand".
+        labels: "infer" (from the last layer's gradient signs) or "joint" (soft labels).
+        precision: "float32" or "float64" (the attack's arithmetic; see `attacks/geiping.py`).
+    """
+
+    steps: int = 4800
+    lr: float = 0.1
+    signed: bool = True
+    boxed: bool = True
+    decay: bool = True
+    tv: float = 1e-4
+    cost: str = "sim"
+    restarts: int = 1
+    init: str = "randn"
+    labels: str = "infer"
+    precision: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -434,8 +481,10 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
                      num_classes: int, device: torch.device, gen: torch.Generator, *,
                      restarts: int, init: str, cost: str, tv: float, label_mode: str,
                      sched: AdamSchedule, name: str, cfg: Any,
-                     precision: str = "float32") -> Reconstruction:
-    """The Adam-based attack for K views x R restarts in one vectorized program."""
+                     precision: str = "float32", release: Release | None = None,
+                     ) -> Reconstruction:
+    """The Adam-based attack for K views x R restarts in one vectorized program (`release`:
+    what the dummy data would release, default one batch's gradient)."""
     start = time.perf_counter()
     probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
                                              restarts, init, label_mode, precision)
@@ -443,7 +492,7 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
     rep = probs.repeat(restarts)
     x, yprob, cost_p = adam_batched(fm, rep, x0, onehot.repeat_interleave(restarts, 0),
                                     learn.repeat_interleave(restarts, 0),
-                                    make_objective(fm, cost, tv), sched)
+                                    make_objective(fm, cost, tv, release), sched)
     idx, table = select_restarts(cost_p, k, restarts)
     status = [f"ok (labels: {s})" if math.isfinite(c) else "diverged (non-finite loss)"
               for s, c in zip(src, table.gather(1, (idx % restarts)[:, None])[:, 0].tolist(),
@@ -500,6 +549,9 @@ class InversionAttack(Attack):
 
     kind: ClassVar[str] = "inversion"
     needs: ClassVar[frozenset[str]] = frozenset({"messages"})
+    # Whether it inverts updates of several local steps (`GradientView.local`), not only one
+    # batch's gradient.
+    local_steps: ClassVar[bool] = False
     name: str = ""
 
     def reconstruct(self, views: list[GradientView], fm: FlatModel, input_shape: Shape,

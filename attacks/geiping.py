@@ -34,12 +34,11 @@ Choices / deviations:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from attacks._inversion import (
     AdamSchedule,
+    GeipingConfig,
     InversionAttack,
     Reconstruction,
     Shape,
@@ -48,38 +47,6 @@ from attacks._inversion import (
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
 from privbench.threat.observation import GradientView
-
-
-@dataclass(frozen=True)
-class GeipingConfig:
-    """Inverting Gradients settings (reference CLI defaults).
-
-    Attributes:
-        steps: Adam iterations (4,800 as rec_mult.py).
-        lr: Adam step size (0.1).
-        signed: Adam on sign(grad) (True in the CLI).
-        boxed: clamp to [0, 1] after every step (True).
-        decay: step decay x0.1 at 3/8, 5/8, 7/8 of the run (True).
-        tv: total-variation weight α_TV (1e-4, the CLI --tv default).
-        cost: "sim" (1 - cosine over all tensors, reference), "simlocal" (mean per-tensor
-            cosine, IG's option) or "l2".
-        restarts: initialisations per target, kept by gradient loss (1).
-        init: "randn" (reference) or "rand".
-        labels: "infer" (from the last layer's gradient signs) or "joint" (soft labels).
-        precision: "float32" or "float64" (the attack's arithmetic; see the module docstring).
-    """
-
-    steps: int = 4800
-    lr: float = 0.1
-    signed: bool = True
-    boxed: bool = True
-    decay: bool = True
-    tv: float = 1e-4
-    cost: str = "sim"
-    restarts: int = 1
-    init: str = "randn"
-    labels: str = "infer"
-    precision: str = "float32"
 
 
 @ATTACKS.register("geiping")

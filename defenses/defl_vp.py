@@ -109,7 +109,7 @@ from privbench.engine.mixing import Mixer, gossip
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
-from privbench.threat.observation import GradientView, Observation
+from privbench.threat.observation import GradientView, LocalSteps, Observation
 
 VIEWS = ("control_variate", "sign", "model_difference")
 
@@ -478,7 +478,10 @@ class DeFLVP(Trainer):
                 "model_difference": (sum_j w_ij x_j^t - x_i^{t+1}) / eta = sum_j w_ij q_j^t, the
                 neighbourhood-mixed update (not exact for the victim alone); needs every
                 in-neighbour's round-t model.
-            All views are taken at params = x_i^t (the victim's round-t `model` message).
+            All views are taken at params = x_i^t (the victim's round-t `model` message);
+            under G2 each carries its local epoch (`LocalSteps`: momentum SGD of lr local_lr
+            over the victim's members in batches of the run's size), which a multi-step
+            inversion unrolls.
 
         Raises:
             NotApplicable: when a needed message is not observed or not sent under this config.
@@ -509,11 +512,22 @@ def _sent(obs: Observation, t: int, kind: str, node: int) -> Tensor:
     return out
 
 
+def _epoch_steps(obs: Observation, cfg: DeFLVPConfig, victim: int) -> LocalSteps | None:
+    """G2's local epoch as the attacker knows it: momentum SGD from x_i^t over the victim's
+    members in consecutive batches of the run's size, released as (x_i^t - x̂_i) / local_lr
+    (None under G1/G3, or when the victim's member count is not known)."""
+    if cfg.gradient != "G2" or obs.node_sizes is None:
+        return None
+    return LocalSteps.epoch(obs.node_sizes[victim], obs.run.batch_size, cfg.local_lr,
+                            cfg.local_lr, cfg.local_momentum, cfg.weight_decay)
+
+
 def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -> GradientView:
-    """One round's view (see DeFLVP.gradient_views)."""
+    """One round's view (see DeFLVP.gradient_views); G2 views carry the epoch's steps."""
     params = _sent(obs, t, "model", victim)  # (d,) x_i^t
     b = obs.run.batch_size
     g2 = cfg.gradient == "G2"
+    local = _epoch_steps(obs, cfg, victim)
     epoch = " (G2: pseudo-gradient of one local epoch)" if g2 else ""
     if view == "control_variate":
         if not cfg.vr:
@@ -526,7 +540,7 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
         what = "a_i^t = RR(sign(g))/(2p-1)" if cfg.protects else "raw g_i^t"
         return GradientView(victim, t, params, g, kind, None, b,
                             f"(h_i^(t+1) - (1-alpha_cv) h_i^t) / alpha_cv = {what}{epoch}",
-                            local_epoch=g2)
+                            local_epoch=g2, local=local)
     eta = cfg.eta_sign if cfg.signed else cfg.local_lr
     if view == "sign":
         q = _sent(obs, t, "update", victim)
@@ -534,7 +548,7 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
         kind = "sign" if cfg.signed else ("partial" if mask is not None else "gradient")
         return GradientView(victim, t, params, q, kind, mask, b,
                             f"update message q_i^t (dp={cfg.dp}, vr={cfg.vr}, "
-                            f"compressor={cfg.compressor}){epoch}", local_epoch=g2)
+                            f"compressor={cfg.compressor}){epoch}", local_epoch=g2, local=local)
     w = obs.topology.mixing(t, "doubly")
     mix = w[victim, victim] * params
     for j in obs.topology.in_neighbours(t, victim):
@@ -542,4 +556,5 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
     g = (mix - _sent(obs, t + 1, "model", victim)) / eta
     return GradientView(victim, t, params, g, "sign" if cfg.signed else "gradient", None, b,
                         "(sum_j w_ij x_j^t - x_i^(t+1)) / eta = sum_j w_ij q_j^t "
-                        f"(neighbourhood-mixed update){epoch}", exact=False, local_epoch=g2)
+                        f"(neighbourhood-mixed update){epoch}", exact=False, local_epoch=g2,
+                        local=local)

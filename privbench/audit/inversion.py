@@ -5,8 +5,9 @@
 * `invert(obs, defense_cls, victims, rounds, attack, config, gen, device)`: asks the defense for
   one `GradientView` per (victim, round) (`defense_cls.gradient_views`; `NotApplicable` becomes a
   target with status "not applicable: <reason>"), runs the registered attack batched (one call
-  per distinct batch size) and returns an `InversionRun` with the reconstructions. No ground
-  truth is touched.
+  per distinct number of samples behind a view; an update of several local steps only for an
+  attack that unrolls them, `local_steps`) and returns an `InversionRun` with the
+  reconstructions. No ground truth is touched.
 * `grade(run, data, truth)`: the runner's side. For each target it takes the victim's true batch
   of that round (`GroundTruth` slots and mask into `NodeData` members), matches reconstructions
   to true images one-to-one by MSE (Hungarian), and returns a JSON-ready dict: mean MSE, PSNR,
@@ -33,7 +34,7 @@ from privbench.metrics import image as im
 from privbench.models import FlatModel
 from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS
-from privbench.threat.observation import GradientView, Observation
+from privbench.threat.observation import GradientView, LocalSteps, Observation
 
 
 class Target(TypedDict, total=False):
@@ -45,6 +46,8 @@ class Target(TypedDict, total=False):
     source: str
     exact: bool
     batch_size: int
+    local_steps: int
+    samples: int
 
 
 class GradedTarget(Target, total=False):
@@ -159,13 +162,16 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
             if not got:
                 raise NotApplicable(f"no gradient view of node {v} in round {t}")
             view = got[0]
-            if view.local_epoch:
+            if view.local_epoch and not getattr(cls, "local_steps", False):
                 raise NotApplicable(
-                    "the view is a local epoch's pseudo-gradient (every member, several "
-                    f"optimiser steps: {view.source}), not one batch's gradient; a batch-"
-                    f"{view.batch_size} inversion does not fit it")
+                    "the view is an update of several local steps "
+                    f"({view.source}), not one batch's gradient; a batch-{view.batch_size} "
+                    "inversion does not fit it (geiping_multistep unrolls the steps)")
             run.targets[-1].update(kind=view.kind, source=view.source, exact=view.exact,
                                    batch_size=view.batch_size)
+            if view.local is not None:
+                run.targets[-1].update(local_steps=len(view.local.steps),
+                                       samples=view.local.samples)
             run.status.append("pending")
         except NotApplicable as exc:
             view = None
@@ -176,7 +182,7 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
     present = [i for i, v in enumerate(views) if v is not None]
     groups: dict[int, list[int]] = {}
     for i in present:
-        groups.setdefault(int(views[i].batch_size), []).append(i)  # type: ignore[union-attr]
+        groups.setdefault(views[i].samples, []).append(i)  # type: ignore[union-attr]
     start = time.perf_counter()
     atk = cls(cfg)
     shape = tuple(input_shape) if input_shape is not None else _input_shape(obs)
@@ -302,3 +308,28 @@ def synthetic_views(k: int, batch_size: int, seed: int = 0, model: str = "lenet"
     views = [GradientView(0, i, params[i], grads[i], "gradient", None, batch_size, "synthetic")
              for i in range(k)]
     return views, fm, x, y
+
+
+def synthetic_local_views(k: int, batch_size: int, steps: int, lr: float, seed: int = 0,
+                          model: str = "mlp",
+                          ) -> tuple[list[GradientView], FlatModel, Tensor, Tensor]:
+    """K updates of `steps` SGD steps on one known digits batch each (step size `lr`, from
+    independent random models), released as (start - end) / lr like D-PSGD's local steps (for
+    tests and the cross-check; the returned images/labels are the truth, never passed to an
+    attack).
+
+    Returns:
+        views (each with its `local` steps), the FlatModel, images (K, B, 1, 8, 8), labels (K, B).
+    """
+    from privbench.engine.grads import batch_grads
+
+    views, fm, x, y = synthetic_views(k, batch_size, seed, model)
+    start = torch.stack([v.params for v in views])  # (K, d)
+    local = start
+    for _ in range(steps):
+        local = local - lr * batch_grads(fm, local, x, y)
+    sched = LocalSteps(lr, ((0, batch_size),) * steps, batch_size, lr)
+    out = [GradientView(0, i, start[i], (start[i] - local[i]) / lr, "gradient", None,
+                        batch_size, f"synthetic: {steps} local steps", local_epoch=steps > 1,
+                        local=sched) for i in range(k)]
+    return out, fm, x, y

@@ -83,6 +83,8 @@ class Observation:
         fm: the (public) architecture.
         topology: the (public) graph.
         x0: (d,) the shared public initial model, or None if the threat model does not know it.
+        node_sizes: (n,) each node's number of members (public, as the weights federated
+            averaging publishes and Geiping et al. 2020, Sec. 5, assume known), or None.
     """
 
     log: MessageLog
@@ -93,6 +95,7 @@ class Observation:
     fm: FlatModel
     topology: Topology
     x0: Tensor | None = None
+    node_sizes: tuple[int, ...] | None = None
 
 
 def observe(built: Any, threat: ThreatModel | None = None) -> Observation:
@@ -106,13 +109,14 @@ def observe(built: Any, threat: ThreatModel | None = None) -> Observation:
     Returns:
         The message log restricted to the threat model's receivers, with the public context:
         run and defense configuration, architecture, topology and the trainer's shared
-        initialisation x0 (d,) on the CPU.
+        initialisation x0 (d,) on the CPU and every node's member count.
     """
     threat = threat or ThreatModel()
     ctx, trainer = built.ctx, built.trainer
     x0 = trainer.init_params()[0].detach().cpu()  # every node starts from this public model
+    sizes = tuple(int(c) for c in ctx.data.counts.tolist())
     return Observation(ctx.bus.log.observed_by(threat.receivers()), threat, ctx.run,
-                       built.defense, trainer.cfg, ctx.fm, ctx.topology, x0)
+                       built.defense, trainer.cfg, ctx.fm, ctx.topology, x0, sizes)
 
 
 def threat_for(kind: str, topology: Topology, victim: int, t: int = 0) -> ThreatModel:
@@ -236,6 +240,43 @@ ViewKind = Literal["gradient", "sign", "partial"]
 
 
 @dataclass(frozen=True)
+class LocalSteps:
+    """What an attacker knows of the local optimisation behind an update (Geiping et al. 2020,
+    Sec. 5): the start model is the view's `params`; from it the victim ran `len(steps)` steps
+    of (momentum) SGD, step s on its samples `steps[s]` = [a, b) of `samples` processed ones,
+    and released (start - end) / `scale`.
+
+    Attributes:
+        lr: the local step size.
+        steps: per step, the [start, stop) slice of the processed samples it used (a batch
+            repeated every step: ((0, B),) * E; one epoch: consecutive slices of the members).
+        samples: how many distinct samples the steps use.
+        scale: the released update is (start model - end model) / scale.
+        momentum: heavy-ball momentum of the local steps (buffer reset at the start).
+        weight_decay: L2 term added to every local gradient.
+    """
+
+    lr: float
+    steps: tuple[tuple[int, int], ...]
+    samples: int
+    scale: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.steps or any(not 0 <= a < b <= self.samples for a, b in self.steps):
+            raise ValueError(f"local steps {self.steps} do not slice {self.samples} samples")
+
+    @staticmethod
+    def epoch(members: int, batch_size: int, lr: float, scale: float, momentum: float = 0.0,
+              weight_decay: float = 0.0) -> LocalSteps:
+        """One pass over `members` samples in consecutive batches of `batch_size` (the last
+        one partial)."""
+        cuts = tuple((a, min(a + batch_size, members)) for a in range(0, members, batch_size))
+        return LocalSteps(lr, cuts, members, scale, momentum, weight_decay)
+
+
+@dataclass(frozen=True)
 class GradientView:
     """An estimate of a victim's released gradient at a known model.
 
@@ -252,10 +293,12 @@ class GradientView:
         batch_size: the victim's (public or expected) batch size in that round.
         source: how it was derived (e.g. "(x_i^t - x_i^{t+1/2}) / lr").
         exact: whether it equals the released quantity exactly (False for estimates).
-        local_epoch: the released quantity sums a whole local epoch (every member of the node,
-            several optimiser steps, e.g. DeFL-VP's G2 pseudo-gradient), not one batch's
-            gradient at `params`: a batch-B inversion does not apply to it (its B images would
-            be graded against the best matches among all members).
+        local_epoch: the released quantity sums several optimiser steps (a local epoch over
+            every member of the node, e.g. DeFL-VP's G2 pseudo-gradient, or E local steps), not
+            one batch's gradient at `params`: a single-gradient inversion does not apply to it;
+            a multi-step one does, from `local`.
+        local: the local steps that produced the update, as the attacker knows them (None: not
+            known, or one batch's gradient); a multi-step inversion simulates them.
     """
 
     victim: int
@@ -268,3 +311,9 @@ class GradientView:
     source: str
     exact: bool = True
     local_epoch: bool = False
+    local: LocalSteps | None = None
+
+    @property
+    def samples(self) -> int:
+        """How many distinct samples are behind the view (the batch, or the local steps')."""
+        return self.local.samples if self.local is not None else int(self.batch_size)

@@ -245,10 +245,11 @@ def test_defl_vp_unprotected_control_variates_leak_at_small_epsilon() -> None:
 
 
 def test_a_local_epoch_pseudo_gradient_is_not_inverted_as_one_batch() -> None:
-    """DeFL-VP's default G2 message sums a local epoch over every member (here 20 per node, 10
-    momentum steps of batch 2): a batch-2 inversion graded against all 20 members would report
-    the best of 20 matches. Its targets are "not applicable" with the reason; G1 (one batch's
-    gradient per round) is inverted (test above)."""
+    """DeFL-VP's default G2 message sums a local epoch over every member (here 15 per node, 8
+    momentum steps of batch 2): a batch-2 inversion graded against all members would report
+    the best of 15 matches. Its targets are "not applicable" with the reason; G1 (one batch's
+    gradient per round) is inverted (test above), G2 by the multi-step inversion, which
+    reconstructs every member."""
     load_plugins()
     from privbench.audit.inversion import grade, invert
     from privbench.engine.runner import build
@@ -261,9 +262,19 @@ def test_a_local_epoch_pseudo_gradient_is_not_inverted_as_one_batch() -> None:
         built.trainer.round(t)
     res = invert(observe(built), DEFENSES.get("defl_vp"), [0, 1], [0], "idlg",
                  {"adam_steps": 5}, torch.Generator().manual_seed(0), "cpu")
-    assert all(s.startswith("not applicable") and "local epoch" in s for s in res.status)
+    assert all(s.startswith("not applicable") and "several local steps" in s
+               and "geiping_multistep" in s for s in res.status)
     assert all(img is None for img in res.images)
     assert grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)["n_graded"] == 0
+    # the multi-step inversion simulates the epoch: every member reconstructed and graded
+    multi = invert(observe(built), DEFENSES.get("defl_vp"), [0, 1], [0], "geiping_multistep",
+                   {"steps": 5}, torch.Generator().manual_seed(0), "cpu")
+    g = grade(multi, built.ctx.data, built.ctx.truth, use_lpips=False)
+    assert g["n_graded"] == 2, multi.status
+    members = built.ctx.data.counts[:2].tolist()
+    assert [p["n_true"] for p in g["per_target"]] == members
+    assert [p["n_reconstructed"] for p in g["per_target"]] == members
+    assert [p["local_steps"] for p in g["per_target"]] == [(m + 1) // 2 for m in members]
 
 
 def test_a_view_the_attack_cannot_read_is_not_graded() -> None:
