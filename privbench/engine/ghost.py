@@ -143,8 +143,8 @@ class FastClip:
         """Each layer's inputs a (m, B, *in_shape) and per-sample output gradients
         e (m, B, *out_shape) from one forward and one backward per row, all rows in one vmap."""
         m, b = y.shape
-        zeros = [torch.zeros(m, b, *lay.out_shape, dtype=x.dtype, device=x.device)
-                 for lay in self.layers]
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        zeros = [zero.expand(m, b, *lay.out_shape) for lay in self.layers]  # never written
         state: _ProbeState = {}
 
         def row_loss(probes: list[Tensor], p: dict[str, Tensor], xb: Tensor, yb: Tensor,
@@ -262,6 +262,16 @@ def _unfolded(mod: nn.Conv2d, a: Tensor) -> Tensor:
     return F.unfold(a, mod.kernel_size, mod.dilation, mod.padding, mod.stride).transpose(1, 2)
 
 
+def _weight_grad(mod: nn.Conv2d, inp: Tensor, out: Tensor, groups: int) -> Tensor:
+    """Weight gradients of `groups` independent copies of conv `mod`: input (N, groups·C, H, W)
+    and output gradient (N, groups·q, Ho, Wo) -> (groups·q, C, k, k), one grouped convolution
+    backward (the backend's weight-gradient kernel; no im2col in memory)."""
+    w = inp.new_zeros(1).expand(out.shape[1], *mod.weight.shape[1:])  # its shape only
+    return torch.ops.aten.convolution_backward(
+        out, inp, w, None, mod.stride, mod.padding, mod.dilation, False, [0, 0], groups,
+        [False, True, False])[1]
+
+
 def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
     """Conv2d: per-sample norms the cheapest exact way (`conv_norm_way`); the clipped sum is the
     weight gradient of the clip-weighted output gradients, one grouped convolution backward
@@ -273,8 +283,9 @@ def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
     a4 = a.reshape(m * b, *a.shape[2:])  # (m·B, C, H, W)
     e3 = e.reshape(m * b, q, ho * wo)  # (m·B, q, T)
     weight, bias = lay.param("weight"), lay.param("bias") if mod.bias is not None else None
-    if way == "formed":
-        g = (e3 @ _unfolded(mod, a4)).reshape(m, b, *mod.weight.shape)  # (m, B, q, C, k, k)
+    if way == "formed":  # every sample its own convolution group: G_i (m, B, q, C, k, k)
+        g = _weight_grad(mod, a4.reshape(1, -1, *a4.shape[2:]), e.reshape(1, -1, ho, wo),
+                         m * b).reshape(m, b, *mod.weight.shape)
         grads = {weight: g} | ({bias: e3.sum(dim=2).reshape(m, b, q)} if bias else {})
         return _formed(grads)
     if way == "gram":
@@ -290,12 +301,8 @@ def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
     def summed(c: Tensor) -> dict[str, Tensor]:
         ec = e * c[:, :, None, None, None]  # (m, B, q, Ho, Wo)
         # rows as convolution groups: input (B, m·C, H, W), output gradient (B, m·q, Ho, Wo)
-        inp = a.transpose(0, 1).reshape(b, m * a.shape[2], *a.shape[3:])
-        out = ec.transpose(0, 1).reshape(b, m * q, ho, wo)
-        w = a.new_zeros(1).expand(m * q, *mod.weight.shape[1:])  # shape only
-        dw = torch.ops.aten.convolution_backward(
-            out, inp, w, None, mod.stride, mod.padding, mod.dilation, False, [0, 0], m,
-            [False, True, False])[1]  # (m·q, C, k, k)
+        dw = _weight_grad(mod, a.transpose(0, 1).reshape(b, -1, *a.shape[3:]),
+                          ec.transpose(0, 1).reshape(b, -1, ho, wo), m)
         sums = {weight: dw.reshape(m, *mod.weight.shape)}
         if bias and eb is not None:
             sums[bias] = torch.einsum("mbq,mb->mq", eb, c)
