@@ -77,9 +77,15 @@ def test_engine_section_times_every_method_and_real_rounds(tmp_path, capsys):
         r = rows[key]
         assert (r["model"], r["nodes"], r["batch"]) == ("lenet", 4, 2)
         assert len(r["times_s"]) == 2 and r["min_s"] <= r["median_s"] <= r["max_s"]
+        assert len(r["cpu_times_s"]) == 2 and r["cpu_median_s"] > 0  # CPU time of each call
     (ratios,) = res["ratios"]
     assert ratios["privbench_over_floor"] == rows["privbench"]["median_s"] / rows["floor"][
         "median_s"]
+    assert ratios["privbench_over_floor_cpu"] == rows["privbench"]["cpu_median_s"] / rows[
+        "floor"]["cpu_median_s"]
+    ran = [k for k in bench_measure.OPACUS_METHODS if rows[k]["median_s"] is not None]
+    fastest = min(ran, key=lambda k: rows[k]["median_s"]) if ran else None  # None: no Opacus
+    assert ratios["fastest_opacus"] == fastest
 
 
 def test_interleaving_rotates_the_order():
