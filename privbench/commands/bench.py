@@ -61,6 +61,7 @@ from pathlib import Path
 
 import torch
 
+from privbench.commands import bench_measure
 from privbench.commands.bench_measure import (
     PLAN_COMPOSERS,
     SCALE_DEFENSE,
@@ -341,8 +342,7 @@ def run_bench(args: argparse.Namespace) -> int:
     code = code_provenance() if args.json_out else None
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
-    global ROUND_BUDGET_S
-    ROUND_BUDGET_S = args.round_budget_s
+    bench_measure.ROUND_BUDGET_S = args.round_budget_s  # read by the timing loops there
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     if args.threads and args.section != "distributed":  # distributed splits them over ranks
