@@ -4,9 +4,9 @@ Sections (each prints a table and, with `--json FILE`, writes it as JSON):
 
 * `engine`: one generic DP round (clipped sum + Gaussian noise + push-sum mixing) for n nodes,
   on the same samples, every way of `privbench.commands.bench_rounds.METHODS`: privbench
-  (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus hooks and
-  Opacus ghost clipping looped over the nodes (optional `bench` extra; "Opacus not installed"
-  otherwise), `torch.func` per node, the non-private floor, and the naive per-sample loop only
+  (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus in each of
+  its per-sample modes (hooks, functorch, ExpandedWeights) and with ghost clipping, looped over
+  the nodes (optional `bench` extra; "Opacus not installed" otherwise), `torch.func` per node, the non-private floor, and the naive per-sample loop only
   as a labelled reference (`--method naive_loop`); plus one real `trainer.round(t)` of every
   private defense (`--defense`, default: all registered with `private = True`) built by
   `privbench.engine.runner.build` with `RecordPolicy.none()`. All methods and defenses are
