@@ -6,9 +6,10 @@ Sections (each prints a table and, with `--json FILE`, writes it as JSON):
   on the same samples, every way of `privbench.commands.bench_rounds.METHODS`: privbench
   (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus in each of
   its per-sample modes (hooks, functorch, ExpandedWeights) and with ghost clipping, looped over
-  the nodes (optional `bench` extra; "Opacus not installed" otherwise), `torch.func` per node, the non-private floor, and the naive per-sample loop only
-  as a labelled reference (`--method naive_loop`); plus one real `trainer.round(t)` of every
-  private defense (`--defense`, default: all registered with `private = True`) built by
+  the nodes (optional `bench` extra; "Opacus not installed" otherwise), `torch.func` per node,
+  the non-private floor, and the naive per-sample loop only as a labelled reference
+  (`--method naive_loop`); plus one real `trainer.round(t)` of every private defense
+  (`--defense`, default: all registered with `private = True`) built by
   `privbench.engine.runner.build` with `RecordPolicy.none()`. All methods and defenses are
   interleaved (`time_interleaved`: untimed warm-up, then passes in rotated order); JSON rows per
   (model, n, method) with median, quartiles, min, max and every time (wall), and the median
