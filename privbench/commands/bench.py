@@ -4,15 +4,17 @@ Sections (each prints a table and, with `--json FILE`, writes it as JSON):
 
 * `engine`: one generic DP round (clipped sum + Gaussian noise + push-sum mixing) for n nodes,
   on the same samples, every way of `privbench.commands.bench_rounds.METHODS`: privbench
-  (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus hooks and
-  Opacus ghost clipping looped over the nodes (optional `bench` extra; "Opacus not installed"
-  otherwise), `torch.func` per node, the non-private floor, and the naive per-sample loop only
-  as a labelled reference (`--method naive_loop`); plus one real `trainer.round(t)` of every
-  private defense (`--defense`, default: all registered with `private = True`) built by
+  (`engine.clipped_grad_sum`: all nodes at once, no per-sample gradients), Opacus in each of
+  its per-sample modes (hooks, functorch, ExpandedWeights) and with ghost clipping, looped over
+  the nodes (optional `bench` extra; "Opacus not installed" otherwise), `torch.func` per node,
+  the non-private floor, and the naive per-sample loop only as a labelled reference
+  (`--method naive_loop`); plus one real `trainer.round(t)` of every private defense
+  (`--defense`, default: all registered with `private = True`) built by
   `privbench.engine.runner.build` with `RecordPolicy.none()`. All methods and defenses are
   interleaved (`time_interleaved`: untimed warm-up, then passes in rotated order); JSON rows per
-  (model, n, method) with median, quartiles, min, max and every time, and per (model, n) the
-  ratios fastest Opacus / privbench and privbench / floor.
+  (model, n, method) with median, quartiles, min, max and every time (wall), and the median
+  CPU time; per (model, n) the ratios fastest Opacus mode / privbench and privbench / floor,
+  by wall and by CPU time.
 * `attacks`: K batched Geiping attacks (one vmapped program) vs a sequential loop over the same K
   problems (`bench_attacks`).
 * `audit`: wall time of `privbench attack --preset P` run in-process through `sweep.Sweep` (into a
@@ -60,6 +62,7 @@ from pathlib import Path
 
 import torch
 
+from privbench.commands import bench_measure
 from privbench.commands.bench_measure import (
     PLAN_COMPOSERS,
     SCALE_DEFENSE,
@@ -156,7 +159,7 @@ def run_engine(args: argparse.Namespace, device: torch.device) -> EnginePayload:
     print(_header(f"engine: one DP round (clipped sum + noise + push-sum), methods interleaved, "
                   f"median [quartiles] of {args.repeats}", device))
     print(f"{'model':6} {'n':>4} {'B':>3} {'method':<44} {'median':>10} {'q1-q3':>19} "
-          f"{'x/privbench':>11}", flush=True)
+          f"{'x/privbench':>11} {'CPU median':>10}", flush=True)
     rows: list[EngineRow] = []
     summary: list[EngineRatios] = []
     for m in args.model or ENGINE_MODELS:
@@ -168,13 +171,17 @@ def run_engine(args: argparse.Namespace, device: torch.device) -> EnginePayload:
                 rel = None if ours is None or r["median_s"] is None else r["median_s"] / ours
                 quart = "" if r["q1_s"] is None else f"{_fmt(r['q1_s'])}-{_fmt(r['q3_s'])}"
                 print(f"{m:6} {n:>4} {args.batch_size:>3} {r['label']:<44} "
-                      f"{_fmt(r['median_s']):>10} {quart:>19} {_ratio(rel, 2):>11}"
+                      f"{_fmt(r['median_s']):>10} {quart:>19} {_ratio(rel, 2):>11} "
+                      f"{_fmt(r['cpu_median_s']):>10}"
                       + (f"  skipped: {r['skipped']}" if r["skipped"] else ""))
             ratios: EngineRatios = {"model": m, "nodes": n, **engine_ratios(mine)}
             summary.append(ratios)
-            print(f"{m:6} {n:>4} ratios: fastest Opacus / privbench "
-                  f"{_ratio(ratios['fastest_opacus_over_privbench'], 2)}, privbench / floor "
-                  f"{_ratio(ratios['privbench_over_floor'], 2)}", flush=True)
+            print(f"{m:6} {n:>4} ratios (wall; CPU): fastest Opacus "
+                  f"({ratios['fastest_opacus'] or '-'}) / privbench "
+                  f"{_ratio(ratios['fastest_opacus_over_privbench'], 2)}; "
+                  f"{_ratio(ratios['fastest_opacus_over_privbench_cpu'], 2)}, privbench / floor "
+                  f"{_ratio(ratios['privbench_over_floor'], 2)}; "
+                  f"{_ratio(ratios['privbench_over_floor_cpu'], 2)}", flush=True)
     return {"rows": rows, "ratios": summary, "methods": methods, "repeats": args.repeats}
 
 
@@ -336,8 +343,7 @@ def run_bench(args: argparse.Namespace) -> int:
     code = code_provenance() if args.json_out else None
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {args.repeats}")
-    global ROUND_BUDGET_S
-    ROUND_BUDGET_S = args.round_budget_s
+    bench_measure.ROUND_BUDGET_S = args.round_budget_s  # read by the timing loops there
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     if args.threads and args.section != "distributed":  # distributed splits them over ranks

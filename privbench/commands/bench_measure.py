@@ -165,28 +165,35 @@ def _engine_inputs(model: str, n: int, batch: int, device: torch.device,
     return fm, params, x, y, p, gen
 
 
-def _timed(fn: Callable[[], Any], device: torch.device) -> float:
-    start = time.perf_counter()
+def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, float]:
+    """Wall and CPU seconds (all of this process's threads) of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
     _sync(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def time_interleaved(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device,
-                     ) -> dict[str, list[float]]:
+                     cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """Seconds of every call, methods interleaved: one untimed warm-up each (first-call set-up:
     lazy initialisation, allocations, Opacus hooks), then `repeats` passes over all methods, the
     order rotated by one each pass (load drifting over the run hits every method alike). A
-    method whose first timed call exceeds ROUND_BUDGET_S is timed only once."""
+    method whose first timed call exceeds ROUND_BUDGET_S is timed only once. `cpu`, when
+    given, receives each call's CPU seconds (on a shared machine the wall time also counts
+    the time other processes held the cores; the CPU time does not)."""
     names = list(fns)
     times: dict[str, list[float]] = {k: [] for k in names}
+    cpu = {} if cpu is None else cpu
     for k in names:
+        cpu[k] = []
         fns[k]()
         _sync(device)
     for r in range(repeats):
         for k in names[r % len(names):] + names[:r % len(names)]:
             if not times[k] or times[k][0] <= ROUND_BUDGET_S:
-                times[k].append(_timed(fns[k], device))
+                wall, used = _timed(fns[k], device)
+                times[k].append(wall)
+                cpu[k].append(used)
     return times
 
 
@@ -257,7 +264,8 @@ def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.dev
             skipped[key] = why or "skipped"
         else:
             calls[key] = _guarded(call, skipped, key)
-    times = time_interleaved(calls, repeats, device)
+    cpu: dict[str, list[float]] = {}
+    times = time_interleaved(calls, repeats, device, cpu)
     base = {"model": model, "nodes": n, "batch": batch, "d": fm.d,
             "dataset": bench_dataset(n, batch), "out_degree": out_degree(n)}
     rows: list[EngineRow] = []
@@ -265,24 +273,30 @@ def bench_engine(model: str, n: int, batch: int, repeats: int, device: torch.dev
         stats: Spread = (spread(times[key]) if key not in skipped else
                          {"median_s": None, "q1_s": None, "q3_s": None, "min_s": None,
                           "max_s": None, "times_s": None})
-        rows.append({**base, "method": key, "label": label, **stats,
+        cpu_med = statistics.median(cpu[key]) if key not in skipped else None
+        rows.append({**base, "method": key, "label": label, **stats, "cpu_median_s": cpu_med,
+                     "cpu_times_s": cpu[key] if key not in skipped else None,
                      "skipped": skipped.get(key)})
     return rows
 
 
 def engine_ratios(rows: list[EngineRow]) -> Ratios:
     """Ratios of one (model, n)'s rows: fastest Opacus mode / privbench, privbench / floor,
-    torch.func per node / privbench (None where a method did not run)."""
+    torch.func per node / privbench, by median wall time and (`_cpu`) by median CPU time (None
+    where a method did not run); the fastest Opacus mode is the one of least median wall time."""
     med = {r["method"]: r["median_s"] for r in rows if r["median_s"] is not None}
-    ours = med.get("privbench")
-    opacus = [med[k] for k in OPACUS_METHODS if k in med]
+    cpu = {r["method"]: r["cpu_median_s"] for r in rows if r["cpu_median_s"] is not None}
+    opacus = min((k for k in OPACUS_METHODS if k in med), key=med.__getitem__, default=None)
 
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else a / b
+    def ratio(times: dict[str, float], a: str | None, b: str) -> float | None:
+        return times[a] / times[b] if a in times and b in times else None
 
-    return {"fastest_opacus_over_privbench": ratio(min(opacus) if opacus else None, ours),
-            "privbench_over_floor": ratio(ours, med.get("floor")),
-            "func_per_node_over_privbench": ratio(med.get("func_per_node"), ours)}
+    return {"fastest_opacus": opacus,
+            "fastest_opacus_over_privbench": ratio(med, opacus, "privbench"),
+            "privbench_over_floor": ratio(med, "privbench", "floor"),
+            "func_per_node_over_privbench": ratio(med, "func_per_node", "privbench"),
+            "fastest_opacus_over_privbench_cpu": ratio(cpu, opacus, "privbench"),
+            "privbench_over_floor_cpu": ratio(cpu, "privbench", "floor")}
 
 
 def _out_of_memory(exc: BaseException) -> bool:

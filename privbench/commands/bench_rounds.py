@@ -4,9 +4,10 @@ Used by `privbench bench engine`; every method computes the same update (tested 
 
 * `privbench`: `engine.clipped_grad_sum`, all n nodes in one vmap, no per-sample gradients
   (ghost norms / per-layer book-keeping, privbench/engine/ghost.py);
-* `opacus_hooks`: Opacus `GradSampleModule` (per-sample gradients by hooks) and
-  `DPOptimizer.clip_and_accumulate`, looped over the nodes (one module, each node's parameters
-  loaded in turn, as per-node Opacus code runs);
+* `opacus_hooks`, `opacus_functorch`, `opacus_ew`: Opacus per-sample gradients in each of its
+  `grad_sample_mode`s (module hooks, the default; torch.func for every layer; torch's
+  ExpandedWeights) and `DPOptimizer.clip_and_accumulate`, looped over the nodes (one module,
+  each node's parameters loaded in turn, as per-node Opacus code runs);
 * `opacus_ghost`: Opacus `GradSampleModuleFastGradientClipping` (ghost clipping: norms in the
   first backward, the clipped sum in a second), looped over the nodes;
 * `func_per_node`: `torch.func` per-sample gradients of one node at a time (vmap(grad)), clip,
@@ -48,7 +49,9 @@ class _OpacusSetup(TypedDict, total=False):
     """Opacus' modules of a method, built on its first round and reused (opacus is optional:
     its types are not imported here)."""
 
-    hooks: tuple[Any, Any]  # GradSampleModule, DPOptimizer
+    hooks: tuple[Any, Any]  # GradSampleModule, DPOptimizer (per grad_sample_mode)
+    functorch: tuple[Any, Any]
+    ew: tuple[Any, Any]
     ghost: tuple[Any, Any, Any]  # the fast-gradient-clipping module, optimizer and loss
 
 @dataclass
@@ -68,8 +71,10 @@ class RoundInputs:
 
 def _step(inp: RoundInputs, sums: Tensor) -> Tensor:
     """Noise, local step and push-sum mixing of the clipped sums (n, d) -> (n, d)."""
-    noise = torch.randn(inp.params.shape, generator=inp.gen, device=inp.params.device)
-    return inp.p @ (inp.params - LR * (sums + inp.sigma * inp.clip * noise) / inp.y.shape[1])
+    # params - LR (sums + sigma C noise) / B, in place in the noise buffer (one (n, d) tensor)
+    step = torch.randn(inp.params.shape, generator=inp.gen, device=inp.params.device)
+    step.mul_(inp.sigma * inp.clip).add_(sums).mul_(-LR / inp.y.shape[1]).add_(inp.params)
+    return inp.p @ step
 
 
 def round_privbench(inp: RoundInputs) -> Tensor:
@@ -136,18 +141,19 @@ def _flat_grads(params: list[nn.Parameter], attr: str) -> Tensor:
     return torch.cat([getattr(q, attr).reshape(-1) for q in params])
 
 
-def round_opacus_hooks(inp: RoundInputs) -> Tensor:
-    """Opacus per-sample gradients by hooks, clipped and summed by its DPOptimizer, per node."""
-    if "hooks" not in inp.cache:
-        from opacus import GradSampleModule
+def _opacus_per_sample(inp: RoundInputs, mode: str) -> Tensor:
+    """Opacus per-sample gradients (`grad_sample_mode` `mode`), clipped and summed by its
+    DPOptimizer, one node after the other."""
+    if mode not in inp.cache:
+        from opacus.grad_sample import get_gsm_class
         from opacus.optimizers import DPOptimizer
 
-        gsm = GradSampleModule(copy.deepcopy(inp.fm.module), loss_reduction="sum")
+        gsm = get_gsm_class(mode)(copy.deepcopy(inp.fm.module), loss_reduction="sum")
         opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=LR), noise_multiplier=0.0,
                           max_grad_norm=inp.clip, expected_batch_size=inp.y.shape[1],
                           loss_reduction="sum")
-        inp.cache["hooks"] = gsm, opt
-    gsm, opt = inp.cache["hooks"]
+        inp.cache[mode] = gsm, opt
+    gsm, opt = inp.cache[mode]
     params = list(gsm.parameters())
     sums = []
     for i in range(inp.params.shape[0]):  # the per-node loop
@@ -159,6 +165,21 @@ def round_opacus_hooks(inp: RoundInputs) -> Tensor:
     opt.zero_grad(set_to_none=True)
     with torch.no_grad():
         return _step(inp, torch.stack(sums))
+
+
+def round_opacus_hooks(inp: RoundInputs) -> Tensor:
+    """Opacus per-sample gradients by module hooks (its default), per node."""
+    return _opacus_per_sample(inp, "hooks")
+
+
+def round_opacus_functorch(inp: RoundInputs) -> Tensor:
+    """Opacus per-sample gradients by torch.func for every layer, per node."""
+    return _opacus_per_sample(inp, "functorch")
+
+
+def round_opacus_ew(inp: RoundInputs) -> Tensor:
+    """Opacus per-sample gradients by torch's ExpandedWeights, per node."""
+    return _opacus_per_sample(inp, "ew")
 
 
 def round_opacus_ghost(inp: RoundInputs) -> Tensor:
@@ -202,6 +223,9 @@ class Method:
 METHODS: dict[str, Method] = {
     "privbench": Method("privbench (all nodes, no per-sample grads)", round_privbench),
     "opacus_hooks": Method("Opacus hooks, per node", round_opacus_hooks, opacus_missing),
+    "opacus_functorch": Method("Opacus functorch, per node", round_opacus_functorch,
+                               opacus_missing),
+    "opacus_ew": Method("Opacus ExpandedWeights, per node", round_opacus_ew, opacus_missing),
     "opacus_ghost": Method("Opacus ghost clipping, per node", round_opacus_ghost,
                            opacus_missing),
     "func_per_node": Method("torch.func, per node", round_func_per_node),
@@ -209,4 +233,4 @@ METHODS: dict[str, Method] = {
     "floor_vmap": Method("non-private floor, one vmap", round_floor_vmap),
     "naive_loop": Method("naive loop (reference only)", round_naive_loop),
 }
-OPACUS_METHODS = ("opacus_hooks", "opacus_ghost")
+OPACUS_METHODS = ("opacus_hooks", "opacus_functorch", "opacus_ew", "opacus_ghost")

@@ -34,15 +34,20 @@ class EngineRow(Spread):
     out_degree: int
     method: str  # a `bench_rounds.METHODS` key or "defense:<name>"
     label: str
+    cpu_median_s: float | None  # CPU seconds (this process, all threads), median of the calls
+    cpu_times_s: list[float] | None
     skipped: str | None  # why it did not run (its times are then None)
 
 
 class Ratios(TypedDict):
     """One (model, n)'s ratios (`bench_measure.engine_ratios`; None where a method did not run)."""
 
+    fastest_opacus: str | None  # the Opacus method of least median wall time
     fastest_opacus_over_privbench: float | None
     privbench_over_floor: float | None
     func_per_node_over_privbench: float | None
+    fastest_opacus_over_privbench_cpu: float | None  # the same ratios of median CPU times
+    privbench_over_floor_cpu: float | None
 
 
 class EngineRatios(Ratios):

@@ -8,16 +8,20 @@ rows or samples), without forming the (m, B, d) per-sample stack:
 * the backward differentiates w.r.t. zero tensors added to every parametrised layer's output
   ("probes"), so it yields each layer's per-sample output gradients e (m, B, ..., q) and, through
   forward hooks, its inputs a (m, B, ..., p); no weight gradient is computed in the pass;
-* Linear and Conv2d (im2col: a -> U (T, p·k·k)): per-sample weight gradient G_i = e_i^T a_i.
-  Its squared norm is taken the cheaper exact way per layer, as Bu, Wang, Zha, Karypis 2023
-  ("book-keeping", mixed ghost norm) choose: ghost norm <a_i a_i^T, e_i e_i^T> (two T x T Gram
-  matrices; Li et al. 2022; for T = 1 simply ||e_i||^2 ||a_i||^2) when T^2 (p + q) < T p q,
-  else G_i formed (T p q flops). Bias: ||sum_t e_it||^2;
+* Linear (and Conv2d seen through im2col: a -> U (T, p = C·k)): per-sample weight gradient
+  G_i = e_i^T a_i. Linear: ghost norm ||e_i||^2 ||a_i||^2 (T = 1; Li et al. 2022), or for
+  T > 1 the cheaper of the T x T Gram matrices <a_i a_i^T, e_i e_i^T> and G_i formed (as Bu,
+  Wang, Zha, Karypis 2023, "book-keeping", mixed ghost norm, choose). Conv2d: the cheapest of
+  three exact ways by multiply-adds (`conv_norm_way`): G_i formed (T p q), the im2col Gram
+  U_i U_i^T (T^2 p), or the same Gram without im2col, mapped from the pixel Gram X_i^T X_i
+  (S x S over the S input pixels: S^2 C + k T^2; `_patch_gram`); the Grams against e_i e_i^T.
+  Bias: ||sum_t e_it||^2;
 * GroupNorm (affine): per-sample gradients are small (2 x channels), formed directly;
 * any other layer with parameters: per-sample gradients of that layer's own parameters only, by
   `vmap(vmap(vjp))` of the layer on its captured input and output gradient (exact, local);
 * the clipped sum, per layer, is one weighted product: (c * E)^T A over all B·T rows of a row
-  (book-keeping), or an einsum over the formed G.
+  (book-keeping); for Conv2d the weight gradient of the clip-weighted output gradients c * e,
+  one grouped convolution backward for all rows; or an einsum over the formed G.
 
 Models whose parametrised modules also have children, are called more than once (shared
 weights), or take several inputs fall back to `vmap(vmap(grad))` per-sample gradients for the
@@ -28,6 +32,7 @@ gradients) is tested to 1e-5.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -138,8 +143,8 @@ class FastClip:
         """Each layer's inputs a (m, B, *in_shape) and per-sample output gradients
         e (m, B, *out_shape) from one forward and one backward per row, all rows in one vmap."""
         m, b = y.shape
-        zeros = [torch.zeros(m, b, *lay.out_shape, dtype=x.dtype, device=x.device)
-                 for lay in self.layers]
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        zeros = [zero.expand(m, b, *lay.out_shape) for lay in self.layers]  # never written
         state: _ProbeState = {}
 
         def row_loss(probes: list[Tensor], p: dict[str, Tensor], xb: Tensor, yb: Tensor,
@@ -192,23 +197,118 @@ def _linear(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
                       else None)
 
 
+def _conv_costs(mod: nn.Conv2d, in_shape: Shape, out_shape: Shape) -> dict[str, int]:
+    """Multiply-adds per sample of each exact way to a conv layer's per-sample gradient norm
+    (C input channels, S = H·W input pixels, T output positions, p = C·k, q output channels):
+    "formed" G_i = E_i^T U_i (T p q), "gram": the T x T Gram matrices of the im2col patches U_i
+    and of E_i (Li et al. 2022; T p + T^2 (p + q)), "pixel": the same patch Gram mapped from
+    the pixel Gram X_i^T X_i (S^2 C + k T^2 + T^2 q; `_patch_gram`)."""
+    c, h, w = in_shape
+    q, t = out_shape[0], math.prod(out_shape[1:])
+    k = math.prod(mod.kernel_size)
+    p = c * k
+    return {"formed": t * p * (q + 1), "gram": t * p + t * t * (p + q),
+            "pixel": (h * w) ** 2 * c + k * t * t + t * t * q}
+
+
+def conv_norm_way(lay: Layer) -> str:
+    """The cheapest exact way ("formed", "gram" or "pixel") to a conv layer's per-sample norms."""
+    costs = _conv_costs(lay.module, lay.in_shape, lay.out_shape)
+    return min(costs, key=costs.__getitem__)
+
+
+Geometry = tuple[Shape, Shape, Shape, Shape, Shape, Shape]  # kernel, stride, padding,
+# dilation, input (H, W), output (Ho, Wo)
+
+
+@functools.lru_cache(maxsize=64)
+def _pixel_to_patch(geometry: Geometry, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The sparse 0/1 map M (T·T, S·S) with vec(U U^T) = M vec(X^T X) for one conv geometry.
+
+    Patch t holds, at kernel offset j, input pixel src(t, j) = t·stride - padding + j·dilation
+    (or a padding zero), so <U_t, U_t'> = sum_j P[src(t, j), src(t', j)] over the offsets
+    where both pixels lie inside the image: at most k nonzeros per row."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), (h, w), (ho, wo) = geometry
+    iy = (torch.arange(ho)[:, None] * sh - ph + torch.arange(kh)[None] * dh)[:, None, :, None]
+    ix = (torch.arange(wo)[:, None] * sw - pw + torch.arange(kw)[None] * dw)[None, :, None, :]
+    inside = ((iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)).reshape(ho * wo, kh * kw)  # (T, k)
+    src = (iy * w + ix).reshape(ho * wo, kh * kw)  # (T, k) flat input pixel of patch t, offset j
+    t = ho * wo
+    both = inside[:, None, :] & inside[None, :, :]  # (T, T, k)
+    rows = (torch.arange(t)[:, None, None] * t + torch.arange(t)[None, :, None]).expand_as(both)
+    cols = src[:, None, :] * (h * w) + src[None, :, :]
+    index = torch.stack([rows[both], cols[both]])
+    ones = torch.ones(index.shape[1], dtype=dtype)
+    m = torch.sparse_coo_tensor(index, ones, (t * t, h * w * h * w), check_invariants=True)
+    return m.coalesce().to(device)
+
+
+def _patch_gram(mod: nn.Conv2d, a: Tensor, out_hw: Shape) -> Tensor:
+    """Gram matrices U_i U_i^T (N, T, T) of the im2col patches of a (N, C, H, W), without
+    im2col: the pixel Gram P_i = X_i^T X_i (N, S, S) through the sparse map `_pixel_to_patch`
+    (S^2 C + k T^2 multiply-adds against T^2 C k for the patches' own Gram)."""
+    n, c, h, w = a.shape
+    x = a.reshape(n, c, h * w)
+    pix = (x.transpose(1, 2) @ x).reshape(n, h * w * h * w)  # (N, S·S)
+    geometry = (tuple(mod.kernel_size), tuple(mod.stride), tuple(mod.padding),
+                tuple(mod.dilation), (h, w), tuple(out_hw))
+    m = _pixel_to_patch(geometry, a.dtype, a.device)  # (T·T, S·S)
+    t = out_hw[0] * out_hw[1]
+    return torch.sparse.mm(m, pix.T).T.reshape(n, t, t)
+
+
+def _unfolded(mod: nn.Conv2d, a: Tensor) -> Tensor:
+    """im2col patches of a (N, C, H, W): (N, T, C·k·k)."""
+    return F.unfold(a, mod.kernel_size, mod.dilation, mod.padding, mod.stride).transpose(1, 2)
+
+
+def _weight_grad(mod: nn.Conv2d, inp: Tensor, out: Tensor, groups: int) -> Tensor:
+    """Weight gradients of `groups` independent copies of conv `mod`: input (N, groups·C, H, W)
+    and output gradient (N, groups·q, Ho, Wo) -> (groups·q, C, k, k), one grouped convolution
+    backward (the backend's weight-gradient kernel; no im2col in memory)."""
+    w = inp.new_zeros(1).expand(out.shape[1], *mod.weight.shape[1:])  # its shape only
+    return torch.ops.aten.convolution_backward(
+        out, inp, w, None, mod.stride, mod.padding, mod.dilation, False, [0, 0], groups,
+        [False, True, False])[1]
+
+
 def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
+    """Conv2d: per-sample norms the cheapest exact way (`conv_norm_way`); the clipped sum is the
+    weight gradient of the clip-weighted output gradients, one grouped convolution backward
+    over the m rows (groups = m), or, where G_i is formed, its weighted sum."""
     mod = lay.module
     m, b = a.shape[:2]
-    u = F.unfold(a.reshape(m * b, *a.shape[2:]), mod.kernel_size, mod.dilation, mod.padding,
-                 mod.stride)  # (m·B, C·k·k, T)
-    a3 = u.transpose(1, 2).reshape(m, b, u.shape[2], u.shape[1])  # (m, B, T, p)
-    e3 = e.reshape(m, b, mod.out_channels, -1).transpose(2, 3)  # (m, B, T, q)
-    sq, summed = _gram_core(a3, e3, lay.param("weight"),
-                            lay.param("bias") if mod.bias is not None else None)
-    shape = mod.weight.shape
+    q, ho, wo = e.shape[2:]
+    way = conv_norm_way(lay)
+    a4 = a.reshape(m * b, *a.shape[2:])  # (m·B, C, H, W)
+    e3 = e.reshape(m * b, q, ho * wo)  # (m·B, q, T)
+    weight, bias = lay.param("weight"), lay.param("bias") if mod.bias is not None else None
+    if way == "formed":  # every sample its own convolution group: G_i (m, B, q, C, k, k)
+        g = _weight_grad(mod, a4.reshape(1, -1, *a4.shape[2:]), e.reshape(1, -1, ho, wo),
+                         m * b).reshape(m, b, *mod.weight.shape)
+        grads = {weight: g} | ({bias: e3.sum(dim=2).reshape(m, b, q)} if bias else {})
+        return _formed(grads)
+    if way == "gram":
+        u = _unfolded(mod, a4)  # (m·B, T, p)
+        gram_a = u @ u.transpose(1, 2)
+    else:
+        gram_a = _patch_gram(mod, a4, (ho, wo))
+    sq = (gram_a * (e3.transpose(1, 2) @ e3)).sum(dim=(1, 2)).reshape(m, b)  # ghost norm
+    eb = e3.sum(dim=2).reshape(m, b, q) if bias else None  # (m, B, q) bias gradients
+    if eb is not None:
+        sq = sq + eb.pow(2).sum(dim=-1)
 
-    def conv_summed(c: Tensor) -> dict[str, Tensor]:
-        out = summed(c)
-        out[lay.param("weight")] = out[lay.param("weight")].reshape(m, *shape)
-        return out
+    def summed(c: Tensor) -> dict[str, Tensor]:
+        ec = e * c[:, :, None, None, None]  # (m, B, q, Ho, Wo)
+        # rows as convolution groups: input (B, m·C, H, W), output gradient (B, m·q, Ho, Wo)
+        dw = _weight_grad(mod, a.transpose(0, 1).reshape(b, -1, *a.shape[3:]),
+                          ec.transpose(0, 1).reshape(b, -1, ho, wo), m)
+        sums = {weight: dw.reshape(m, *mod.weight.shape)}
+        if bias and eb is not None:
+            sums[bias] = torch.einsum("mbq,mb->mq", eb, c)
+        return sums
 
-    return sq, conv_summed
+    return sq, summed
 
 
 def _formed(grads: dict[str, Tensor]) -> Contribution:
@@ -259,7 +359,8 @@ def plan_for(module: nn.Module, sample_shape: Shape) -> FastClip | None:
 
 
 def row_bytes(plan: FastClip, batch: int, itemsize: int) -> int:
-    """Rough bytes one row needs (inputs, output gradients, unfolds, Grams or formed G)."""
+    """Rough bytes one row needs (inputs, output gradients, and per conv layer what its norm
+    way builds: patches and G_i, patches and Grams, or pixel and patch Grams)."""
     total = 0
     for lay in plan.layers:
         io = math.prod(lay.in_shape) + 2 * math.prod(lay.out_shape)
@@ -267,7 +368,9 @@ def row_bytes(plan: FastClip, batch: int, itemsize: int) -> int:
             mod = lay.module
             t = math.prod(lay.out_shape[1:])
             p = mod.in_channels * math.prod(mod.kernel_size)
-            io += t * p + min(t * t * 2, p * mod.out_channels)
+            s = math.prod(lay.in_shape[1:])
+            io += {"formed": t * p + p * mod.out_channels, "gram": t * p + 2 * t * t,
+                   "pixel": s * s + 2 * t * t}[conv_norm_way(lay)]
         total += io
     return 2 * total * batch * itemsize
 

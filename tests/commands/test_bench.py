@@ -34,6 +34,27 @@ def test_every_round_method_computes_the_same_update(model):
     assert torch.allclose(METHODS["floor"].fn(inp), METHODS["floor_vmap"].fn(inp), atol=1e-6)
 
 
+
+def test_on_digits_only_opacus_expanded_weights_matches_the_reference():
+    # What the engine benchmark's Opacus rows compute on its own data (digits, 8 x 8): the FedAvg
+    # CNN's second conv (5 x 5 kernel, padding 2) sees a 4 x 4 map, where Opacus 1.6's hooks and
+    # functorch per-sample gradients and its ghost clipping are wrong and ExpandedWeights and
+    # privbench are right (relative error of the update against the naive per-sample loop).
+    pytest.importorskip("opacus")
+    from privbench.commands.bench_rounds import METHODS, RoundInputs
+
+    fm, _, x, y, p, gen = bench_measure._engine_inputs("cnn", 3, 32, torch.device("cpu"))
+    params = torch.stack([fm.init(torch.Generator().manual_seed(i)) for i in range(3)])
+    inp = RoundInputs(fm, params, x, y, p, gen, sigma=0.0)
+    ref = METHODS["naive_loop"].fn(inp)
+    scale = (ref - p @ params).norm()
+
+    def err(key: str) -> float:
+        return float((METHODS[key].fn(inp) - ref).norm() / scale)
+
+    assert err("privbench") < 1e-4 and err("opacus_ew") < 1e-4
+    assert min(err(k) for k in ("opacus_hooks", "opacus_functorch", "opacus_ghost")) > 1e-2
+
 def test_opacus_methods_say_when_opacus_is_absent(monkeypatch, capsys):
     import importlib.util
 
@@ -77,9 +98,15 @@ def test_engine_section_times_every_method_and_real_rounds(tmp_path, capsys):
         r = rows[key]
         assert (r["model"], r["nodes"], r["batch"]) == ("lenet", 4, 2)
         assert len(r["times_s"]) == 2 and r["min_s"] <= r["median_s"] <= r["max_s"]
+        assert len(r["cpu_times_s"]) == 2 and r["cpu_median_s"] > 0  # CPU time of each call
     (ratios,) = res["ratios"]
     assert ratios["privbench_over_floor"] == rows["privbench"]["median_s"] / rows["floor"][
         "median_s"]
+    assert ratios["privbench_over_floor_cpu"] == rows["privbench"]["cpu_median_s"] / rows[
+        "floor"]["cpu_median_s"]
+    ran = [k for k in bench_measure.OPACUS_METHODS if rows[k]["median_s"] is not None]
+    fastest = min(ran, key=lambda k: rows[k]["median_s"]) if ran else None  # None: no Opacus
+    assert ratios["fastest_opacus"] == fastest
 
 
 def test_interleaving_rotates_the_order():
@@ -264,3 +291,14 @@ def test_bench_plans_times_both_composers_on_the_same_noise():
     for r in rows:
         assert r["repeats"] == 2 and r["cold_min_s"] <= r["cold_s"] <= r["cold_max_s"]
     assert main(["bench", "plans", "--method", "nope", "--rounds", "5"]) == 2
+
+
+def test_round_budget_times_a_slower_call_once(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench_measure, "ROUND_BUDGET_S", bench_measure.ROUND_BUDGET_S)  # restored
+    out = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--model", "mlp", "--nodes", "3", "--batch-size", "2",
+                 "--repeats", "3", "--defense", "none", "--device", "cpu", "--method",
+                 "privbench,floor", "--round-budget-s", "1e-9", "--json", str(out)]) == 0
+    assert bench_measure.ROUND_BUDGET_S == 1e-9  # the flag reaches the timing loop
+    rows = json.loads(out.read_text())["rows"]
+    assert [len(r["times_s"]) for r in rows] == [1, 1]

@@ -138,3 +138,65 @@ def test_layers_without_a_fast_rule_fall_back_exactly(kind):
     ref, _ = _reference(fm, params, x, y, mask, bound)
     got, _ = clipped_grad_sum(fm, params, x, y, mask, bound)
     assert _rel(got, ref) < 1e-5
+
+
+# Conv geometries beyond the registered models': stride, dilation, asymmetric padding and
+# kernels, and kernels larger than the feature map (every patch reaches into the padding).
+GEOMETRIES = [
+    dict(cin=3, cout=4, kernel=3, stride=1, padding=1, dilation=1, hw=(6, 5)),
+    dict(cin=2, cout=5, kernel=(3, 2), stride=(2, 1), padding=(1, 0), dilation=1, hw=(7, 6)),
+    dict(cin=2, cout=3, kernel=3, stride=1, padding=2, dilation=2, hw=(5, 5)),
+    dict(cin=4, cout=6, kernel=5, stride=1, padding=2, dilation=1, hw=(4, 4)),
+]
+
+
+def _conv(g: dict) -> nn.Conv2d:
+    return nn.Conv2d(g["cin"], g["cout"], g["kernel"], stride=g["stride"], padding=g["padding"],
+                     dilation=g["dilation"]).double()
+
+
+@pytest.mark.parametrize("g", GEOMETRIES)
+def test_patch_gram_from_pixel_gram_equals_im2col_gram(g):
+    from privbench.engine.ghost import _patch_gram, _unfolded
+
+    conv = _conv(g)
+    a = torch.randn(7, g["cin"], *g["hw"], generator=torch.Generator().manual_seed(1),
+                    dtype=torch.float64)
+    out_hw = tuple(conv(a).shape[2:])
+    u = _unfolded(conv, a)  # (N, T, p) the im2col patches
+    ref = u @ u.transpose(1, 2)
+    got = _patch_gram(conv, a, out_hw)
+    assert got.shape == ref.shape and _rel(got, ref) < 1e-12
+    assert _rel(_patch_gram(conv, a.flip(-1), out_hw), ref) > 1e-3  # the map is not symmetric
+
+
+@pytest.mark.parametrize("way", ["formed", "gram", "pixel"])
+@pytest.mark.parametrize("g", GEOMETRIES)
+def test_every_conv_norm_way_equals_per_sample_reference(monkeypatch, way, g):
+    from privbench.engine import ghost
+
+    module = nn.Sequential(_conv(g), nn.Tanh(), nn.Flatten())
+    with torch.no_grad():
+        width = module(torch.zeros(1, g["cin"], *g["hw"], dtype=torch.float64)).shape[1]
+    module.append(nn.Linear(width, 10).double())
+    fm = FlatModel(module)
+    shape = (g["cin"], *g["hw"])
+    monkeypatch.setattr(ghost, "conv_norm_way", lambda lay: way)
+    params, x, y, mask, bound = _inputs(fm, shape)
+    ref, ref_norms = _reference(fm, params, x, y, mask, bound)
+    got, norms = clipped_grad_sum(fm, params, x, y, mask, bound)
+    assert _rel(got, ref) < 1e-10 and _rel(norms, ref_norms) < 1e-10
+
+
+def test_conv_norm_way_is_the_cheapest_per_layer():
+    from privbench.engine.ghost import conv_norm_way
+
+    # the FedAvg CNN on 8 x 8: conv1 (T = 64, p = 25, q = 32) forms G_i; conv2 on a 4 x 4 map
+    # (T = 16, p = 800) takes the pixel Gram (S^2 C = 8,192 against T^2 p = 204,800)
+    plan = plan_for(build_model("cnn", (1, 8, 8), 10).module, (1, 8, 8))
+    assert [conv_norm_way(lay) for lay in plan.layers if lay.rule == "conv2d"] == [
+        "formed", "pixel"]
+    # a strided conv with a wide input: the im2col Gram (T = 4) beats both
+    module = nn.Sequential(nn.Conv2d(64, 64, 3, stride=4), nn.Flatten(), nn.Linear(256, 10))
+    plan = plan_for(module, (64, 8, 8))
+    assert conv_norm_way(plan.layers[0]) == "gram"
