@@ -29,15 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import beta
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as _sk_roc_curve
 
 from privbench.errors import ConfigError
+from privbench.metrics.binomial import CI_LEVEL, clopper_pearson
 
 DEFAULT_FPRS = (0.001, 0.01, 0.1)  # the standard target FPRs, kept exactly (not on a grid)
 BOOTSTRAPS = 1000
-CI_LEVEL = 0.95
 CI_SEED = 0
 
 
@@ -107,14 +106,6 @@ def tpr_at_fpr(curve: RocCurve, fpr: float, level: float = CI_LEVEL) -> dict[str
           if value is not None else None)
     return {"fpr": fpr, "tpr": value, "ci": ci, "resolved": ok,
             "min_nonmembers": math.ceil(1 / fpr - 1e-9)}
-
-
-def clopper_pearson(k: int, n: int, level: float = CI_LEVEL) -> list[float]:
-    """Exact (Clopper-Pearson) two-sided interval [lo, hi] of a binomial rate k / n."""
-    a = 1 - level
-    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
-    return [lo, hi]
 
 
 def bootstrap_aucs(scores: ArrayLike, labels: ArrayLike, resamples: int = BOOTSTRAPS,

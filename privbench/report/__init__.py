@@ -4,8 +4,24 @@ No training code is imported here (only `privbench.results` helpers, matplotlib 
 `privbench report RESULTS.json` works from the JSON file alone. Plots are matplotlib PNGs and
 reconstruction galleries are PNGs, both embedded as data URIs; CSS is inline; the template is
 rendered by jinja2 with autoescaping, so every string from configs, names and paths is escaped.
+
+The page's names are loaded on first use, so that the gate (`privbench check`, which reads
+`privbench.report.gate`) never imports matplotlib or scipy with the package.
 """
 
-from privbench.report.render import merge_results, render_html, verdicts
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["merge_results", "render_html", "verdicts"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("privbench.report.render"), name)
+    raise AttributeError(f"module 'privbench.report' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from privbench.report.render import merge_results, render_html, verdicts

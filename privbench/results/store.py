@@ -327,7 +327,7 @@ def dataset_classes(results: AuditRun | Mapping[str, Json]) -> int | None:
 def accuracy_interval(cell: AuditCell) -> list[float] | None:
     """The 95 % Clopper-Pearson interval of the cell's test accuracy over the test samples its
     last evaluation counted, or None without an accuracy or a count."""
-    from privbench.metrics.roc import clopper_pearson
+    from privbench.metrics.binomial import clopper_pearson
 
     acc = finite_or_none(cell.accuracy)
     last = (cell.trained.history or [{}])[-1]
