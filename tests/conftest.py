@@ -1,10 +1,13 @@
-"""Shared fixtures (the embedded digits dataset, loaded once) and the `-n auto` worker count."""
+"""Shared fixtures (the embedded digits dataset, loaded once), the `-n auto` worker count, and
+the global state every test leaves as it found it (registries, environment, torch defaults)."""
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,58 @@ def no_data_places(monkeypatch, tmp_path_factory):
     missing = tmp_path_factory.mktemp("no-debian") / "absent"
     monkeypatch.setattr(datafiles, "DEBIAN", {k: (pkg, missing)
                                               for k, (pkg, _) in datafiles.DEBIAN.items()})
+
+
+PACKAGES = ("privbench", "defenses", "attacks")
+
+
+def _registries() -> list:
+    """Every `Registry` held by a loaded module of privbench, the defenses or the attacks (the
+    shared ones of `privbench.registry` and the others, such as the reproductions')."""
+    from privbench.registry import Registry
+
+    found: dict[int, Registry] = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".", 1)[0] in PACKAGES and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, Registry):
+                    found[id(value)] = value
+    return list(found.values())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _plugins_loaded() -> None:
+    """The built-in defenses and attacks registered before any test's registries are saved, so
+    that restoring them never drops an entry that only an import (done once) would add back."""
+    from privbench.plugins import load_plugins
+
+    load_plugins()
+
+
+@pytest.fixture(autouse=True)
+def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
+    """After each test: every registry holds exactly its entries from before the test (a name a
+    test or the code it ran registered is removed, one it replaced is put back), and the
+    environment, the working folder and torch's thread count and default dtype are restored, so
+    that the suite passes in any order, serially and distributed."""
+    saved = [(reg, dict(reg._items)) for reg in _registries()]
+    env, cwd = dict(os.environ), os.getcwd()
+    torch = sys.modules.get("torch")
+    threads, dtype = (torch.get_num_threads(), torch.get_default_dtype()) if torch else (0, None)
+    yield
+    for reg, items in saved:
+        if reg._items != items:
+            reg._items.clear()
+            reg._items.update(items)
+    for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
+        del os.environ[key]
+    for key, value in env.items():
+        if os.environ.get(key) != value and key != "PYTEST_CURRENT_TEST":
+            os.environ[key] = value
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    if torch is not None:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if torch.get_default_dtype() != dtype:
+            torch.set_default_dtype(dtype)
