@@ -1,26 +1,57 @@
-"""`privbench list`: every registry, one line per entry."""
+"""`privbench list`: every registry, one line per entry.
+
+The built-in entries are printed from `privbench.commands.catalog` (plain data: `list` answers
+at once, without importing torch, the defenses or the attacks); a test holds that table to the
+registries. With $PRIVBENCH_PLUGINS set the plugins are loaded and the registries themselves
+are printed, since a user's entries are in no table.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+
+from privbench.commands.catalog import CATALOG, Entry
+
+PLURALS = ("defenses", "attacks", "datasets", "models", "topologies")
+"""The registries in the order `list` prints them."""
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     """`privbench list`: every registry, one line per entry with its description (the first
     line of its docstring); each defense marked DP (differentially private) or not."""
+    from privbench.plugins import PLUGINS_ENV
+
+    entries = registry_entries() if os.environ.get(PLUGINS_ENV, "").strip() else CATALOG
+    print(format_entries(entries))
+    return 0
+
+
+def registry_entries() -> dict[str, tuple[Entry, ...]]:
+    """Every registry's entries, with the plugins loaded: (name, private or None for a registry
+    other than the defenses', description) per entry, by registry."""
     from privbench import registry
     from privbench.plugins import load_plugins
 
     load_plugins()
-    for reg in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS, registry.MODELS,
-                registry.TOPOLOGIES):
-        names = reg.names()
-        marked = reg is registry.DEFENSES
-        key = " (DP: differentially private, -: not private)" if marked else ""
-        print(f"{reg.plural}: {len(names) or '(none)'}{key}")
-        width = max(map(len, names), default=0)
-        for name in names:
-            obj = reg.get(name)
-            mark = f"{'DP' if obj.private else '-':<4}" if marked else ""
-            print(f"  {name:<{width}}  {mark}{registry.describe(name, obj)}")
-    return 0
+    regs = {r.plural: r for r in (registry.DEFENSES, registry.ATTACKS, registry.DATASETS,
+                                  registry.MODELS, registry.TOPOLOGIES)}
+    return {plural: tuple(
+        (name, bool(regs[plural].get(name).private) if plural == "defenses" else None,
+         registry.describe(name, regs[plural].get(name)))
+        for name in regs[plural].names()) for plural in PLURALS}
+
+
+def format_entries(entries: dict[str, tuple[Entry, ...]]) -> str:
+    """The text of `privbench list`: per registry a heading with its count, then one line per
+    entry (the defenses' with the DP mark)."""
+    lines = []
+    for plural in PLURALS:
+        rows = entries.get(plural, ())
+        key = " (DP: differentially private, -: not private)" if plural == "defenses" else ""
+        lines.append(f"{plural}: {len(rows) or '(none)'}{key}")
+        width = max((len(name) for name, _, _ in rows), default=0)
+        for name, private, text in rows:
+            mark = "" if private is None else f"{'DP' if private else '-':<4}"
+            lines.append(f"  {name:<{width}}  {mark}{text}")
+    return "\n".join(lines)

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.metrics import roc_auc_score
-from sklearn.metrics import roc_curve as _sk_roc_curve
 
 from privbench.errors import ConfigError
 from privbench.metrics.binomial import CI_LEVEL, clopper_pearson
@@ -80,6 +78,11 @@ def roc_curve(scores: ArrayLike, labels: ArrayLike) -> RocCurve:
         scores: (N,) membership scores, higher = member.
         labels: (N,) 1 / True for members.
     """
+    # scikit-learn on first use: the report and the gate read this module's interval helpers
+    # without computing a curve, and importing sklearn costs them a second
+    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_curve as _sk_roc_curve
+
     s, y = _check(scores, labels)
     fpr, tpr, thr = _sk_roc_curve(y, s, drop_intermediate=False)
     return RocCurve(fpr, tpr, thr, float(roc_auc_score(y, s)), int(y.sum()), int((~y).sum()))
