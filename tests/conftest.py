@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,28 +111,42 @@ def _registries() -> list:
 
 @pytest.fixture(scope="session", autouse=True)
 def _plugins_loaded() -> None:
-    """The built-in defenses and attacks registered before any test's registries are saved, so
-    that restoring them never drops an entry that only an import (done once) would add back."""
+    """The entries that imports register (the built-in defenses and attacks, the papers'
+    reproductions) in place before any test's registries are saved."""
+    from privbench import reproduce
     from privbench.plugins import load_plugins
 
     load_plugins()
+    reproduce.load()
+
+
+def _restore(reg: Any, items: dict[str, Any], imported: set[str]) -> None:
+    """Put a registry back to `items`, keeping what a module imported during the test
+    registered: an import happens once per process, so its entries would never come back."""
+    if reg._items == items:
+        return
+    by_import = {name: obj for name, obj in reg._items.items() if name not in items
+                 and getattr(obj, "__module__", None) in imported}
+    reg._items.clear()
+    reg._items.update({**items, **by_import})
 
 
 @pytest.fixture(autouse=True)
 def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
     """After each test: every registry holds exactly its entries from before the test (a name a
-    test or the code it ran registered is removed, one it replaced is put back), and the
-    environment, the working folder and torch's thread count and default dtype are restored, so
-    that the suite passes in any order, serially and distributed."""
+    test or the code it ran registered is removed, one it replaced is put back; an import's
+    entries are kept), and the environment, the working folder and torch's thread count and
+    default dtype are restored, so that the suite passes in any order, serially and
+    distributed."""
     saved = [(reg, dict(reg._items)) for reg in _registries()]
+    modules = set(sys.modules)
     env, cwd = dict(os.environ), os.getcwd()
     torch = sys.modules.get("torch")
     threads, dtype = (torch.get_num_threads(), torch.get_default_dtype()) if torch else (0, None)
     yield
+    imported = set(sys.modules) - modules
     for reg, items in saved:
-        if reg._items != items:
-            reg._items.clear()
-            reg._items.update(items)
+        _restore(reg, items, imported)
     for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
         del os.environ[key]
     for key, value in env.items():
