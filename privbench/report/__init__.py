@@ -6,7 +6,8 @@ reconstruction galleries are PNGs, both embedded as data URIs; CSS is inline; th
 rendered by jinja2 with autoescaping, so every string from configs, names and paths is escaped.
 
 The page's names are loaded on first use, so that the gate (`privbench check`, which reads
-`privbench.report.gate`) never imports matplotlib or scipy with the package.
+`privbench.report.gate`) never imports matplotlib or scipy with the package. The verdicts are
+`privbench.report.verdicts.verdicts` (the module's name is the package's attribute).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["merge_results", "render_html", "verdicts"]
+__all__ = ["merge_results", "render_html"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +25,4 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from privbench.report.render import merge_results, render_html, verdicts
+    from privbench.report.render import merge_results, render_html

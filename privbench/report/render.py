@@ -79,6 +79,13 @@ class Plots(TypedDict):
     roc: list[RocPanel]
 
 
+class Pair(TypedDict):
+    """A true image over its reconstruction (a PNG) and the lines under it."""
+
+    png: str
+    caption: list[str]
+
+
 class Gallery(TypedDict):
     """One reconstruction gallery of the report."""
 
@@ -88,7 +95,7 @@ class Gallery(TypedDict):
     batch_size: int | None
     victim: int | None
     round: int | None
-    png: str
+    pairs: list[Pair]
 
 
 class MessageRow(MessageKind, total=False):
@@ -232,12 +239,15 @@ def _galleries(results: AuditRun) -> list[Gallery]:
                 if not (gal and gal.get("true") and gal.get("reconstructed")):
                     continue
                 psnr = gal.get("psnr") or [None] * len(gal["true"])
-                caps = [f"v{gal.get('victim', '?')} r{gal.get('round', '?')}\n"
-                        + ("–" if v is None else f"{fmt_num(v)} dB") for v in psnr]
+                here = f"v{gal.get('victim', '?')} r{gal.get('round', '?')}"
+                pairs: list[Pair] = [
+                    {"png": plots.image_pair(t, r),
+                     "caption": [here, "–" if v is None else f"{fmt_num(v)} dB"]}
+                    for t, r, v in zip(gal["true"], gal["reconstructed"], psnr, strict=False)]
                 out.append({"defense": cell.defense, "where": where(cell), "attack": aname,
                             "batch_size": view.get("batch_size"),
                             "victim": gal.get("victim"), "round": gal.get("round"),
-                            "png": plots.image_pairs(gal["true"], gal["reconstructed"], caps)})
+                            "pairs": pairs})
     return out
 
 

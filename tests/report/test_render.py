@@ -8,7 +8,8 @@ import re
 import pytest
 
 from privbench.cli import main
-from privbench.report import render_html, verdicts
+from privbench.report import render_html
+from privbench.report.verdicts import verdicts
 from privbench.results.store import SCHEMA_VERSION, write_json
 
 
