@@ -154,6 +154,7 @@ def test_victim_two_hops_away_is_reconstructed(defense: str, dataset: str) -> No
     assert _two_hop_psnr(_trained(defense, dataset=dataset)) >= 20.0
 
 
+@pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_dp_stops_the_two_hop_reconstruction_and_its_removal_is_caught() -> None:
     """Both ways: DP-DPSGD at eps = 1 resists; the same defense with its noise and clipping
     switched off (a deliberately broken defense) is reconstructed 2 hops away."""
@@ -189,6 +190,7 @@ def test_network_dp_falls_with_distance_and_equals_local_for_an_eavesdropper() -
 
 
 # ------------------------------------------------------------------------------ leakage map
+@pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_leakage_command_writes_map_and_refuses_to_overwrite(tmp_path, capsys) -> None:
     out = tmp_path / "leak"
     args = ["leakage", "--defense", "d_psgd", "--distances", "2", "--sizes", "2", "--victims",

@@ -266,6 +266,7 @@ def test_clipped_grad_sum_equals_clip_then_masked_sum(model):
             assert torch.allclose(got_norms, norms, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_distributed_section_times_local_and_torchrun_ranks(tmp_path, capsys):
     out = tmp_path / "dist.json"
     assert main(["bench", "distributed", "--model", "mlp", "--nodes", "4", "--rounds", "2",

@@ -43,6 +43,7 @@ def plugin_env(tmp_path_factory) -> dict[str, str]:
                 PRIVBENCH_PLUGINS="my_defense", OMP_NUM_THREADS="1")
 
 
+@pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_the_example_passes_the_contract_tests(plugin_env):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -54,6 +55,7 @@ def test_the_example_passes_the_contract_tests(plugin_env):
     assert passed and int(passed.group(1)) >= 3, proc.stdout[-1000:]  # it was collected
 
 
+@pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_the_example_runs_distributed_as_in_one_process(plugin_env, tmp_path):
     single, dist = tmp_path / "single", tmp_path / "dist"
     one = subprocess.run([sys.executable, "-m", "privbench", "train", "--defense", NAME,

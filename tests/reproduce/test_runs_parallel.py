@@ -18,6 +18,7 @@ from tests.reproduce.grids import (
 )
 
 
+@pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_jobs_side_by_side_write_the_lines_of_a_sequential_run(tmp_path, capsys):
     repro, scale = tiny()
     one = reproduce(repro, scale, (0,), tmp_path / "one")
