@@ -66,6 +66,8 @@ CATALOG: dict[str, tuple[Entry, ...]] = {
          "node."),
         ("dlg", None, "Deep Leakage from Gradients (DLG)."),
         ("geiping", None, "Inverting Gradients (Geiping et al.)."),
+        ("geiping_multistep", None,
+         "Inverting Gradients on updates of several local steps (Geiping et al. 2020, Sec. 5)."),
         ("idlg", None, "Improved Deep Leakage from Gradients (iDLG)."),
         ("lira", None, "LiRA: the likelihood-ratio membership attack with per-example Gaussians."),
         ("mechanism", None,
