@@ -90,11 +90,12 @@ def test_roc_panels_show_bands_the_unresolved_region_and_the_test_at_a_crossing(
     assert len(panel["notes"]) == 1
     assert "the empirical-ε test certifies ε ≥ 0.0500, within the calibrated ε 0.100" in \
         panel["notes"][0]
-    ax = figures[-1].axes[0]
-    assert any("unresolved" in t.get_text() for t in ax.get_legend().get_texts())
-    assert "1/non-members = 0.00250" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    fig = figures[-1]
+    ax, (legend,) = fig.axes[0], fig.legends  # the legend sits under the axes, on the figure
+    assert any("unresolved" in t.get_text() for t in legend.get_texts())
+    assert "1/non-members = 0.00250" in " ".join(t.get_text() for t in legend.get_texts())
     assert len(ax.collections) >= 1  # the pointwise band
-    assert any("crosses the DP bound" in t.get_text() for t in ax.texts)
+    assert any("crosses the DP bound" in t.get_text() for t in fig.texts)
     lo, hi = plots.tpr_band([0.1], 500)
     assert lo[0] < 0.1 < hi[0] and hi[0] - lo[0] < 0.06
 
