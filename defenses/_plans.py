@@ -75,7 +75,7 @@ def plan_reports(plans: list[PrivacyPlan]) -> list[dict[str, Any]]:
     for i, plan in enumerate(plans):
         for rep in plan.reports:
             out.append({**rep.to_dict(), "node": i, "target_epsilon": plan.epsilon,
-                        "sample_rate": plan.sample_rate,
+                        "rounds": plan.rounds, "sample_rate": plan.sample_rate,
                         "noise": {k: float(v) for k, v in plan.noise.items()}})
     return out
 

@@ -57,6 +57,7 @@ from torch import Tensor
 from privbench.audit.mechanism_coverage import coverage, declared_kinds
 from privbench.audit.mechanism_epsilon import (
     _inv_sqrt,
+    ledger_findings,
     measured_epsilon,
     node_ledgers,
     sampling_rows,
@@ -349,7 +350,7 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
            if nodes else
            measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
-                            settings.level))
+                            settings.level, run.delta))
     return {"applicable": True, "rounds": [r.round for r in rec.replays],
             "diverged_round": res.diverged_round,
             "replay_exact": not inexact if any(r.exact is not None for r in rec.replays) else None,
@@ -358,5 +359,7 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
             "freshness": {k: v for k, v in fresh.items() if k != "findings"},
             "probes": probes, "sampling": sampling, "sampling_findings": sampling_findings,
             "epsilon": eps, "sensitivity": sensitivity_reading(eps), "findings": findings,
+            "request": {"epsilon": run.epsilon, "delta": run.delta, "rounds": run.rounds},
+            "ledger_findings": ledger_findings(ledgers, release, run.delta, run.rounds),
             "settings": {"rounds": settings.rounds, "scales": list(settings.scales),
                          "level": settings.level}}

@@ -183,14 +183,61 @@ def _report_multipliers(ledgers: list[dict[str, Any] | None], rounds: int,
     return np.tile(np.asarray(zs, dtype=float), (rounds, 1))
 
 
+def _run_schedule(release: np.ndarray, rounds: int) -> np.ndarray:
+    """(rounds, n) the multipliers of the rounds the run runs: a schedule longer than the run is
+    cut; a shorter one (a plan for fewer rounds than run) is extended with each node's smallest
+    release multiplier, which only raises ε."""
+    z = np.asarray(release, dtype=float)
+    if len(z) >= rounds:
+        return z[:rounds]
+    live = np.where((z > 0) & np.isfinite(z), z, np.inf).min(axis=0)  # (n,)
+    return np.concatenate([z, np.tile(live, (rounds - len(z), 1))])
+
+
+def _fmt(x: float) -> str:
+    """A δ or ε as it reads best: 1e-05 as 10⁻⁵, else 3 significant digits."""
+    exp = math.log10(x) if x > 0 else 0.5
+    if x > 0 and exp == round(exp) and exp < -1:
+        sup = str(int(exp)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+        return f"10{sup}"
+    return f"{x:.3g}"
+
+
+def _nodes(nodes: list[int]) -> str:
+    return f"node {nodes[0]}'s ledger is" if len(nodes) == 1 else \
+        f"the ledgers of nodes {', '.join(map(str, nodes))} are"
+
+
+def ledger_findings(ledgers: list[dict[str, Any] | None], release: np.ndarray | None,
+                    delta: float, rounds: int) -> list[str]:
+    """Where a ledger is stated for something else than the run asks: a δ above the run's (ε at
+    a larger δ is a weaker statement), or a round count other than the run's (its own, or the
+    rows of its noise schedule)."""
+    wrong: dict[str, list[int]] = {}
+    for i, led in enumerate(ledgers):
+        d, planned = (led or {}).get("delta"), (led or {}).get("rounds")
+        if isinstance(d, (int, float)) and d > delta * (1 + 1e-9):
+            wrong.setdefault(f"stated for δ = {_fmt(d)}, the run asks {_fmt(delta)}", []).append(i)
+        if isinstance(planned, int) and planned != rounds:
+            wrong.setdefault(f"composed over {planned} rounds, the run runs {rounds}",
+                             []).append(i)
+    out = [f"{_nodes(nodes)} {what}" for what, nodes in wrong.items()]
+    if release is not None and len(release) != rounds:
+        out.append(f"the noise schedule (Trainer.release_noise) has {len(release)} rounds, the "
+                   f"run runs {rounds}")
+    return out
+
+
 def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
                      sampling: list[dict[str, Any]], ledgers: list[dict[str, Any] | None],
                      release_noise: np.ndarray | None, rounds: int, infinite: bool,
-                     level: float) -> dict[str, Any]:
+                     level: float, delta: float | None = None) -> dict[str, Any]:
     """The ledger recomposed with what was measured, for the node where it is largest: point,
     interval, the claim and the ledger's own values recomposed. A randomized-response ledger is
     rescaled by the measured flip rate; a Gaussian one (noise multipliers from
-    `Trainer.release_noise`, else the reports' `noise_multiplier`) recomposed by dp_accounting."""
+    `Trainer.release_noise`, else the reports' `noise_multiplier`) recomposed by dp_accounting
+    at `delta` (the run's δ; None: each ledger's own) over the `rounds` the run runs, whatever
+    δ and round count the ledger was stated or calibrated for."""
     if infinite:
         return _voided(ledgers)
     if all(_claim(led) in (None, math.inf) for led in ledgers):
@@ -209,7 +256,7 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
         return {"applicable": False,
                 "reason": f"the ledger's sampling {sorted(map(str, schemes))} is not a "
                           "subsampled Gaussian this audit recomposes"}
-    z = np.asarray(release_noise, dtype=float)  # (T, n)
+    z = _run_schedule(release_noise, rounds)  # (T, n)
     # measured z against the ledger's z for what the probe reaches; ledger z scaled by it
     z_probe = _report_multipliers(ledgers, rounds, "probe_multiplier")
     z_probe = z if z_probe is None else z_probe
@@ -220,7 +267,7 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
             continue
         q_lo, q_hi = samp.get("rate_interval", [led["sample_rate"]] * 2)
         q = samp["rate"] if samp["scheme"] == "poisson" else led["sample_rate"]
-        args = (led["delta"], led["sampling"], samp["members"],
+        args = (led["delta"] if delta is None else delta, led["sampling"], samp["members"],
                 "rdp" if led.get("accountant") == "rdp" else "pld", 5e-3)
         # rank the nodes by measured / claimed ε (each node against its own claim: claims
         # differ across nodes where degrees or data sizes do) with the fast RDP accountant;
@@ -249,8 +296,8 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
             "claimed": claimed, "ledger_recomputed": eps(1.0, led["sample_rate"]),
             "ratio": point / claimed, "ratio_interval": [low / claimed, high / claimed],
             "z_ratio": r, "z_ratio_interval": [r_lo, r_hi], "rate": q,
-            "ledger_rate": led["sample_rate"], "delta": led["delta"],
-            "sampling": led["sampling"],
+            "ledger_rate": led["sample_rate"], "delta": args[0], "ledger_delta": led["delta"],
+            "composed_rounds": len(col), "sampling": led["sampling"],
             "accountant": "dp_accounting " + ("PLD" if led["sampling"] == "poisson"
                                               and args[3] == "pld" else "RDP")}
 
@@ -265,16 +312,23 @@ def _rr_coordinate_epsilon(p: float) -> float:
 def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None],
                level: float) -> dict[str, Any]:
     """A randomized-response ledger (per-coordinate keep probability, composed linearly over
-    coordinates and rounds) rescaled by each node's measured flip rate: the changed fraction of
-    its most-changed message among the coordinates both its clean and noisy messages set (a zero
-    sign has no sign to keep, and a sparsifying compressor may send other coordinates), pooled
-    over the audited rounds, with its Clopper-Pearson interval.
+    coordinates and rounds) rescaled by the measured flip rate: the changed fraction of the
+    most-changed message kind among the coordinates both its clean and noisy messages set (a
+    zero sign has no sign to keep, and a sparsifying compressor may send other coordinates),
+    pooled over every audited round and every node that claims the same keep probability (the
+    flip rate is one quantity of the mechanism; pooling all of them is what resolves a claim
+    near 1/2), with its Clopper-Pearson interval.
     """
-    rows_: list[dict[str, Any]] = []
+    groups: dict[float, list[int]] = {}
     for i, led in enumerate(ledgers):
-        rows = [r for r in noise if r["node"] == i and r["live"]]
-        if led is None or not rows or "keep_prob" not in led:
+        if led is not None and "keep_prob" in led:
+            groups.setdefault(float(led["keep_prob"]), []).append(i)
+    rows_: list[dict[str, Any]] = []
+    for keep, nodes in groups.items():
+        rows = [r for r in noise if r["node"] in nodes and r["live"]]
+        if not rows:
             continue
+        led = ledgers[nodes[0]] or {}
         by_kind: dict[str, list[float]] = {}
         for r in rows:
             acc = by_kind.setdefault(r["kind"], [0.0, 0.0])
@@ -285,14 +339,15 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
         p_lo, p_hi = clopper_pearson(round(flips), round(total), level)
         near = min(max(0.5, p_lo), p_hi)  # the rate in the interval nearest 1/2: lowest ε
         far = p_lo if abs(p_lo - 0.5) > abs(p_hi - 0.5) else p_hi
-        ledger_coord = _rr_coordinate_epsilon(1 - float(led["keep_prob"]))
-        scale = float(led["epsilon"]) / ledger_coord if ledger_coord > 0 else math.inf
-        row = {"node": i, "flip_rate": p, "flip_interval": [p_lo, p_hi],
-               "ledger_flip_rate": 1 - float(led["keep_prob"]),
+        ledger_coord = _rr_coordinate_epsilon(1 - keep)
+        claimed = float(led["epsilon"])  # the same keep probability: the same claim
+        scale = claimed / ledger_coord if ledger_coord > 0 else math.inf
+        row = {"node": nodes[0], "nodes": nodes, "flip_rate": p, "flip_interval": [p_lo, p_hi],
+               "flip_trials": int(total), "ledger_flip_rate": 1 - keep,
                "epsilon": _rr_coordinate_epsilon(p) * scale,
                "interval": [_rr_coordinate_epsilon(near) * scale,
                             _rr_coordinate_epsilon(far) * scale],
-               "claimed": float(led["epsilon"])}
+               "claimed": claimed}
         rows_.append(row)
     if not rows_:
         return {"applicable": False, "reason": "no node's randomized messages were measured"}

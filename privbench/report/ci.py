@@ -23,7 +23,7 @@ def markdown_summary(checks: Sequence[Check], results: str, policy: str) -> str:
     check, failures first (the order of `run_checks` kept within each result)."""
     words = [verdict_word(c) for c in checks]
     counts = {w: words.count(w) for w in _ORDER if w in words}
-    outcome = "failed" if counts.get("FAIL") else "passed"
+    outcome = "failed" if any(not c.passed for c in checks) else "passed"  # inconclusive: policy
     head = ", ".join(f"{n} {w.lower() if w != 'N/A' else 'not applicable'}"
                      for w, n in counts.items())
     lines = [f"## privbench check {outcome}", "",

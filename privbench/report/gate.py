@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 from xml.etree import ElementTree as ET
 
 from privbench.config import read_toml
 from privbench.errors import ConfigError
+from privbench.report.gate_mechanism import DEFAULT_FACTOR, MECHANISM_RULES, Check
 from privbench.report.text import plain
 from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
 from privbench.results.store import (
@@ -102,32 +102,31 @@ class Bound(TypedDict, total=False):
     require_sampling_rate: bool
 
 
+class Inconclusive(TypedDict, total=False):
+    """`[inconclusive]`: what a check that could not decide does (`action`, "fail" or "warn",
+    default "fail") and how far above its bound a check's interval may reach before it cannot
+    decide (`factor`, default `gate_mechanism.DEFAULT_FACTOR`)."""
+
+    action: str
+    factor: float
+
+
 class Policy(TypedDict, total=False):
-    """A policy file: its bounds and the baseline tolerances by metric."""
+    """A policy file: its bounds, the baseline tolerances by metric, and what an inconclusive
+    check does."""
 
     bound: list[Bound]
     tolerance: dict[str, float]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One evaluated check. `applicable` False: every attack that could measure the check's
-    metric declared itself not applicable to the cell (its reason in `detail`); such a check does
-    not fail, is shown as N/A, and a bound whose every check is N/A fails (it checked nothing)."""
-
-    name: str
-    passed: bool
-    detail: str
-    applicable: bool = True
+    inconclusive: Inconclusive
 
 
 def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file (one-line ConfigError on any problem)."""
     policy = read_toml(path, "policy file")
-    unknown = set(policy) - {"bound", "tolerance"}
+    unknown = set(policy) - {"bound", "tolerance", "inconclusive"}
     if unknown:
         raise ConfigError(f"policy {path}: unknown section(s) {sorted(unknown)}; "
-                          "accepted: [[bound]], [tolerance]")
+                          "accepted: [[bound]], [tolerance], [inconclusive]")
     bounds = policy.get("bound", [])
     if not isinstance(bounds, list) or not bounds:
         raise ConfigError(f"policy {path}: needs at least one [[bound]] table")
@@ -142,7 +141,23 @@ def load_policy(path: str | Path) -> Policy:
         if key not in BASELINE_METRICS or not _is_number(value) or value < 0:
             raise ConfigError(f"policy {path}: tolerance {key!r} must be a metric of "
                               f"{', '.join(BASELINE_METRICS)} with a number >= 0")
+    _check_inconclusive(path, policy.get("inconclusive", {}))
     return policy  # type: ignore[return-value]  (checked above)
+
+
+def _check_inconclusive(path: str | Path, table: Json) -> None:
+    """`[inconclusive]`: action "fail" or "warn", factor a number > 1."""
+    where = f"policy {path}: [inconclusive]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table with action and factor")
+    for key, value in table.items():
+        ok = (value in ("fail", "warn") if key == "action" else
+              _is_number(value) and value > 1 if key == "factor" else None)
+        if ok is None:
+            raise ConfigError(f"{where} has unknown key {key!r}; accepted: action, factor")
+        if not ok:
+            raise ConfigError(f"{where} {key} = {value!r}: action is \"fail\" or \"warn\", "
+                              "factor a number > 1")
 
 
 def _is_number(v: Json) -> bool:
@@ -158,7 +173,7 @@ def _check_type(path: str | Path, i: int, key: str, value: Json) -> None:
     elif key == "defense":
         ok = isinstance(value, str)
     elif key == "eps":
-        ok = _is_number(value) or value in ("none", "private")
+        ok = _is_number(value) or value in ("none", "private", "requested")
     else:  # max_tpr_at_fpr
         ok = (isinstance(value, dict) and set(value) == {"fpr", "tpr"}
               and all(_is_number(v) for v in value.values()))
@@ -176,6 +191,8 @@ def _selects(bound: Bound, cell: AuditCell) -> bool:
         return eps is None and not cell.setting  # a paper-setting cell is not "no DP"
     if bound["eps"] == "private":
         return eps is not None or bool(cell.setting)
+    if bound["eps"] == "requested":
+        return eps is not None and not cell.setting
     return eps is not None and abs(eps - float(bound["eps"])) < 1e-9
 
 
@@ -245,20 +262,32 @@ ATTACK_BOUNDS = frozenset(k for k, (m, _) in SIMPLE_BOUNDS.items() if m != "accu
     "max_tpr_at_fpr", "max_empirical_ratio"}
 
 
+# the attack kinds that train their own run (`privbench.audit.attack`: the canary audit
+# retrains the defense with its canaries, the mechanism audit replays its own run): their
+# readings stand on a cell whose training diverged
+OWN_RUN_KINDS = frozenset({"canary", "mechanism"})
+
+
 def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
-                classes: int | None = None) -> list[Check]:
+                classes: int | None = None, factor: float = DEFAULT_FACTOR) -> list[Check]:
     """Evaluate one [[bound]] table on one cell (a record, or a results.json cell object). On
-    a diverged cell (`results.cell_state`) every attack bound fails as not measured; on one
-    whose model did not learn, its detail says so."""
+    a diverged cell (`results.cell_state`) every attack bound fails as not measured, except
+    what the audits that train their own run measure (the canary audit's empirical ratio, as
+    the mechanism rules read the mechanism audit); on one whose model did not learn, its detail
+    says so. `factor`: how far above its bound an interval may reach before the check is
+    INCONCLUSIVE."""
     cell = as_cell(cell)
     out = []
     label = cell_label(cell)
     state = cell_state(cell, classes)
     if state["kind"] == "diverged":
         out = [Check(f"{label} {key}", False, f"not measured: training {state['text']}")
-               for key in bound if key in ATTACK_BOUNDS]
-        bound = {k: v for k, v in bound.items() if k not in ATTACK_BOUNDS}  # type: ignore
-    out += _checks(bound, cell, label)
+               for key in bound if key in ATTACK_BOUNDS and key != "max_empirical_ratio"]
+        bound = {k: v for k, v in bound.items()  # type: ignore[assignment]
+                 if k not in ATTACK_BOUNDS or k == "max_empirical_ratio"}
+        own = {k: a for k, a in cell.attacks.items() if a.kind in OWN_RUN_KINDS}
+        cell = dataclasses.replace(cell, attacks=own)
+    out += _checks(bound, cell, label, factor)
     if state["kind"] == "uninformative":
         out = [dataclasses.replace(c, detail=f"{c.detail}; {state['text']}")
                if c.name.removeprefix(f"{label} ").split(" ")[0] in ATTACK_BOUNDS else c
@@ -266,7 +295,7 @@ def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
     return out
 
 
-def _checks(bound: Bound, cell: AuditCell, label: str) -> list[Check]:
+def _checks(bound: Bound, cell: AuditCell, label: str, factor: float) -> list[Check]:
     out = []
     for key, limit in bound.items():
         if key in SIMPLE_BOUNDS:
@@ -298,87 +327,8 @@ def _checks(bound: Bound, cell: AuditCell, label: str) -> list[Check]:
         elif key == "require_sampling_match" and limit:
             out.append(sampling_check(label, cell))
         elif key in MECHANISM_RULES and limit is not False:
-            out.append(MECHANISM_RULES[key](label, cell, limit))
+            out.append(MECHANISM_RULES[key](label, cell, limit, factor))
     return out
-
-
-def _mechanism(cell: AuditCell) -> tuple[Mapping[str, Json] | None, str]:
-    """The cell's mechanism audit, or None with why there is none."""
-    att = cell.attacks.get("mechanism")
-    if att is None:
-        return None, "the cell has no mechanism audit (add `mechanism` to the audit's attacks)"
-    if not att.status.startswith("ok"):
-        return None, f"the mechanism audit did not run: {att.status}"
-    if att.mechanism is None:
-        raise KeyError("mechanism")
-    return att.mechanism, ""
-
-
-def measured_ratio_check(label: str, cell: AuditCell, limit: float) -> Check:
-    """The mechanism audit's measured ε / claimed ε: fails when its interval lies above the
-    bound (a measured violation), and when no measured ε exists (saying why)."""
-    name = f"{label} max_measured_ratio"
-    mech, why = _mechanism(cell)
-    if mech is None:
-        return Check(name, False, why)
-    eps = mech["epsilon"]
-    if not eps.get("applicable"):
-        return Check(name, False, f"not measured: {eps.get('reason')}")
-    lo, hi = eps["ratio_interval"]
-    why = (f"noise multiplier x{_num(eps['z_ratio'])}, sampling rate {_num(eps['rate'])} vs "
-           f"{_num(eps['ledger_rate'])}" if "z_ratio" in eps else
-           f"flip rate {_num(eps['flip_rate'])} vs {_num(eps['ledger_flip_rate'])}"
-           + (f"; {eps['note']}" if eps.get("note") else "")
-           if "flip_rate" in eps else eps.get("basis", ""))
-    detail = (f"node {eps['node']}: measured ε {_num(eps['epsilon'])} "
-              f"[{_num(eps['interval'][0])}, {_num(eps['interval'][1])}] vs claimed "
-              f"{_num(eps['claimed'])}: ratio {_num(eps['ratio'])} [{_num(lo)}, {_num(hi)}] "
-              f"(bound {limit:g}; {why})")
-    return Check(name, lo <= limit, detail)
-
-
-def mechanism_check(label: str, cell: AuditCell, _: Json) -> Check:
-    """The mechanism audit ran and found nothing (coverage, freshness, bounded contributions,
-    an exact replay)."""
-    name = f"{label} require_mechanism"
-    mech, why = _mechanism(cell)
-    if mech is None:
-        return Check(name, False, why)
-    found = mech["findings"]
-    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-    return Check(name, not found, "; ".join(found[:3]) + more if found else
-                 f"noise on every covered message, fresh across rounds and nodes "
-                 f"(largest correlation {_num(mech['freshness']['max_correlation_rounds'])} / "
-                 f"{_num(mech['freshness']['max_correlation_nodes'])}), contributions bounded, "
-                 f"over {len(mech['rounds'])} replayed rounds")
-
-
-def sampling_rate_check(label: str, cell: AuditCell, _: Json) -> Check:
-    """Every node's realised sampling is consistent with its ledger's scheme and rate."""
-    name = f"{label} require_sampling_rate"
-    mech, why = _mechanism(cell)
-    if mech is None:
-        return Check(name, False, why)
-    rows = mech["sampling"]
-    if not rows:
-        return Check(name, False, "no batch was drawn through the sampling path")
-    bad = [r for r in rows if not r["consistent"]]
-    worst = max(rows, key=lambda r: abs((r["rate"] or 0) - (r["ledger_rate"] or 0)))
-    detail = (f"node {worst['node']}: {worst['scheme']} rate {_num(worst['rate'])}"
-              + (f" [{_num(worst['rate_interval'][0])}, {_num(worst['rate_interval'][1])}]"
-                 if "rate_interval" in worst else "")
-              + f" vs ledger {_num(worst['ledger_rate'])}")
-    return Check(name, not bad, (f"{len(bad)} of {len(rows)} nodes inconsistent; " if bad
-                                 else "every node consistent; ") + detail)
-
-
-def _num(x: Json) -> str:
-    return "n/a" if x is None else "∞" if x == float("inf") else f"{float(x):.3g}"
-
-
-MECHANISM_RULES = {"max_measured_ratio": measured_ratio_check,
-                   "require_mechanism": mechanism_check,
-                   "require_sampling_rate": sampling_rate_check}
 
 
 def sampling_check(label: str, cell: AuditCell) -> Check:
@@ -421,9 +371,14 @@ def empirical_ratio_check(label: str, cell: AuditCell | Mapping[str, Json],
               + ("" if own is None else f"; over the audited node's own claim {own:.3g}")
               + f" (bound {limit:g})")
     if cap is None or cap <= limit * cal:
-        return Check(name, False, f"{detail}: the audit cannot fail, a perfect attack certifies "
-                                  f"at most the cap, not above {limit:g} x {cal:.3g}")
-    return Check(name, ratio <= limit, detail)
+        return Check(name, True, f"INCONCLUSIVE: the audit cannot fail, a perfect attack "
+                                 f"certifies at most the cap, not above {limit:g} x {cal:.3g}; "
+                                 f"{detail}; more canaries (a larger cap) would resolve it",
+                     inconclusive=True)
+    if ratio > limit:
+        return Check(name, False, f"overspend: ε is at least {emp:.3g}; {detail}")
+    return Check(name, True, f"no evidence of overspend (ε >= {emp:.3g} shown; the audit could "
+                             f"show up to {cap / cal:.3g}x the claim); {detail}")
 
 
 def compare_baseline(results: AuditRun, baseline: AuditRun, tolerances: Mapping[str, float],
@@ -458,6 +413,8 @@ def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
                scale: float = 1.0) -> list[Check]:
     """Every check of a policy (and optional baseline) on an audit's results."""
     results = as_run(results)
+    undecided = policy.get("inconclusive", {})
+    factor = float(undecided.get("factor", DEFAULT_FACTOR))
     checks: list[Check] = []
     for i, bound in enumerate(policy.get("bound", [])):
         if not _limits(bound):
@@ -470,10 +427,11 @@ def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
             sel = f"defense={bound.get('defense', '*')}, eps={bound.get('eps', '*')}"
             msg = f"selects no cell of the results ({sel})"
             checks.append(Check(f"bound #{i + 1}", False, msg))
-        found = [c for cell in cells for c in check_bound(bound, cell, dataset_classes(results))]
-        if found and not any(c.applicable for c in found):
+        found = [c for cell in cells
+                 for c in check_bound(bound, cell, dataset_classes(results), factor)]
+        if found and not any(c.applicable and not c.inconclusive for c in found):
             found.append(Check(f"bound #{i + 1}", False, "checked nothing: every check it "
-                               "selected is not applicable"))
+                               "selected is not applicable or inconclusive"))
         checks.extend(found)
     if baseline is not None:
         checks.extend(compare_baseline(results, as_run(baseline), policy.get("tolerance", {}),
@@ -481,7 +439,8 @@ def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
     if not checks:
         checks.append(Check("policy", False, "no check was evaluated (no bound selected a "
                             "cell with a limit to check)"))
-    return checks
+    warn = undecided.get("action", "fail") == "warn"
+    return [dataclasses.replace(c, passed=warn) if c.inconclusive else c for c in checks]
 
 
 def _limits(bound: Bound) -> list[str]:
@@ -498,7 +457,12 @@ def junit_xml(checks: list[Check]) -> str:
     for c in checks:
         case = ET.SubElement(suite, "testcase", classname="privbench.check", name=c.name)
         detail = plain(c.detail)
-        if not c.passed:
+        if c.inconclusive:
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", name="result", value="inconclusive")
+        if c.inconclusive and c.passed:  # the policy warns
+            ET.SubElement(case, "system-err").text = f"INCONCLUSIVE (warning): {detail}"
+        elif not c.passed:
             ET.SubElement(case, "failure", message=detail).text = detail
         elif not c.applicable:
             ET.SubElement(case, "skipped", message=detail)
@@ -508,18 +472,22 @@ def junit_xml(checks: list[Check]) -> str:
 
 
 def verdict_word(check: Check) -> str:
-    """What a check's result line says: PASS, FAIL or N/A."""
-    return "N/A" if not check.applicable else "PASS" if check.passed else "FAIL"
+    """What a check's result line says: INCONCLUSIVE, N/A, PASS or FAIL."""
+    return ("INCONCLUSIVE" if check.inconclusive else "N/A" if not check.applicable
+            else "PASS" if check.passed else "FAIL")
 
 
 def format_table(checks: list[Check]) -> str:
     """A readable table of every check."""
     width = max((len(c.name) for c in checks), default=10)
-    lines = [f"{'check':<{width}}  result  detail"]
+    lines = [f"{'check':<{width}}  {'result':<12}  detail"]
     for c in checks:
-        lines.append(f"{c.name:<{width}}  {verdict_word(c):<4}    {plain(c.detail)}")
-    failed = sum(not c.passed for c in checks)
+        lines.append(f"{c.name:<{width}}  {verdict_word(c):<12}  {plain(c.detail)}")
+    failed = sum(not c.passed and not c.inconclusive for c in checks)
     na = sum(not c.applicable for c in checks)
-    lines.append(f"{len(checks) - failed - na} passed, {failed} failed"
-                 + (f", {na} not applicable" if na else ""))
+    undecided = [c for c in checks if c.inconclusive]
+    action = "failing" if any(not c.passed for c in undecided) else "warning"
+    lines.append(f"{len(checks) - failed - na - len(undecided)} passed, {failed} failed"
+                 + (f", {na} not applicable" if na else "")
+                 + (f", {len(undecided)} inconclusive ({action})" if undecided else ""))
     return "\n".join(lines)

@@ -55,6 +55,7 @@ from privbench.engine.trainer import Context
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.report import gate
+from privbench.report.gate_mechanism import num
 from privbench.seeding import is_noise_generator
 
 load_plugins()
@@ -400,6 +401,84 @@ MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[Any]]] = {
     "clip x1.2": scaled_clip(1.2), "batch clipped": batch_clipped,
     "sized weights": sized_weights,
 }
+# ------------------------------------------------------------------ ledgers not held to the request
+
+_PLANNED = ("defenses._plans", "cached_plan")  # plans are memoised per request: cleared around
+
+
+@contextlib.contextmanager
+def _replanned(target: str, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """`target.name` replaced by `wrap(original)`, with the memoised plans cleared on entry and
+    exit (a plan made under the mutant is never reused by a correct run)."""
+    module = importlib.import_module(target)
+    cache = getattr(importlib.import_module(_PLANNED[0]), _PLANNED[1])
+    cache.cache_clear()
+    try:
+        with mock.patch.object(module, name, wrap(getattr(module, name))):
+            yield
+    finally:
+        cache.cache_clear()
+
+
+def _calibrated(change: Callable[[tuple[Any, ...]], tuple[Any, ...]]
+                ) -> contextlib.AbstractContextManager[None]:
+    """The noise calibrated with `change`d (ε, δ, multipliers) arguments; the ledger composes
+    the noise drawn honestly, at the run's δ over the rounds run."""
+    def wrap(calibrate: Callable[..., float]) -> Callable[..., float]:
+        def patched(epsilon: float, delta: float, multipliers: Any, *args: Any,
+                    **kwargs: Any) -> float:
+            return calibrate(*change((epsilon, delta, multipliers)), *args, **kwargs)
+        return patched
+    return _replanned("privbench.accounting.plans", "calibrate_noise_scale", wrap)
+
+
+LOOSE_DELTA = 1e-3  # the δ the broken ledgers are calibrated or stated for (the run asks 1e-5)
+
+
+def delta_calibration(defense: str) -> contextlib.AbstractContextManager[None]:
+    """Noise calibrated for δ = 10⁻³, the ledger honest at the run's δ (it claims more than
+    the ε asked)."""
+    return _calibrated(lambda a: (a[0], LOOSE_DELTA, a[2]))
+
+
+def half_rounds_calibration(defense: str) -> contextlib.AbstractContextManager[None]:
+    """Noise calibrated over the first half of the rounds the run runs, the ledger composing
+    every round honestly (it claims more than the ε asked)."""
+    return _calibrated(lambda a: (a[0], a[1], a[2][: max(1, len(a[2]) // 2)]))
+
+
+def delta_ledger(defense: str) -> contextlib.AbstractContextManager[None]:
+    """δ = 10⁻³ in the calibration and in the ledger: the claim is the ε asked, at another δ."""
+    def wrap(budgets: Callable[..., tuple[list[float], list[float]]]) -> Callable[..., Any]:
+        def patched(*args: Any, **kwargs: Any) -> tuple[list[float], list[float]]:
+            eps, deltas = budgets(*args, **kwargs)
+            return eps, [LOOSE_DELTA] * len(deltas)
+        return patched
+    return _replanned("defenses._plans", "node_budgets", wrap)
+
+
+# each keeps the ledger honest about what it composed, or states it for another δ: only a gate
+# that holds the run to what it asked (ε, δ, rounds) catches them
+REQUEST_MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[Any]]] = {
+    "calibrated at δ 1e-3": delta_calibration,
+    "calibrated over half the rounds": half_rounds_calibration,
+    "δ 1e-3 in calibration and ledger": delta_ledger,
+}
+
+
+def coordinate_flips(defense: str) -> contextlib.AbstractContextManager[Any]:
+    """Randomized response at d times the claimed per-coordinate ε (d: the coordinates of one
+    message), the ledger's claim kept."""
+    module = importlib.import_module("defenses.defl_vp")
+    respond = module.randomized_response
+
+    def weaker(s: torch.Tensor, keep_prob: float, gen: torch.Generator) -> torch.Tensor:
+        coord = math.log(keep_prob / (1 - keep_prob)) * s.shape[-1]
+        return respond(s, 1 / (1 + math.exp(-coord)), gen)
+
+    return mock.patch.object(module, "randomized_response", weaker)
+
+
 EXPECTED = {  # the rule each mutant of a Gaussian defense must fail, at least
     "noise x0.5": "max_measured_ratio", "clip x2": "max_measured_ratio",
     "rate x2": "require_sampling_rate", "reused noise": "require_mechanism",
@@ -445,7 +524,8 @@ def failed_rules(defense: str, eps: float, mutant: str | None, seed: int = 0
                  ) -> tuple[list[gate.Check], dict[str, Any]]:
     """The shipped mechanism rules that fail on the (mutated) defense's quick run; raises
     `NotApplicableError` where the mutant class does not apply to the defense."""
-    ctx = MUTANTS[mutant](defense) if mutant else contextlib.nullcontext()
+    every = {**MUTANTS, **REQUEST_MUTANTS, "flips at d x ε per coordinate": coordinate_flips}
+    ctx = every[mutant](defense) if mutant else contextlib.nullcontext()
     with ctx:
         res = audit_mechanism(quick_run(eps, seed), defense, {})
     checks = gate.check_bound(RULES, cell(defense, eps, res))
@@ -459,7 +539,7 @@ def rule_name(check: gate.Check) -> str:
 
 
 def _g(x: Any) -> str:
-    return gate._num(x)
+    return num(x)
 
 
 def measured(res: dict[str, Any]) -> str:
