@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 
 from privbench.audit.mechanism_coverage import coverage, declared_kinds
+from privbench.audit.mechanism_draws import OutsideDraws, reused_finding
 from privbench.audit.mechanism_epsilon import (
     _inv_sqrt,
     ledger_findings,
@@ -322,7 +323,14 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
         return {"applicable": False, "reason": "the defense is not private: no ledger to "
                                                "measure against"}
     rec = Recorder(built, rounds, settings)
-    res = train(trainer, rounds=max(rounds) + 1, before_round=rec, evaluations=False)
+    draws = OutsideDraws(built.ctx.streams)
+
+    def before(t: int) -> None:
+        draws.at(t)
+        rec(t)
+
+    with draws.recording():
+        res = train(trainer, rounds=max(rounds) + 1, before_round=before, evaluations=False)
     rec.attach_run(built.ctx.bus.log)
     n = built.ctx.n
     ledgers = node_ledgers(trainer.privacy(), n)
@@ -342,6 +350,9 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     sampling, sampling_findings = sampling_rows(rec.sizes, built.ctx.data.counts.tolist(),
                                                 ledgers, settings.level)
     inexact = [r.round for r in rec.replays if r.exact is False]
+    reused = reused_finding(draws)
+    if reused:  # the "unnoised" messages carry that noise: it is reused, not absent
+        probe_findings = [reused, *(f for f in probe_findings if "without noise" not in f)]
     findings = [*probe_findings, *block_findings, *fresh["findings"],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]

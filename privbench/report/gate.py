@@ -281,12 +281,13 @@ def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
     label = cell_label(cell)
     state = cell_state(cell, classes)
     if state["kind"] == "diverged":
-        out = [Check(f"{label} {key}", False, f"not measured: training {state['text']}")
-               for key in bound if key in ATTACK_BOUNDS and key != "max_empirical_ratio"]
-        bound = {k: v for k, v in bound.items()  # type: ignore[assignment]
-                 if k not in ATTACK_BOUNDS or k == "max_empirical_ratio"}
         own = {k: a for k, a in cell.attacks.items() if a.kind in OWN_RUN_KINDS}
         cell = dataclasses.replace(cell, attacks=own)
+        kept = {"max_empirical_ratio"} if attack_metric(cell, "empirical_epsilon") else set()
+        out = [Check(f"{label} {key}", False, f"not measured: training {state['text']}")
+               for key in bound if key in ATTACK_BOUNDS - kept]
+        bound = {k: v for k, v in bound.items()  # type: ignore[assignment]
+                 if k not in ATTACK_BOUNDS - kept}
     out += _checks(bound, cell, label, factor)
     if state["kind"] == "uninformative":
         out = [dataclasses.replace(c, detail=f"{c.detail}; {state['text']}")

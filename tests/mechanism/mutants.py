@@ -56,7 +56,7 @@ from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.report import gate
 from privbench.report.gate_mechanism import num
-from privbench.seeding import is_noise_generator
+from privbench.seeding import Streams, is_noise_generator
 
 load_plugins()
 
@@ -188,6 +188,29 @@ def reused_noise(defense: str) -> Iterator[None]:
         return first[k].clone() if first[k].shape == u.shape else u
 
     with mock.patch.object(cls, "round", round_), _noise_draws(_family(defense), again):
+        yield
+
+
+@contextlib.contextmanager
+def reseeded_noise(defense: str) -> Iterator[None]:
+    """The defense's noise generator (`ctx.streams.get("noise")`) replaced, in every round, by
+    one created and seeded alike at the start of the round, outside the run's streams: the same
+    noise every round."""
+    cls = DEFENSES.get(defense)
+    play, get = cls.round, Streams.get
+    own: list[torch.Generator] = []
+
+    def round_(self: Any, t: int) -> None:
+        own[:] = [torch.Generator(device=self.ctx.device).manual_seed(1234)]
+        try:
+            play(self, t)
+        finally:
+            own.clear()
+
+    def get_(self: Streams, name: str, *sub: str | int, device: Any = None) -> torch.Generator:
+        return own[0] if own and name == "noise" else get(self, name, *sub, device=device)
+
+    with mock.patch.object(cls, "round", round_), mock.patch.object(Streams, "get", get_):
         yield
 
 
@@ -509,9 +532,13 @@ def quick_run(eps: float, seed: int = 0) -> RunConfig:
                                          "epsilon": eps, "seed": seed}, where="run")
 
 
-def cell(defense: str, eps: float, mechanism: dict[str, Any]) -> dict[str, Any]:
-    """A results cell holding only the mechanism audit (what `privbench check` reads)."""
-    return {"defense": defense, "epsilon": eps,
+def cell(defense: str, eps: float, mechanism: dict[str, Any], paper: bool = False
+         ) -> dict[str, Any]:
+    """A results cell holding only the mechanism audit (what `privbench check` reads); `paper`:
+    the paper's reading of ε (a paper setting asks for the paper's noise, not for ε)."""
+    setting = {"setting": {"name": "paper-eps", "label": "paper", "overrides": {},
+                           "composed_epsilon": None, "epsilon": eps}} if paper else {}
+    return {"defense": defense, "epsilon": None if paper else eps, **setting,
             "attacks": {"mechanism": {"status": "ok", "mechanism": mechanism}}}
 
 
@@ -524,7 +551,8 @@ def failed_rules(defense: str, eps: float, mutant: str | None, seed: int = 0
                  ) -> tuple[list[gate.Check], dict[str, Any]]:
     """The shipped mechanism rules that fail on the (mutated) defense's quick run; raises
     `NotApplicableError` where the mutant class does not apply to the defense."""
-    every = {**MUTANTS, **REQUEST_MUTANTS, "flips at d x ε per coordinate": coordinate_flips}
+    every = {**MUTANTS, **REQUEST_MUTANTS, "flips at d x ε per coordinate": coordinate_flips,
+             "noise re-seeded each round": reseeded_noise}
     ctx = every[mutant](defense) if mutant else contextlib.nullcontext()
     with ctx:
         res = audit_mechanism(quick_run(eps, seed), defense, {})
