@@ -81,6 +81,12 @@ def request_findings(cell: AuditCell, mech: Mapping[str, Json]) -> list[str]:
     return found
 
 
+def held_epsilon(cell: AuditCell, eps: Mapping[str, Json]) -> float:
+    """The ε a measured ε is held to: the smaller of the claim and the request."""
+    claimed, asked = float(eps["claimed"]), requested_epsilon(cell)
+    return claimed if asked is None else min(claimed, asked)
+
+
 def resolution(eps: Mapping[str, Json], held: float, limit: float, factor: float
                ) -> tuple[str, str]:
     """("fail" | "inconclusive" | "pass", what the measured ε's interval resolved) against
@@ -129,7 +135,7 @@ def measured_ratio_check(label: str, cell: AuditCell, limit: float,
     if not eps.get("applicable"):
         return Check(name, False, "; ".join([*found, f"not measured: {eps.get('reason')}"]))
     claimed, asked = float(eps["claimed"]), requested_epsilon(cell)
-    held = claimed if asked is None else min(claimed, asked)
+    held = held_epsilon(cell, eps)
     lo, hi = eps["interval"]
     what = (f"node {eps['node']}: measured ε {num(eps['epsilon'])} [{num(lo)}, {num(hi)}]"
             + (f" at the run's δ = {eps['delta']:.3g} over {eps['composed_rounds']} rounds"

@@ -20,6 +20,12 @@ import numpy as np
 from markupsafe import Markup
 
 from privbench.report import bounds, plots
+from privbench.report.gate_mechanism import (
+    DEFAULT_FACTOR,
+    held_epsilon,
+    request_findings,
+    resolution,
+)
 from privbench.report.plots import Color
 from privbench.report.text import Notes, no_paths, prose
 from privbench.report.verdicts import (
@@ -319,9 +325,12 @@ def mechanism_row(cell: AuditCell, notes: Notes) -> MechanismRow | None:
             measured += Markup("; {}").format(eps["basis"])
         if eps.get("note"):
             measured += notes.mark(str(eps["note"]), "")
+        _, resolved = resolution(eps, held_epsilon(cell, eps), 1.0, DEFAULT_FACTOR)
+        measured += Markup("<br>{}").format(resolved)
     else:
         measured = notes.mark(str(eps.get("reason")), "not applicable")
-    return {"measured": measured, "findings": list(mech.get("findings") or [])}
+    return {"measured": measured,
+            "findings": [*request_findings(cell, mech), *(mech.get("findings") or [])]}
 
 
 def _eps_reason(cell: AuditCell, mode: str) -> str:

@@ -35,6 +35,7 @@ from typing import TypedDict
 
 from privbench.metrics.roc import clear_of_chance
 from privbench.report import bounds
+from privbench.report.gate_mechanism import held_epsilon, request_findings
 from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
 from privbench.results.store import (
     CellState,
@@ -241,13 +242,18 @@ def mechanism_findings(cell: AuditCell, here: str) -> list[Finding]:
     out: list[Finding] = [{"level": "violates", "evidence": f"{here}: mechanism audit: {text}",
             "fix": "noise every covered message afresh each round, with the sensitivity and "
                    "sampling the ledger accounts"} for text in mech.get("findings") or []]
+    out += [{"level": "violates", "evidence": f"{here}: the ledger is not held to the request: "
+             f"{text}", "fix": "calibrate and state the ledger for the ε, δ and rounds the run "
+                               "asks"} for text in request_findings(cell, mech)]
     eps = mech.get("epsilon") or {}
-    lo = (eps.get("ratio_interval") or [None])[0]
-    if eps.get("applicable") and finite_or_none(lo) is not None and lo > 1.0:
+    lo = (eps.get("interval") or [None])[0]
+    if eps.get("applicable") and finite_or_none(lo) is not None and \
+            lo > held_epsilon(cell, eps):
         out.append({"level": "violates", "evidence": f"{here}: the mechanism audit measures ε "
                     f"{fmt_num(eps['epsilon'])} [{fmt_num(eps['interval'][0])}, "
-                    f"{fmt_num(eps['interval'][1])}] above the claimed ε "
-                    f"{fmt_num(eps['claimed'])}", "fix": "the noise drawn or the sampling "
+                    f"{fmt_num(eps['interval'][1])}] above the ε it is held to "
+                    f"{fmt_num(held_epsilon(cell, eps))} (claimed {fmt_num(eps['claimed'])})",
+                    "fix": "the noise drawn or the sampling "
                     "rate is not the one the ledger accounts"})
     return out
 
