@@ -2,13 +2,16 @@
 
 A policy is TOML. Each `[[bound]]` table applies to the cells it selects (`defense`, default "*";
 `eps`, default every ε; "none" selects the non-private cell, "private" every cell with a
-privacy claim, at any ε of the grid or a paper setting) and names any of these bounds:
+privacy claim, at any ε of the grid or a paper setting, "requested" every cell at an ε of the
+grid, whatever the grid) and names any of these bounds:
 
     max_psnr, max_ssim, min_mse, max_lpips_similarity (= max of 1 - LPIPS), max_label_accuracy,
     max_auc, max_tpr_at_fpr = {fpr = 0.01, tpr = 0.05}, min_accuracy,
     require_sampling_match (the sampling scheme drawn is the scheme each ledger accounts),
-    max_measured_ratio (the mechanism audit's measured ε / claimed ε: fails when the lower end
-    of its interval is above the bound, and when the audit could not measure it, saying why),
+    max_measured_ratio (the mechanism audit's measured ε, at the run's δ over its rounds, / the
+    smaller of the requested and the claimed ε: fails when the lower end of its interval is
+    above the bound, on a ledger stated for another δ or round count or claiming more than was
+    asked, and when the audit could not measure it, saying why; `gate_mechanism`),
     require_mechanism (the mechanism audit ran and found nothing: every covered data-dependent
     message noised, noise fresh across rounds and nodes, one sample's contribution bounded,
     the replay equal to the run), require_sampling_rate (every node's realised sampling rate
@@ -22,6 +25,10 @@ Reconstruction and MIA metrics are read as the worst case over a cell's attacks
 (`privbench.results.attack_metric`). A `[tolerance]` table gives, per metric, how far a value may
 move toward less privacy relative to `--baseline BASELINE.json` before it is flagged (defaults
 below; `--tolerance` scales them all).
+
+A check that cannot tell its bound from one `factor` times weaker is INCONCLUSIVE, with what it
+resolved and what would resolve it; `[inconclusive]` sets `action` ("fail", the default, or
+"warn") and `factor` (default `gate_mechanism.DEFAULT_FACTOR`).
 
 Exit codes: 0 all checks hold, 1 any violated, 2 malformed policy or results (one-line error).
 The gate never passes having checked nothing: a bound with selectors but no limit, a run where
