@@ -71,3 +71,15 @@ def test_workflow_commands_and_markdown_cells_escape_what_would_break_them():
     assert "%0A" in line and "100%25" in line and "\n" not in line
     row = markdown_summary([check], "r.json", "p.toml").splitlines()[-1]
     assert row == "| dp@1 max_auc | **FAIL** | AUC 0.52 \\| 100% of the bound, a: b |"
+
+
+def test_an_inconclusive_check_is_a_warning_and_fails_the_summary_only_when_the_policy_fails_it():
+    from privbench.report.ci import annotations, markdown_summary
+    from privbench.report.gate import Check
+
+    warned = Check("dp@8 max_empirical_ratio", True, "INCONCLUSIVE: cap 3.65", inconclusive=True)
+    assert "**INCONCLUSIVE**" in markdown_summary([warned], "r.json", "p.toml")
+    assert "check passed" in markdown_summary([warned], "r.json", "p.toml")
+    failing = Check(warned.name, False, warned.detail, inconclusive=True)
+    assert "check failed" in markdown_summary([failing], "r.json", "p.toml")
+    assert annotations([warned], "r.json")[0].startswith("::warning ")
