@@ -107,17 +107,16 @@ def _what_resolves(eps: Mapping[str, Json], factor: float) -> str:
     trials, interval = eps.get("flip_trials"), eps.get("flip_interval")
     claim_p = eps.get("ledger_flip_rate")
     if not (isinstance(trials, int) and interval and isinstance(claim_p, float)):
-        return ("more audited rounds (mechanism.rounds) or runs narrow the noise and "
-                "sampling-rate intervals")
+        return "more audited rounds (mechanism.rounds) narrow the noise and sampling-rate intervals"
     q = min(claim_p, 1 - claim_p)
     coord = math.log((1 - q) / q) if q > 0 else math.inf
     weaker = 1 / (1 + math.exp(factor * coord)) if math.isfinite(coord) else 0.0
     gap, half = abs(q - weaker), (interval[1] - interval[0]) / 2
     need = trials * (half / gap) ** 2 if gap > 0 else math.inf
     return (f"the flip rate is measured to ±{num(half)} over {trials:,} pooled coordinates; "
-            f"telling the claim's flip rate {num(q)} from {num(weaker)} needs about "
-            f"{num(need)} ({num(need / trials)}x: more audited rounds, mechanism.rounds, or "
-            f"runs, mechanism.runs)")
+            f"telling the claim's flip rate 1/2 - {num(0.5 - q)} from 1/2 - {num(0.5 - weaker)} "
+            f"needs about "
+            f"{num(need)} ({num(need / trials)}x: more audited rounds, mechanism.rounds)")
 
 
 def measured_ratio_check(label: str, cell: AuditCell, limit: float,
