@@ -85,6 +85,7 @@ import torch
 from torch import Tensor
 
 from attacks._mia import MessageAttack
+from privbench import progress
 from privbench.engine.ghost import FastClip, Layer, plan_for
 from privbench.engine.grads import per_sample_grads, rows_to_dict
 from privbench.errors import ConfigError, NotApplicable
@@ -116,7 +117,8 @@ class MIAMessageConfig:
         membership labels, e.g. the one-run canary audit).
     clip: clip candidate gradients to this L2 norm before a "dot" (0 = no clipping).
     ridge: ridge strength of "regression", relative to the mean squared gradient norm.
-    max_floats: memory cap on one per-sample-gradient chunk (rounds x candidates x d floats).
+    max_floats: memory cap on the views scored in one batch (views x `_floats_per_view`:
+        the candidates' per-sample gradients, or their ghost factors, and the Gram).
     rounds: attack this many rounds, evenly spaced over the run (first and last included);
         0 (default) = every observed round. The run then records only these rounds and the
         rounds on either side (a view of round t may read round t - 1 or t + 1), which is what
@@ -125,9 +127,9 @@ class MIAMessageConfig:
     candidates: per victim, score at most this many members and this many held-out samples,
         drawn at random without replacement (`subsample`); 0 (default) = all of them. The
         regression statistic solves an N x N system per round (N = candidates of the victim),
-        and 3,000 members + 3,000 held-out samples per node made one cell run for hours.
-        Scoring a random subset leaves each score's distribution unchanged (every candidate is
-        scored against the same views); only the interval widths grow.
+        and 3,000 members + 3,000 held-out samples per node made one cell run for hours. The
+        audit's sample (`privbench.audit.candidates.SampleRule`, k / f of each side pooled over
+        the victims) applies first; this caps it further per victim.
     """
 
     statistic: str = "auto"
@@ -240,13 +242,15 @@ class MIAMessage(MessageAttack):
         # the first layer's inputs do not depend on the round: captured once, not per chunk
         first = _first_linear_inputs(fm, views[0].params.to(x.device).float(), x, y) \
             if "span" in stats else None
-        chunk = max(1, self.cfg.max_floats // max(1, n * d))
+        ghost = _ghost_plan(fm, x, [v.mask for v in views])
+        chunk = max(1, self.cfg.max_floats // _floats_per_view(ghost, n, d,
+                                                               "regression" in stats))
         for gi, part in ((gi, grp[s:s + chunk]) for gi, grp in enumerate(groups)
                          for s in range(0, len(grp), chunk)):
             params = torch.stack([v.params.to(x.device).float() for v in part])  # (r, d)
             target = self._targets(part, x.device)  # (r, d)
             pairs, seen = self._pair_stats(fm, params, x, y, target, [v.mask for v in part],
-                                           need_gram="regression" in stats)
+                                           need_gram="regression" in stats, ghost=ghost)
             if "span" in stats:
                 pairs["span"] = _span_scores(fm, first, target, [v.batch_size for v in part],
                                              n)
@@ -258,6 +262,7 @@ class MIAMessage(MessageAttack):
                 else:
                     total[gi][k] += stat.double().sum(dim=0)
                 explained += float(r2.sum()) if r2 is not None else 0.0
+            progress.advance(len(part))
         fit = {"explained": explained / len(views) if "regression" in stats else float("nan"),
                "chance": min(1.0, n / max(observed / len(views), 1.0))}
         means = [{k: (v if k in MAX_OVER_ROUNDS else v / len(grp)).cpu().numpy()
@@ -271,7 +276,8 @@ class MIAMessage(MessageAttack):
         return {**combined, **{f"{k}{EXACT_ONLY}": means[0][k] for k in stats}}, fit
 
     def _pair_stats(self, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, target: Tensor,
-                    masks: list[Tensor | None], need_gram: bool) -> tuple[dict[str, Tensor], float]:
+                    masks: list[Tensor | None], need_gram: bool,
+                    ghost: FastClip | None = None) -> tuple[dict[str, Tensor], float]:
         """What every statistic reads of the candidates' per-sample gradients g (r, N, d) at the
         views' params (r, d): {"rhs": <g_n, target> (r, N), "sq": ||g_n||^2 (r, N), "gram":
         <g_n, g_m> (r, N, N) when `need_gram`}, and the number of observed coordinates.
@@ -280,14 +286,13 @@ class MIAMessage(MessageAttack):
         weight gradient is the outer product e a^T of its output gradient e (q,) and input a (p,),
         so <g_n, g_m> = (e_n . e_m)(a_n . a_m + 1) with the bias, and <g_n, T> = e_n^T T a_n:
         N^2 (p + q) instead of N^2 p q per layer, and the (r, N, d) stack is never formed (the
-        message MIA dominated the audit's time). Partial views (masks) and other models form g.
+        message MIA dominated the audit's time): `ghost` (`_ghost_plan`), when it applies.
+        Partial views (masks) and other models form g.
         """
         r, n, d = len(params), len(y), fm.d
         xs, ys = x.expand(r, *x.shape), y.expand(r, n)
-        plan = plan_for(fm.module, tuple(x.shape[1:]))
-        if all(m is None for m in masks) and plan is not None and all(
-                lay.rule == "linear" and len(lay.in_shape) == 1 for lay in plan.layers):
-            return _ghost_pairs(plan, fm, params, xs, ys, target, need_gram), float(r * d)
+        if ghost is not None:
+            return _ghost_pairs(ghost, fm, params, xs, ys, target, need_gram), float(r * d)
         g = per_sample_grads(fm, params, xs, ys)  # (r, N, d)
         seen = float(r * d)
         if any(m is not None for m in masks):
@@ -328,6 +333,26 @@ class MIAMessage(MessageAttack):
         if self.cfg.clip > 0:  # clip_C(g) . T = min(1, C / ||g||) <g, T>
             return rhs * (self.cfg.clip / (sq.clamp_min(0).sqrt() + 1e-12)).clamp(max=1.0), None
         return rhs, None
+
+
+def _ghost_plan(fm: FlatModel, x: Tensor, masks: list[Tensor | None]) -> FastClip | None:
+    """The ghost plan of an all-Linear model on flat inputs viewed whole (no mask), else None
+    (`MIAMessage._pair_stats`)."""
+    plan = plan_for(fm.module, tuple(x.shape[1:]))
+    if any(m is not None for m in masks) or plan is None or not all(
+            lay.rule == "linear" and len(lay.in_shape) == 1 for lay in plan.layers):
+        return None
+    return plan
+
+
+def _floats_per_view(ghost: FastClip | None, n: int, d: int, need_gram: bool) -> int:
+    """Floats one view's pair statistics hold for n candidates: the per-sample gradients
+    (n, d), or on the ghost path each layer's inputs and output gradients (n, p + q); with the
+    regression's Gram, its (n, n) in single and double precision and the Cholesky factor (five
+    single-precision (n, n) in all). Sets how many views are scored in one batch."""
+    width = d if ghost is None else sum(lay.in_shape[0] + lay.out_shape[0]
+                                        for lay in ghost.layers)
+    return max(1, n * width + (5 * n * n if need_gram else 0))
 
 
 def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,

@@ -7,6 +7,16 @@ every second even while the work reports nothing. Elsewhere (a log file, CI) a l
 stays silent for minutes:
 
     privbench: cell 3 of 15 (dp_sgp ε=1): train: round 41 of 60, 30 s so far, about 14 s left
+
+A phase whose count is known only once its work starts (an attack: the views it scores, the
+reference rounds it trains) gets it from the library code doing the work, which never holds the
+phase: `stage(total, unit)` starts a counted stage in the innermost running phase and
+`advance(n)` counts it, so the line then says the fraction done and the time left of that stage:
+
+    privbench: cell 1 of 2 (sgp no DP): attack mia_message (4 of 6): view 120 of 360, 20 s so
+    far, about 40 s left
+
+Both do nothing when no phase runs (a library call, a test).
 """
 
 from __future__ import annotations
@@ -14,11 +24,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import IO, Any
 
 HEARTBEAT_SECONDS = 30.0  # a heartbeat line in a log at most this often
 REFRESH_SECONDS = 1.0  # a terminal bar redrawn at least this often
+_RUNNING: ContextVar[Phase | None] = ContextVar("privbench_phase", default=None)
 
 
 def _seconds(s: float) -> str:
@@ -51,13 +63,15 @@ class Phase:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.start = time.monotonic()
+        self._token: Token[Phase | None] | None = None
+        self.start = self.counted_from = time.monotonic()
 
     def __enter__(self) -> Phase:
         if not self.enabled:
             return self
+        self._token = _RUNNING.set(self)
         self.stream = self.stream or sys.stderr
-        self.start = time.monotonic()
+        self.start = self.counted_from = time.monotonic()
         if _is_tty(self.stream):
             from tqdm import tqdm
 
@@ -79,17 +93,29 @@ class Phase:
         if self.bar is not None:
             self.bar.update(n)
 
+    def stage(self, total: int, unit: str) -> None:
+        """Count `total` units of `unit` from now on (the work's count became known): the
+        fraction done and the time left are those of this stage."""
+        with self._lock:
+            self.total, self.unit, self.done, self.first = total, unit, 0, 0
+            self.counted_from = time.monotonic()
+        if self.bar is not None:
+            self.bar.reset(total=total)
+            self.bar.unit, self.bar.bar_format = unit, None
+            self.bar.refresh()
+
     def line(self) -> str:
         """The heartbeat line: the phase, its progress, the time spent and, with a count, an
         estimate of what is left."""
-        spent = time.monotonic() - self.start
+        now = time.monotonic()
         with self._lock:
-            done = self.done
-        parts = [f"{_seconds(spent)} so far"]
-        if self.total is not None:
-            parts.insert(0, f"{self.unit} {done} of {self.total}")
-            if done > self.first and done < self.total:
-                left = spent / (done - self.first) * (self.total - done)
+            done, total, unit, first = self.done, self.total, self.unit, self.first
+            counting = now - self.counted_from
+        parts = [f"{_seconds(now - self.start)} so far"]
+        if total is not None:
+            parts.insert(0, f"{unit} {done} of {total}")
+            if first < done < total:
+                left = counting / (done - first) * (total - done)
                 parts.append(f"about {_seconds(left)} left")
         return f"privbench: {self.label}: {', '.join(parts)}"
 
@@ -103,10 +129,28 @@ class Phase:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._stop.set()
+        if self._token is not None:
+            _RUNNING.reset(self._token)
+            self._token = None
         if self._thread is not None:
             self._thread.join()
         if self.bar is not None:
             self.bar.close()
+
+
+def stage(total: int, unit: str) -> None:
+    """Start a counted stage of `total` units in the innermost running phase (`Phase.stage`);
+    nothing when no phase runs."""
+    phase = _RUNNING.get()
+    if phase is not None:
+        phase.stage(total, unit)
+
+
+def advance(n: int = 1) -> None:
+    """`n` more units of the innermost running phase done; nothing when no phase runs."""
+    phase = _RUNNING.get()
+    if phase is not None:
+        phase.update(n)
 
 
 def _is_tty(stream: IO[str]) -> bool:

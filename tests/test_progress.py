@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 
 from privbench.progress import Phase
@@ -113,3 +114,54 @@ def test_leakage_shows_each_cells_phases_in_a_log(tmp_path, capsys, monkeypatch)
                  "round ", "inversion of every placement's views: ",
                  "membership attack and network DP: placement "):
         assert any(x.startswith(cell + what) and " so far" in x for x in err), (what, err)
+
+
+def test_work_that_counts_itself_gives_the_running_phase_its_fraction_and_time_left():
+    from privbench import progress
+
+    progress.stage(10, "view")  # no phase running: nothing happens, nothing fails
+    progress.advance(3)
+    log = io.StringIO()
+    with Phase("attack mia_message (4 of 6)", stream=log, every=0.02) as phase:
+        time.sleep(0.05)  # before the count is known: the time spent only
+        progress.stage(8, "view")
+        for _ in range(3):
+            time.sleep(0.03)
+            progress.advance()
+        time.sleep(0.05)
+        assert (phase.done, phase.total, phase.unit) == (3, 8, "view")
+    lines = log.getvalue().splitlines()
+    assert "privbench: attack mia_message (4 of 6): 0 s so far" in lines, lines
+    counted = [x for x in lines if ": view 3 of 8, " in x]
+    assert counted and re.search(r"about \d+ s left$", counted[-1]), lines
+    progress.advance(5)  # the phase is over: nothing counts it
+    assert phase.done == 3
+
+
+def test_a_stage_restarts_the_count_and_the_estimate():
+    from privbench import progress
+
+    log = io.StringIO()
+    with Phase("attack lira (1 of 1)", stream=log, every=0.01) as phase:
+        progress.stage(4, "reference round")
+        progress.advance(4)
+        progress.stage(100, "view")
+        time.sleep(0.05)
+        assert (phase.done, phase.total) == (0, 100)
+        progress.advance(50)
+        time.sleep(0.05)
+    lines = log.getvalue().splitlines()
+    assert any(": view 0 of 100, " in x and "left" not in x for x in lines), lines
+    assert any(": view 50 of 100, " in x and "left" in x for x in lines), lines
+
+
+def test_a_terminal_bar_gets_the_count_once_the_work_knows_it():
+    from privbench import progress
+
+    term = _Terminal()
+    with Phase("attack mia_message (4 of 6)", stream=term):
+        progress.stage(4, "view")
+        progress.advance(2)
+        time.sleep(1.2)
+    text = term.getvalue()
+    assert "2/4" in text and "view" in text, text

@@ -10,6 +10,7 @@ broadcast), or the gossip `model` payload.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import numpy as np
@@ -18,6 +19,8 @@ from torch import Tensor
 
 from privbench.data.datasets import NodeData
 from privbench.errors import ConfigError, NotApplicable
+from privbench.metrics.roc import CI_LEVEL, DEFAULT_FPRS, clopper_pearson
+from privbench.seeding import derive_seed
 from privbench.threat.observation import Observation
 
 # ----------------------------------------------------------------------------------- observation
@@ -85,19 +88,130 @@ def candidates(data: NodeData, victim: int) -> tuple[Tensor, Tensor, np.ndarray]
     return x, y, np.r_[np.ones(c, dtype=bool), np.zeros(co, dtype=bool)]
 
 
-def subsample(cands: tuple[Tensor, Tensor, np.ndarray], cap: int,
-              gen: torch.Generator) -> tuple[Tensor, Tensor, np.ndarray]:
-    """At most `cap` members and `cap` held-out samples of `candidates`, drawn uniformly without
-    replacement by `gen` (members still first; `cap` 0: all of them, `gen` untouched)."""
+# ------------------------------------------------------------------------------------ sampling
+LOWEST_FPR = min(DEFAULT_FPRS)  # the lowest FPR a membership result shows (0.1 %)
+FALSE_POSITIVES = 3  # k: the false positives the sample admits at that FPR
+
+
+@dataclass(frozen=True)
+class SampleRule:
+    """How many candidates a membership attack scores: enough to resolve the lowest FPR shown.
+
+    Rule: with FPR f shown, at least k / f non-members (k = `false_positives`), so that the
+    threshold at FPR f admits k false positives and the FPR it reaches has a Clopper-Pearson
+    interval of a few multiples of f (k = 3, f = 0.1 %: 3,000 non-members, FPR interval
+    [0.02 %, 0.29 %]) rather than a single non-member deciding it; as many members (the TPR's
+    interval is binomial in them, the AUC's in both). A side with fewer candidates is taken
+    whole. Scoring every candidate instead (60,000 on Fashion-MNIST) buys intervals narrower
+    than the FPR grid reads while the message attack's per-round N x N solve grows as N^3.
+    """
+
+    fpr: float = LOWEST_FPR
+    false_positives: int = FALSE_POSITIVES
+
+    def size(self) -> int:
+        """k / f: the non-members (and members) the rule asks for."""
+        return math.ceil(self.false_positives / self.fpr - 1e-9)
+
+
+def allocate(available: np.ndarray, want: int) -> np.ndarray:
+    """(V,) how many of each stratum's `available` (V,) candidates a sample of `want` takes:
+    proportional to the stratum's size, largest remainders first (ties: the lower index), never
+    more than a stratum has; every candidate when `want` covers them all."""
+    available = np.asarray(available, dtype=np.int64)
+    total = int(available.sum())
+    if want >= total:
+        return available.copy()
+    share = available * want / total  # (V,) exact proportional shares
+    take = np.floor(share).astype(np.int64)
+    rest = want - int(take.sum())
+    order = np.argsort(-(share - take), kind="stable")[:rest]
+    take[order] += 1
+    return np.minimum(take, available)
+
+
+class Sample(TypedDict):
+    """The candidates a membership attack scored and why that many (JSON-ready)."""
+
+    rule: str
+    fpr: float
+    false_positives: int
+    members: int
+    nonmembers: int
+    members_available: int
+    nonmembers_available: int
+    per_node: dict[str, list[int]]
+    false_positives_at_fpr: int
+    fpr_ci: list[float]
+    resolved: bool
+    ci_level: float
+
+
+def draw_sample(data: NodeData, victims: list[int], rule: SampleRule, gen: torch.Generator,
+                cap: int = 0) -> tuple[list[np.ndarray], Sample]:
+    """A sample of the victims' candidates stratified by node and by member / non-member.
+
+    Each side (members, non-members) takes `rule.size()` candidates (all of them when fewer),
+    allotted to the victims in proportion to their own counts (`allocate`), at most `cap` per
+    victim and side when `cap` > 0, each victim's drawn uniformly without replacement by `gen`
+    (members first, then held-out samples, each in index order). A side taken whole draws
+    nothing, so a sample of every candidate leaves `gen` untouched.
+
+    Returns:
+        per victim, the indices into its `candidates` that are scored; and the `Sample` record.
+    """
+    sides = [np.array([int(data.counts[v]) for v in victims]),
+             np.array([int(data.counts_out[v]) for v in victims])]  # (V,) each
+    takes = [allocate(avail, rule.size()) for avail in sides]
+    if cap > 0:
+        takes = [np.minimum(t, cap) for t in takes]
+    picks = []
+    for i in range(len(victims)):
+        parts = []
+        for avail, take, offset in ((sides[0][i], takes[0][i], 0),
+                                    (sides[1][i], takes[1][i], sides[0][i])):
+            if take == avail:
+                parts.append(np.arange(avail) + offset)
+            else:
+                pick = torch.randperm(int(avail), generator=gen)[:int(take)].sort().values
+                parts.append(pick.numpy() + offset)
+        picks.append(np.concatenate(parts))
+    return picks, describe_sample(rule, sides, takes, victims)
+
+
+def describe_sample(rule: SampleRule, available: list[np.ndarray], taken: list[np.ndarray],
+                    victims: list[int]) -> Sample:
+    """The `Sample` record: the counts, and the Clopper-Pearson interval of the FPR reached at
+    the rule's FPR (floor(f n0) false positives among the n0 non-members scored)."""
+    n1, n0 = int(taken[0].sum()), int(taken[1].sum())
+    fp = math.floor(rule.fpr * n0 + 1e-9)
+    return {"rule": f"at least k / f non-members and as many members (k = "
+                    f"{rule.false_positives} false positives at the lowest FPR shown, "
+                    f"f = {100 * rule.fpr:g} %), stratified by node; a side with fewer is "
+                    "taken whole",
+            "fpr": rule.fpr, "false_positives": rule.false_positives, "members": n1,
+            "nonmembers": n0, "members_available": int(available[0].sum()),
+            "nonmembers_available": int(available[1].sum()),
+            "per_node": {str(v): [int(taken[0][i]), int(taken[1][i])]
+                         for i, v in enumerate(victims)},
+            "false_positives_at_fpr": fp, "fpr_ci": clopper_pearson(fp, n0), "resolved": fp >= 1,
+            "ci_level": CI_LEVEL}
+
+
+def take(cands: tuple[Tensor, Tensor, np.ndarray],
+         idx: np.ndarray) -> tuple[Tensor, Tensor, np.ndarray]:
+    """The candidates at `idx` (all of them, as they are, when `idx` covers every one)."""
     x, y, labels = cands
-    if cap <= 0 or (labels.sum() <= cap and (~labels).sum() <= cap):
+    if len(idx) == len(labels):
         return cands
-    keep = []
-    for side in (np.flatnonzero(labels), np.flatnonzero(~labels)):
-        pick = torch.randperm(len(side), generator=gen)[:cap].sort().values.numpy()
-        keep.append(side[pick])
-    idx = torch.from_numpy(np.concatenate(keep))
-    return x[idx], y[idx], labels[idx.numpy()]
+    sel = torch.from_numpy(idx)
+    return x[sel], y[sel], labels[idx]
+
+
+def sample_generator(seed: int) -> torch.Generator:
+    """The generator a cell's membership sample is drawn with: from the cell's seed alone, so
+    every membership attack of the cell scores the same candidates."""
+    return torch.Generator().manual_seed(derive_seed(seed, "membership", "sample"))
 
 
 # --------------------------------------------------------------------------------- claims, JSON

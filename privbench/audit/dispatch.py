@@ -224,13 +224,14 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
          **{k: res[k] for k in MEMBERSHIP_DETAIL if k in res}})
 
 
-# What a membership result adds when it has it: the message attack's statistics and rule, the
-# rounds it used and skipped (with why), the model attack's observed round and references (and
-# what it chose from their number: LiRA's variance and the rule).
-MEMBERSHIP_DETAIL = ("statistic", "statistics", "statistic_rule", "reference_auc", "regression_fit",
-                     "selected_of", "ci_level", "rounds_attacked", "rounds_not_applicable",
-                     "not_applicable_reasons", "observed_round", "reference_models", "online",
-                     "variance", "variance_rule")
+# What a membership result adds when it has it: the candidates sampled (how many of how many, the
+# rule and the FPR interval it resolves), the message attack's statistics and rule, the rounds it
+# used and skipped (with why), the model attack's observed round and references (and what it
+# chose from their number: LiRA's variance and the rule).
+MEMBERSHIP_DETAIL = ("sample", "statistic", "statistics", "statistic_rule", "reference_auc",
+                     "regression_fit", "selected_of", "ci_level", "rounds_attacked",
+                     "rounds_not_applicable", "not_applicable_reasons", "observed_round",
+                     "reference_models", "online", "variance", "variance_rule")
 
 
 def run_canary_audit(built: Built, attack: str, audit: AuditConfig,

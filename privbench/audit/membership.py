@@ -31,15 +31,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench import progress
 from privbench.audit.attack import reads_messages
 from privbench.audit.candidates import (
     Claim,
+    Sample,
+    SampleRule,
     _victim_views,
     candidates,
     claims,
+    draw_sample,
     last_observed_round,
     observed_model,
-    subsample,
+    sample_generator,
+    take,
 )
 from privbench.audit.reference import (
     DEFAULT_REFERENCE_MODELS,
@@ -57,6 +62,8 @@ from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.threat.gossip_inversion import view_source
 from privbench.threat.observation import Observation, ThreatModel, observe, threat_for
+
+DEFAULT_SAMPLE = SampleRule()  # k / f non-members at the lowest FPR shown (`SampleRule`)
 
 
 class EmpiricalEpsilon(TypedDict):
@@ -113,6 +120,7 @@ class MembershipInfo(TypedDict, total=False):
     regression_fit: dict[str, float]
     scores_by_statistic: dict[str, np.ndarray]
     candidate_cap: int
+    sample: Sample
     selected_of: int
     reference_auc: dict[str, float] | None
     observed_round: int
@@ -169,15 +177,20 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
     parts: list[dict[str, np.ndarray]] = []
     used, reasons, explained, chance = 0, [], [], []
     rounds = atk.attacked_rounds(obs.run.rounds)
-    for v, (x, y, _) in zip(observations, cands, strict=True):
+    every: list[list[Any]] = []
+    for v in observations:
         views, mine = _victim_views(defense, observations[v], v, rounds)
         if not views:
             raise NotApplicable(mine[0] if mine else f"no round of node {v} observed")
+        every.append(views)
+        reasons += mine
+    progress.stage(sum(len(views) for views in every), "view")  # the score counts each
+    for views, (x, y, _) in zip(every, cands, strict=True):
         scores, fit = atk.score_all(obs.fm, views, x.to(device), y.to(device))
         parts.append(scores)
         explained.append(fit["explained"])
         chance.append(fit["chance"])
-        used, reasons = used + len(views), reasons + mine
+        used += len(views)
     fit = {"explained": float(np.mean(explained)), "chance": float(np.mean(chance))}
     chosen = atk.choose(fit)
     info: MembershipInfo = {
@@ -193,17 +206,25 @@ def _message_scores(atk: Any, observations: dict[int, Observation],
 def membership_scores(observations: dict[int, Observation], data: NodeData, attack: str,
                       attack_cfg: dict[str, Any] | None, gen: torch.Generator,
                       device: torch.device, reference_models: int = DEFAULT_REFERENCE_MODELS,
-                      source: Any = None) -> tuple[np.ndarray, np.ndarray, MembershipInfo]:
-    """Scores of the victims' candidates under `attack` (each scored against its own node).
+                      source: Any = None, rule: SampleRule = DEFAULT_SAMPLE
+                      ) -> tuple[np.ndarray, np.ndarray, MembershipInfo]:
+    """Scores of a sample of the victims' candidates under `attack` (each scored against its
+    own node).
+
+    The sample (`candidates.draw_sample`) is stratified by node and by member / non-member and
+    sized by `rule` for the lowest FPR shown, drawn by a generator of the cell's seed alone
+    (`sample_generator`), so every membership attack of a cell scores the same candidates and
+    `gen` (the attack's own randomness: reference systems) is untouched by it.
 
     Args:
         observations: victim -> what the attacker of that victim observes (its threat model).
         source: where message-level attacks get gradient views (default: the defense, or
             gossip inversion for a placed threat model: `gossip_inversion.view_source`).
+        rule: how many candidates to score.
 
     Returns:
-        scores (N,), labels (N,) and info (attack level, rounds used, ...), candidates ordered
-        victim by victim, members first.
+        scores (N,), labels (N,) and info (attack level, rounds used, the sample, ...),
+        candidates ordered victim by victim, members first.
 
     Raises:
         NotApplicable: when the threat model cannot observe what the attack needs.
@@ -213,19 +234,23 @@ def membership_scores(observations: dict[int, Observation], data: NodeData, atta
     cls = ATTACKS.get(attack)
     atk = cls(replace_checked(cls.Config(), attack_cfg or {}, where="attack"))
     cap = atk.candidate_cap() if reads_messages(type(atk)) else 0
-    cands = [subsample(candidates(data, v), cap, gen) for v in victims]
+    seed = observations[victims[0]].run.seed
+    picks, sample = draw_sample(data, victims, rule, sample_generator(seed), cap)
+    cands = [take(candidates(data, v), idx) for v, idx in zip(victims, picks, strict=True)]
     labels = np.concatenate([c[2] for c in cands])
     if reads_messages(type(atk)):
-        scores, info = _message_level(atk, observations, data, cands, labels, cap, gen, device,
-                                      source)
+        scores, info = _message_level(atk, observations, data, cands, picks, labels, cap, gen,
+                                      device, source)
     else:
-        scores, info = _model_level(atk, observations, data, cands, gen, device,
+        scores, info = _model_level(atk, observations, data, cands, picks, gen, device,
                                     reference_models)
+    info["sample"] = sample
     return scores, labels, info
 
 
 def _message_level(atk: Any, observations: dict[int, Observation], data: NodeData,
-                   cands: list[tuple[Tensor, Tensor, np.ndarray]], labels: np.ndarray, cap: int,
+                   cands: list[tuple[Tensor, Tensor, np.ndarray]], picks: list[np.ndarray],
+                   labels: np.ndarray, cap: int,
                    gen: torch.Generator, device: torch.device,
                    source: Any) -> tuple[np.ndarray, MembershipInfo]:
     """`membership_scores` for a message-level attack: every statistic's scores, and the one
@@ -244,7 +269,7 @@ def _message_level(atk: Any, observations: dict[int, Observation], data: NodeDat
             f"worst case); intervals and empirical ε at the Bonferroni level "
             f"1 - 0.05/{len(scores_all)} per statistic, so the graded one's hold at 95 %")
     elif len(scores_all) > 1 and atk.cfg.select == "reference":
-        pick = choose_statistic(observations, data, atk, gen, device)
+        pick = choose_statistic(observations, data, atk, gen, device, picks)
         info["reference_auc"] = pick["reference_auc"]
         if pick["statistic"] is not None:
             info["statistic"] = pick["statistic"]
@@ -258,7 +283,8 @@ def _message_level(atk: Any, observations: dict[int, Observation], data: NodeDat
 
 
 def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
-                 cands: list[tuple[Tensor, Tensor, np.ndarray]], gen: torch.Generator,
+                 cands: list[tuple[Tensor, Tensor, np.ndarray]], picks: list[np.ndarray],
+                 gen: torch.Generator,
                  device: torch.device, reference_models: int) -> tuple[np.ndarray, MembershipInfo]:
     """`membership_scores` for a model-level attack: each victim's candidates scored against
     the victim's last observed model (and reference models where the attack needs them)."""
@@ -274,7 +300,7 @@ def _model_level(atk: Any, observations: dict[int, Observation], data: NodeData,
     refs, masks = None, None
     if atk.needs_reference:
         refs, masks = train_reference_models(obs, data, victims, reference_models,
-                                             atk.needs_in_models, gen, device, t_obs)
+                                             atk.needs_in_models, gen, device, t_obs, picks)
         refs = refs.to(device)  # (K, V, d)
         info.update(reference_models=reference_models, online=atk.needs_in_models,
                     **atk.reference_detail(reference_models))  # e.g. LiRA's variance and why

@@ -29,10 +29,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench import progress
 from privbench.audit.candidates import (
     _victim_views,
     candidates,
     observed_model,
+    take,
 )
 from privbench.config import RunConfig, replace_checked
 from privbench.data.datasets import NodeData, load_dataset
@@ -69,16 +71,20 @@ def _stack(xs: list[Tensor], ys: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
 
 def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: Tensor,
                    cands: list[tuple[Tensor, Tensor]], copies: int, online: bool,
-                   gen: torch.Generator) -> tuple[NodeData, list[np.ndarray]]:
-    """Node data of `copies` reference systems and, per victim, the (copies, N_v) IN mask.
+                   gen: torch.Generator, picks: list[np.ndarray] | None = None
+                   ) -> tuple[NodeData, list[np.ndarray]]:
+    """Node data of `copies` reference systems and, per victim, the (copies, S_v) IN mask of
+    its scored candidates (`picks[i]`, indices into victim i's N_v candidates; None: all).
 
-    Slot (k, v) of a victim trains on a subset of v's candidates of v's member count c_v (online)
-    or on population samples (offline); every other slot (k, j) on counts[j] population samples,
-    drawn without replacement within a copy. Online membership is balanced: each copy takes the
-    c_v candidates that are IN in the fewest copies so far (random order among equals), so every
-    candidate is IN in floor or ceil(copies * c_v / N_v) copies; when N_v = 2 c_v, copies 2k and
-    2k + 1 are complementary halves and every candidate is IN in exactly half of an even number
-    of copies.
+    Slot (k, v) of a victim trains on c_v samples (v's member count): online, m_v of its scored
+    candidates (m_v = c_v S_v / N_v rounded, the share of IN candidates every candidate sees)
+    and c_v - m_v of its unscored ones at random; offline, population samples. Every other slot
+    (k, j) trains on counts[j] population samples, drawn without replacement within a copy.
+    Online membership of the scored candidates is balanced: each copy takes the m_v that are IN
+    in the fewest copies so far (random order among equals), so every scored candidate is IN in
+    floor or ceil(copies * m_v / S_v) copies; when all are scored and N_v = 2 c_v, copies 2k
+    and 2k + 1 are complementary halves and every candidate is IN in exactly half of an even
+    number of copies.
     """
     n = data.n
     counts = data.counts.cpu().tolist()
@@ -87,21 +93,20 @@ def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: T
     if need > len(pool_y):
         raise ConfigError(f"reference copies need {need} population samples per copy; the "
                           f"population holds {len(pool_y)} (lower nodes or max_per_node)")
-    masks = [np.zeros((copies, len(c[1])), dtype=bool) for c in cands]
-    times_in = [torch.zeros(len(c[1])) for c in cands]  # per victim: copies each candidate is IN
+    picks = picks or [np.arange(len(c[1])) for c in cands]
+    masks = [np.zeros((copies, len(p)), dtype=bool) for p in picks]
+    times_in = [torch.zeros(len(p)) for p in picks]  # per victim: copies each scored one is IN
     xs, ys = [], []
     for k in range(copies):  # builds data once per copy; training itself is one stacked run
         perm = torch.randperm(len(pool_y), generator=gen)
         pos = 0
         for j in range(n):
             if j in own:
-                cx, cy = cands[own[j]]
-                ti = times_in[own[j]]
-                pick = torch.argsort(ti + torch.rand(len(cy), generator=gen))[:counts[j]]
-                ti[pick] += 1
-                masks[own[j]][k, pick.numpy()] = True
-                xs.append(cx[pick])
-                ys.append(cy[pick])
+                i = own[j]
+                chosen = _victim_slot(cands[i], picks[i], counts[j], times_in[i], masks[i][k],
+                                      gen)
+                xs.append(cands[i][0][chosen])
+                ys.append(cands[i][1][chosen])
             else:
                 idx = perm[pos:pos + counts[j]]
                 pos += counts[j]
@@ -115,6 +120,23 @@ def reference_data(data: NodeData, victims: list[int], pool_x: Tensor, pool_y: T
     return nd, masks
 
 
+def _victim_slot(cand: tuple[Tensor, Tensor], scored: np.ndarray, count: int, times_in: Tensor,
+                 mask_row: np.ndarray, gen: torch.Generator) -> Tensor:
+    """The candidate indices one copy's victim slot trains on (`reference_data`): the scored
+    candidates IN in the fewest copies so far (counted in `times_in`, marked in `mask_row`), and
+    unscored ones to fill the slot to `count`."""
+    total = len(cand[1])
+    m = count if len(scored) == total else round(count * len(scored) / total)
+    pick = torch.argsort(times_in + torch.rand(len(scored), generator=gen))[:m]
+    times_in[pick] += 1
+    mask_row[pick.numpy()] = True
+    chosen = torch.from_numpy(scored)[pick]
+    if m < count:  # the slot's other samples: candidates no score reads
+        rest = torch.from_numpy(np.setdiff1d(np.arange(total), scored))
+        chosen = torch.cat([chosen, rest[torch.randperm(len(rest), generator=gen)[:count - m]]])
+    return chosen
+
+
 def population(run: RunConfig, data: NodeData, victims: list[int]) -> tuple[Tensor, Tensor]:
     """The attacker's population: the dataset's training split minus the victims' candidates."""
     ds = load_dataset(run.dataset, run.data_root, run.download)
@@ -126,42 +148,49 @@ def population(run: RunConfig, data: NodeData, victims: list[int]) -> tuple[Tens
 
 def _reference_system(obs: Observation, data: NodeData, victims: list[int], copies: int,
                       online: bool, gen: torch.Generator, device: torch.device,
-                      policy: RecordPolicy, last_round: int) -> tuple[Any, list[np.ndarray]]:
+                      policy: RecordPolicy, last_round: int,
+                      picks: list[np.ndarray] | None = None) -> tuple[Any, list[np.ndarray]]:
     """Train `copies` reference systems as one stacked run up to `last_round`, recording
-    `policy`; return the trainer (its ctx holds the log) and per victim the (copies, N_v) IN
-    mask."""
+    `policy`; return the trainer (its ctx holds the log) and per victim the (copies, S_v) IN
+    mask of its scored candidates (`picks`; None: all N_v)."""
     load_plugins()
     run = obs.run
     cls = DEFENSES.get(obs.defense)
     cands = [tuple(t.cpu() for t in candidates(data, v)[:2]) for v in victims]
     pool_x, pool_y = population(run, data, victims)
-    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen)
+    ref_data, masks = reference_data(data, victims, pool_x, pool_y, cands, copies, online, gen,
+                                     picks)
     ref_run = replace_checked(run, {"nodes": data.n * copies})
     seed = int(torch.randint(0, 2**62, (1,), generator=gen))
     topo = block_topology(obs.topology, copies)
     ctx = Context(ref_run, obs.fm, ref_data.to(device), topo, MessageBus(cls.kinds, policy),
                   GroundTruth(RecordPolicy.none()), Streams(seed, device), device)
     trainer = cls(obs.defense_cfg, ctx)
+    progress.stage(last_round + 1, "reference round")
     for t in range(last_round + 1):
         trainer.round(t)
+        progress.advance()
     return trainer, masks
 
 
 def train_reference_models(obs: Observation, data: NodeData, victims: list[int], copies: int,
                            online: bool, gen: torch.Generator, device: torch.device,
-                           observe_round: int | None = None) -> tuple[Tensor, list[np.ndarray]]:
+                           observe_round: int | None = None,
+                           picks: list[np.ndarray] | None = None
+                           ) -> tuple[Tensor, list[np.ndarray]]:
     """Train `copies` reference systems as one stacked run; return their victims' observed models.
 
     Returns:
         (copies, V, d) reference models (read like the target: `observed_model` of each copy's
-        victim slots) and per victim the (copies, N_v) IN mask of its candidates.
+        victim slots) and per victim the (copies, S_v) IN mask of its scored candidates
+        (`picks`, indices into its candidates; None: all of them).
     """
     n = data.n
     t_obs = obs.run.rounds - 1 if observe_round is None else observe_round
     slots = frozenset(k * n + v for k in range(copies) for v in victims)
     policy = RecordPolicy(rounds=frozenset({t_obs}), senders=slots)
     trainer, masks = _reference_system(obs, data, victims, copies, online, gen, device, policy,
-                                       t_obs)
+                                       t_obs, picks)
     ctx = trainer.ctx
     ref_obs = dataclasses.replace(obs, log=ctx.bus.log, topology=ctx.topology,
                                   threat=ThreatModel("eavesdropper"), run=ctx.run)
@@ -181,7 +210,8 @@ class StatisticChoice(TypedDict):
 
 
 def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: Any,
-                     gen: torch.Generator, device: torch.device) -> StatisticChoice:
+                     gen: torch.Generator, device: torch.device,
+                     picks: list[np.ndarray] | None = None) -> StatisticChoice:
     """Pick the message statistic on reference systems, never on the target's labels.
 
     Two reference copies of the whole system (same defense, config, topology and sizes; each
@@ -190,7 +220,7 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
     same threat model (observers mapped into the copy) with every statistic, and the one with
     the higher mean AUC over (copy, victim) pairs (each scored against its own known
     membership; not pooled, since the statistics' scales differ between models) is graded on
-    the target.
+    the target. Only the scored candidates (`picks`; None: all) are scored on the copies too.
 
     Returns:
         {"statistic": chosen, "reference_auc": {statistic: AUC}} (the label-free R^2 rule of
@@ -201,30 +231,30 @@ def choose_statistic(observations: dict[int, Observation], data: NodeData, atk: 
     obs = observations[victims[0]]
     n = data.n
     trainer, masks = _reference_system(obs, data, victims, STATISTIC_COPIES, True, gen, device,
-                                       RecordPolicy(), obs.run.rounds - 1)
+                                       RecordPolicy(), obs.run.rounds - 1, picks)
     ctx = trainer.ctx
     system = SimpleNamespace(trainer=trainer, ctx=ctx, defense=obs.defense)  # observe's input
     defense = DEFENSES.get(obs.defense)
-    by_stat: dict[str, list[float]] = {}
+    attacked = []  # (victim index, copy, its views) of every usable (copy, victim) pair
     for k in range(STATISTIC_COPIES):
         for i, v in enumerate(victims):
             th = observations[v].threat
-            ref_th = ThreatModel(th.kind, tuple(k * n + o for o in th.observers))
-            ref_obs = observe(system, ref_th)
+            ref_obs = observe(system, ThreatModel(th.kind, tuple(k * n + o for o in th.observers)))
             views, _ = _victim_views(defense, ref_obs, k * n + v,
                                      atk.attacked_rounds(obs.run.rounds))
-            if not views:
-                continue
-            lab = masks[i][k]
-            if lab.all() or not lab.any():
-                continue
-            x, y, _ = candidates(data, v)
-            scores, _ = atk.score_all(obs.fm, views, x.to(device), y.to(device))
-            if not all(np.isfinite(sc).all() for sc in scores.values()):
-                return {"statistic": None, "reference_auc": None}  # the reference run diverged
-            for name, sc in scores.items():  # per (copy, victim): one model's power, unpooled
-                if name in atk.statistics():  # the combined statistics the target always has
-                    by_stat.setdefault(name, []).append(roc_curve(sc, lab).auc)
+            if views and masks[i][k].any() and not masks[i][k].all():
+                attacked.append((i, k, views))
+    progress.stage(sum(len(views) for *_, views in attacked), "reference view")
+    by_stat: dict[str, list[float]] = {}
+    for i, k, views in attacked:
+        lab = masks[i][k]
+        x, y, _ = take(candidates(data, victims[i]), picks[i] if picks else np.arange(len(lab)))
+        scores, _ = atk.score_all(obs.fm, views, x.to(device), y.to(device))
+        if not all(np.isfinite(sc).all() for sc in scores.values()):
+            return {"statistic": None, "reference_auc": None}  # the reference run diverged
+        for name, sc in scores.items():  # per (copy, victim): one model's power, unpooled
+            if name in atk.statistics():  # the combined statistics the target always has
+                by_stat.setdefault(name, []).append(roc_curve(sc, lab).auc)
     if not by_stat or not all(by_stat.values()):
         return {"statistic": None, "reference_auc": None}
     aucs = {name: float(np.mean(v)) for name, v in by_stat.items()}

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from attacks.mia_message import MIAMessage, MIAMessageConfig
-from privbench.audit.candidates import candidates, subsample
+from privbench.audit.candidates import SampleRule, candidates, draw_sample, sample_generator
 from privbench.audit.config import AuditConfig
 from privbench.audit.membership import membership_scores, run_membership
 from privbench.commands.cells import _needed_rounds
@@ -46,25 +46,17 @@ def test_attacked_rounds_are_evenly_spaced_first_and_last_included() -> None:
             MIAMessageConfig(**{field: -1})
 
 
-def test_subsample_draws_members_and_held_out_separately() -> None:
-    n1, n0 = 9, 7
-    x = torch.arange(n1 + n0, dtype=torch.float32)[:, None]  # (N, 1): the sample's index
-    y = torch.arange(n1 + n0)
-    labels = np.r_[np.ones(n1, dtype=bool), np.zeros(n0, dtype=bool)]
-    xs, ys, ls = subsample((x, y, labels), 4, torch.Generator().manual_seed(0))
-    assert ls.tolist() == [True] * 4 + [False] * 4  # members first, as `candidates` orders them
-    assert torch.equal(xs[:, 0].long(), ys)  # x and y stay paired
-    assert all(labels[i] == lab for i, lab in zip(ys.tolist(), ls, strict=True))
-    assert len(set(ys.tolist())) == 8  # without replacement
-    again = subsample((x, y, labels), 4, torch.Generator().manual_seed(0))[1]
-    assert torch.equal(again, ys)
-    other = subsample((x, y, labels), 4, torch.Generator().manual_seed(1))[1]
-    assert not torch.equal(other, ys)
-    gen = torch.Generator().manual_seed(5)
-    state = gen.get_state()
-    for cap in (0, 9):  # no cap, or a cap above both sides: everything, the generator untouched
-        same = subsample((x, y, labels), cap, gen)
-        assert same[2] is labels and torch.equal(gen.get_state(), state)
+def test_the_candidates_cap_limits_each_victim_and_side_of_the_sample() -> None:
+    run = RunConfig(nodes=3, rounds=1, max_per_node=30, holdout=0.5, device="cpu")
+    data = build(run, "sgp").ctx.data
+    gen = torch.Generator().manual_seed(0)
+    picks, sample = draw_sample(data, [0, 1, 2], SampleRule(), gen, cap=4)
+    for v, idx in zip((0, 1, 2), picks, strict=True):
+        c = int(data.counts[v])
+        assert (idx < c).sum() == 4 and (idx >= c).sum() == 4  # members, then held out
+        assert len(set(idx.tolist())) == 8 and idx.max() < c + int(data.counts_out[v])
+    assert sample["members"] == sample["nonmembers"] == 12
+    assert sample["per_node"] == {"0": [4, 4], "1": [4, 4], "2": [4, 4]}
 
 
 def test_the_run_records_only_the_attacked_rounds_and_their_neighbours() -> None:
@@ -128,13 +120,10 @@ def test_a_subset_of_candidates_gets_the_scores_it_gets_among_all() -> None:
     part, labels, info = membership_scores(obs, data, "mia_message", {**cfg, "candidates": 4},
                                            torch.Generator().manual_seed(3), dev)
     assert info["candidate_cap"] == 4 and info["rounds_attacked"] == 2 * 5
-    gen, offset, expect = torch.Generator().manual_seed(3), 0, []
-    for v in (0, 2):  # the same draws, victim by victim, mapped back to the full ordering
-        x, y, lab = candidates(data, v)
-        xs = subsample((x, y, lab), 4, gen)[0]
-        rows = [int(torch.nonzero((x == s).flatten(1).all(dim=1))[0]) for s in xs]
-        expect += [offset + r for r in rows]
-        offset += len(y)
+    picks, _ = draw_sample(data, [0, 2], SampleRule(), sample_generator(run.seed), cap=4)
+    sizes = [len(candidates(data, v)[1]) for v in (0, 2)]
+    expect = np.concatenate([picks[0], sizes[0] + picks[1]])  # the full ordering's rows
+    assert len(expect) == 2 * 8 and not np.array_equal(expect, np.arange(len(expect)))
     np.testing.assert_allclose(part, full[expect], rtol=1e-6)
     assert labels.tolist() == full_labels[expect].tolist()
 
@@ -215,7 +204,7 @@ def test_partial_views_score_on_the_observed_coordinates_only(monkeypatch) -> No
     atk = MIAMessage(MIAMessageConfig(statistic="all"))
     sliced, fit = atk.score_all(obs.fm, views, x, y)
 
-    def masked(self, fm, params, x, y, target, masks, need_gram):
+    def masked(self, fm, params, x, y, target, masks, need_gram, ghost=None):
         r = len(params)
         g = mm.per_sample_grads(fm, params, x.expand(r, *x.shape), y.expand(r, len(y)))
         g = g * torch.stack(masks)[:, None, :]  # (r, N, d), zero off the observed coordinates
