@@ -243,6 +243,7 @@ class MIAMessage(MessageAttack):
         first = _first_linear_inputs(fm, views[0].params.to(x.device).float(), x, y) \
             if "span" in stats else None
         ghost = _ghost_plan(fm, x, [v.mask for v in views])
+        shared: dict[str, Tensor] = {}  # what every view shares (`_ghost_pairs`)
         chunk = max(1, self.cfg.max_floats // _floats_per_view(ghost, n, d,
                                                                "regression" in stats))
         for gi, part in ((gi, grp[s:s + chunk]) for gi, grp in enumerate(groups)
@@ -250,7 +251,8 @@ class MIAMessage(MessageAttack):
             params = torch.stack([v.params.to(x.device).float() for v in part])  # (r, d)
             target = self._targets(part, x.device)  # (r, d)
             pairs, seen = self._pair_stats(fm, params, x, y, target, [v.mask for v in part],
-                                           need_gram="regression" in stats, ghost=ghost)
+                                           need_gram="regression" in stats, ghost=ghost,
+                                           shared=shared)
             if "span" in stats:
                 pairs["span"] = _span_scores(fm, first, target, [v.batch_size for v in part],
                                              n)
@@ -277,7 +279,8 @@ class MIAMessage(MessageAttack):
 
     def _pair_stats(self, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, target: Tensor,
                     masks: list[Tensor | None], need_gram: bool,
-                    ghost: FastClip | None = None) -> tuple[dict[str, Tensor], float]:
+                    ghost: FastClip | None = None,
+                    shared: dict[str, Tensor] | None = None) -> tuple[dict[str, Tensor], float]:
         """What every statistic reads of the candidates' per-sample gradients g (r, N, d) at the
         views' params (r, d): {"rhs": <g_n, target> (r, N), "sq": ||g_n||^2 (r, N), "gram":
         <g_n, g_m> (r, N, N) when `need_gram`}, and the number of observed coordinates.
@@ -286,13 +289,15 @@ class MIAMessage(MessageAttack):
         weight gradient is the outer product e a^T of its output gradient e (q,) and input a (p,),
         so <g_n, g_m> = (e_n . e_m)(a_n . a_m + 1) with the bias, and <g_n, T> = e_n^T T a_n:
         N^2 (p + q) instead of N^2 p q per layer, and the (r, N, d) stack is never formed (the
-        message MIA dominated the audit's time): `ghost` (`_ghost_plan`), when it applies.
+        message MIA dominated the audit's time): `ghost` (`_ghost_plan`), when it applies;
+        `shared` keeps what every view of the candidates shares between calls.
         Partial views (masks) and other models form g.
         """
         r, n, d = len(params), len(y), fm.d
         xs, ys = x.expand(r, *x.shape), y.expand(r, n)
         if ghost is not None:
-            return _ghost_pairs(ghost, fm, params, xs, ys, target, need_gram), float(r * d)
+            return (_ghost_pairs(ghost, fm, params, xs, ys, target, need_gram,
+                                 {} if shared is None else shared), float(r * d))
         g = per_sample_grads(fm, params, xs, ys)  # (r, N, d)
         seen = float(r * d)
         if any(m is not None for m in masks):
@@ -356,16 +361,20 @@ def _floats_per_view(ghost: FastClip | None, n: int, d: int, need_gram: bool) ->
 
 
 def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
-                 target: Tensor, need_gram: bool) -> dict[str, Tensor]:
+                 target: Tensor, need_gram: bool, shared: dict[str, Tensor]) -> dict[str, Tensor]:
     """`_pair_stats` of an all-Linear model from each layer's inputs a (r, N, p) and per-sample
-    output gradients e (r, N, q), one forward and backward per view (`FastClip.capture`)."""
+    output gradients e (r, N, q), one forward and backward per view (`FastClip.capture`).
+
+    The first layer's inputs are the candidates themselves in every view (no parameter precedes
+    it), so their Gram (N, N) is formed once and kept in `shared`: on the Fashion-MNIST MLP
+    that layer's p = 784 is two thirds of the Gram's work."""
     r, n = y.shape
     acts, outs = plan.capture(fm.module, rows_to_dict(fm, params), x, y)
     tgt = rows_to_dict(fm, target)  # {name: (r, *shape)}
     rhs = torch.zeros(r, n, dtype=target.dtype, device=target.device)
     sq = torch.zeros_like(rhs)
     gram = torch.zeros(r, n, n, dtype=target.dtype, device=target.device) if need_gram else None
-    for lay, a, e in zip(plan.layers, acts, outs, strict=True):
+    for k, (lay, a, e) in enumerate(zip(plan.layers, acts, outs, strict=True)):
         bias = lay.module.bias is not None
         rhs += ((e @ tgt[lay.param("weight")]) * a).sum(dim=-1)  # e_n^T W_T a_n, (r, N)
         a2, e2 = a.pow(2).sum(dim=-1), e.pow(2).sum(dim=-1)  # (r, N) each
@@ -373,7 +382,12 @@ def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Te
         if bias:
             rhs += (e * tgt[lay.param("bias")][:, None, :]).sum(dim=-1)
         if gram is not None:
-            aa = torch.bmm(a, a.transpose(1, 2))  # (r, N, N)
+            if k == 0:  # (1, N, N), broadcast over the views
+                aa = shared.get("first_gram")
+                if aa is None:
+                    aa = shared["first_gram"] = torch.bmm(a[:1], a[:1].transpose(1, 2))
+            else:
+                aa = torch.bmm(a, a.transpose(1, 2))  # (r, N, N)
             gram += torch.bmm(e, e.transpose(1, 2)) * (aa + 1.0 if bias else aa)
     out = {"rhs": rhs, "sq": sq}
     if gram is not None:

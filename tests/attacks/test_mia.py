@@ -440,7 +440,8 @@ def test_reference_membership_is_balanced(holdout: float, copies: int) -> None:
             assert (m[0::2] ^ m[1::2]).all()  # complementary pairs
 
 
-@pytest.mark.parametrize("cfg", [{}, {"statistic": "dot", "clip": 0.5}, {"statistic": "dot"}])
+@pytest.mark.parametrize("cfg", [{}, {"statistic": "dot", "clip": 0.5}, {"statistic": "dot"},
+                                 {"max_floats": 1}])  # one view a batch: the shared Gram reused
 def test_ghost_pair_statistics_equal_the_formed_per_sample_gradients(cfg, monkeypatch) -> None:
     # the MLP's message-MIA statistics from per-layer inputs and output gradients (never forming
     # the (r, N, d) per-sample stack) must equal those of the formed per-sample gradients

@@ -204,7 +204,7 @@ def test_partial_views_score_on_the_observed_coordinates_only(monkeypatch) -> No
     atk = MIAMessage(MIAMessageConfig(statistic="all"))
     sliced, fit = atk.score_all(obs.fm, views, x, y)
 
-    def masked(self, fm, params, x, y, target, masks, need_gram, ghost=None):
+    def masked(self, fm, params, x, y, target, masks, need_gram, ghost=None, shared=None):
         r = len(params)
         g = mm.per_sample_grads(fm, params, x.expand(r, *x.shape), y.expand(r, len(y)))
         g = g * torch.stack(masks)[:, None, :]  # (r, N, d), zero off the observed coordinates
