@@ -80,6 +80,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call, grad, grad_and_value, vmap
 
+from privbench import progress
 from privbench.audit.attack import Attack
 from privbench.models import FlatModel
 from privbench.threat.observation import GradientView
@@ -361,6 +362,7 @@ def adam_batched(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
     milestones = [int(n / 2.667), int(n / 1.6), int(n / 1.142)] if sched.decay else []
     lr_sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
     args = (onehot, learn, pdict, probs.target, probs.mask, probs.sign)
+    progress.stage(n, "optimiser step")
     for _ in range(n):
         grads, _ = step(x.detach(), ylog.detach(), *args)
         gx, gy = grads if joint else (grads, None)
@@ -372,6 +374,7 @@ def adam_batched(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
         if sched.boxed:
             with torch.no_grad():
                 x.clamp_(0, 1)
+        progress.advance()
     with torch.no_grad():
         _, cost = vmap(objective)(x, ylog, *args)
         yprob = torch.where(learn[:, None, None], F.softmax(ylog, -1), onehot)
@@ -408,6 +411,7 @@ def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
     status = "ok"
     last = (x.detach().clone(), ylog.detach().clone())
     for it in range(steps):
+        progress.advance()
         opt.step(closure)
         if boxed:
             with torch.no_grad():
@@ -515,6 +519,7 @@ def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_
     k = probs.k
     objective = make_objective(fm, cost, tv)
     xs, ys, costs, stats = [], [], [], []
+    progress.stage(k * restarts * steps, "L-BFGS step (at most)")  # an early stop skips some
     for p in range(k * restarts):
         i = p // restarts
         one = Problems(probs.params[i:i + 1], probs.target[i:i + 1], probs.mask[i:i + 1],

@@ -55,6 +55,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench import progress
 from privbench.data.datasets import NodeData
 from privbench.engine.trainer import Context
 from privbench.errors import ConfigError, NotApplicable
@@ -415,7 +416,8 @@ def _train(base: Any, rows: dict[int, Tensor], gen: torch.Generator) -> Any:
     ctx2 = CanaryContext(**fields, slots=slots,
                          canary_gen=torch.Generator().manual_seed(seed))
     built = Built(type(base.trainer)(base.trainer.cfg, ctx2), ctx2, base.defense)
-    train(built.trainer, evaluations=False)  # trained for what it sends
+    progress.stage(ctx.run.rounds, "canary round")
+    train(built.trainer, progress.advance, evaluations=False)  # trained for what it sends
     return built
 
 

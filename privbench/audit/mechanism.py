@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from privbench import progress
 from privbench.audit.mechanism_coverage import coverage, declared_kinds
 from privbench.audit.mechanism_draws import OutsideDraws, reused_finding
 from privbench.audit.mechanism_epsilon import (
@@ -329,8 +330,10 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
         draws.at(t)
         rec(t)
 
+    progress.stage(max(rounds) + 1, "probed round")
     with draws.recording():
-        res = train(trainer, rounds=max(rounds) + 1, before_round=before, evaluations=False)
+        res = train(trainer, progress.advance, rounds=max(rounds) + 1, before_round=before,
+                    evaluations=False)
     rec.attach_run(built.ctx.bus.log)
     n = built.ctx.n
     ledgers = node_ledgers(trainer.privacy(), n)
