@@ -160,6 +160,32 @@ def test_reference_runs_are_stacked_copies() -> None:
     assert sorted(map(float, ins.sum(dim=(1, 2, 3)))) == sorted(map(float, got.sum(dim=(1, 2, 3))))
 
 
+def test_reference_copies_of_a_sample_train_the_victims_size_and_balance_the_scored() -> None:
+    # the scored candidates of a sample are IN in balanced copies at the share they have among
+    # all candidates; the victim slot still trains on its member count, the rest from the
+    # candidates no score reads
+    built = build(RunConfig(nodes=4, rounds=1, max_per_node=40, holdout=0.5, batch_size=8,
+                            device="cpu"), "sgp")
+    data = built.ctx.data
+    x, y, _ = candidates(data, 1)
+    c, total = int(data.counts[1]), len(y)
+    scored = np.sort(np.random.default_rng(0).choice(total, 10, replace=False))
+    copies = 4
+    nd, masks = reference_data(data, [1], data.x_test, data.y_test, [(x, y)], copies, True,
+                               torch.Generator().manual_seed(0), [scored])
+    m = round(c * len(scored) / total)
+    assert masks[0].shape == (copies, len(scored)) and (masks[0].sum(axis=1) == m).all()
+    times = masks[0].sum(axis=0)
+    assert times.max() - times.min() <= 1
+    rows = [r.numpy().tobytes() for r in x.flatten(1)]  # each candidate's pixels
+    for k in range(copies):
+        assert int(nd.counts[k * 4 + 1]) == c
+        got = {r.numpy().tobytes() for r in nd.x[k * 4 + 1, :c].flatten(1)}
+        inside = {rows[i] for i in scored[masks[0][k]]}
+        out = {rows[i] for i in scored[~masks[0][k]]}
+        assert inside <= got and not out & got
+
+
 @pytest.mark.parametrize("attack,cfg", [("mia_threshold", {}), ("lira", {}),
                                         ("rmia", {}), ("mia_message", {})])
 def test_run_membership_json(attack: str, cfg: dict) -> None:
