@@ -4,7 +4,9 @@ Candidates: the victim's members `NodeData.x[v, :counts[v]]` (label 1) and its h
 `NodeData.x_out[v, :counts_out[v]]` (label 0). The target model *as the attacker observes it*
 (`observed_model`): from the recorded messages, the push-sum `model` payload over the `weight`
 payload of the victim's last recorded round (the de-biased model z = x^{t+1/2} / w the victim
-broadcast), or the gossip `model` payload.
+broadcast), or the gossip `model` payload. The sample an attack scores (`SampleRule`,
+`draw_sample`): enough non-members to resolve the lowest FPR shown and as many members,
+stratified by node and by member / non-member, drawn from the cell's seed.
 """
 
 from __future__ import annotations

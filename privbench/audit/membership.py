@@ -14,7 +14,8 @@ resolve low FPRs):
   `gradient_views` of the victim for every observed round;
 * the result: AUC, TPR at 0.1% / 1% FPR (resolved or not), downsampled ROC curves, the empirical
   epsilon lower bound (Clopper-Pearson over the ROC) next to the victim's claimed epsilon (paper and
-  calibrated, from `Built.privacy()`), n_members, n_nonmembers.
+  calibrated, from `Built.privacy()`), n_members, n_nonmembers and the sample they are
+  (`candidates.draw_sample`: how many of how many, the rule, the FPR interval it resolves).
 
 Candidates and observed models live in `candidates`, reference systems in `reference`, the
 input-canary audit in `input_canary`.
