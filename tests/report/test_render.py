@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from privbench.cli import main
@@ -366,3 +367,18 @@ def test_lira_says_which_variance_it_used_and_why() -> None:
     shown = rule.replace("<", "&lt;")  # escaped as every string of the page
     assert f"variance: global ({shown}, 16 reference models)" in html
     assert html.count("variance: ") == 1  # only the attack that chose one says so
+
+
+def test_a_membership_result_says_which_sample_it_scored():
+    from privbench.audit.candidates import SampleRule, describe_sample
+
+    res = _results()
+    rule = SampleRule()
+    sample = describe_sample(rule, [np.array([3000, 2000]), np.array([2500, 2500])],
+                             [np.array([1800, 1200]), np.array([1500, 1500])], [0, 1])
+    res["cells"][1]["attacks"]["mia_loss"] = {**res["cells"][1]["attacks"]["mia_loss"],
+                                              "sample": sample}
+    html = render_html(res)
+    assert ("sample: 3000 of 5000 members, 3000 of 5000 non-members; 3 false positive(s) at "
+            "FPR 0.00100, FPR interval [2.06e-04, 0.00292]" in html), html
+    assert "sample: " not in render_html(_results())  # no sample recorded: nothing said
