@@ -341,7 +341,8 @@ def run_mounted_inversion(built: Built, attack: str, audit: AuditConfig, gen: to
 def run_mounted_membership(built: Built, attack: str, audit: AuditConfig, gen: torch.Generator,
                            mount: Mount) -> AttackResult:
     """One membership attack pooled over the mounted victims, graded: ROC rates with their
-    intervals, the empirical ε, the statistic graded and the candidates counted."""
+    intervals, the empirical ε, the statistic graded, the candidates counted and the sample
+    they are (`candidates.draw_sample`)."""
     from privbench.audit.candidates import claims
     from privbench.audit.membership import graded_membership
     from privbench.errors import NotApplicable
@@ -367,6 +368,7 @@ def run_mounted_membership(built: Built, attack: str, audit: AuditConfig, gen: t
         "ok", (), metrics, "membership", None, {k: g.get(f"{k}_ci") for k in MEMBERSHIP_RATES},
         {"statistic": info.get("statistic"), "n_members": int(labels.sum()),
          "n_nonmembers": int((~labels).sum()), "victims": len(observations),
+         "sample": info.get("sample"),
          **{k: info[k] for k in ("variance", "variance_rule") if k in info}})
 
 
