@@ -65,16 +65,19 @@ class Registry(Generic[T]):
 
 
 def describe(name: str, obj: object) -> str:
-    """One line about a registered object: the first line of its module's docstring when that
-    module is its own (the file stem is the registry key: one defense or attack per file), else
-    the first line of its own docstring."""
+    """One sentence about a registered object: the first sentence of its module's docstring when
+    that module is its own (the file stem is the registry key: one defense or attack per file),
+    else of its own docstring; never a line cut mid-sentence."""
     import inspect
+    import re
     import sys
 
     module = sys.modules.get(getattr(obj, "__module__", "") or "")
     own = module is not None and module.__name__.rsplit(".", 1)[-1] == name
     doc = (module.__doc__ if own and module is not None else None) or inspect.getdoc(obj) or ""
-    return doc.strip().split("\n", 1)[0].strip() or "(no description)"
+    paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    # a sentence ends at a full stop before a capital letter ("Sec. 5.4" and "e.g. x" go on)
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", paragraph, maxsplit=1)[0] or "(no description)"
 
 
 DATASETS: Registry = Registry("dataset")

@@ -1,7 +1,7 @@
 """The built-in registries' entries as `privbench list` prints them: plain data, so that
 `list` needs neither torch nor the defenses and attacks. tests/commands/test_listing.py holds
-this table to the registries (each entry's name, DP mark and the first line of its
-docstring); a defense, attack, dataset, model or topology added to privbench is added here."""
+this table to the registries (each entry's name, DP mark and the first sentence of
+its docstring); a defense, attack, dataset, model or topology added to privbench is added here."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ CATALOG: dict[str, tuple[Entry, ...]] = {
         ("lira", None, "LiRA: the likelihood-ratio membership attack with per-example Gaussians."),
         ("mechanism", None,
          "The mechanism audit's configuration: the noise, sampling and sensitivity a run really "
-         "drew,"),
+         "drew, measured against its ledger, and the ε they compose to "
+         "(`privbench.audit.mechanism`)."),
         ("mia_message", None,
          "Message-level membership inference by a curious neighbour (gradient alignment)."),
         ("mia_threshold", None,
@@ -99,13 +100,14 @@ CATALOG: dict[str, tuple[Entry, ...]] = {
         ("mlp", None, "MLP with hidden widths (128, 64) and ReLU."),
         ("psp_mlp", None,
          "The MLP of the DPPS paper (Zhou, Xue, Chen 2025, Sec. 5.4): D->10, 10->D, D->classes, "
-         "tanh"),
+         "tanh after every layer (logits too); DPPS / PartPSP share its first layers."),
         ("resnet", None,
          "A small ResNet (3 stages, one BasicBlock each, widths w, 2w, 4w) with GroupNorm."),
     ),
     "topologies": (
         ("circulant", None,
-         "The d-Out graph of the DPPS paper (Zhou, Xue, Chen 2025, Sec. 2.1): node i sends to"),
+         "The d-Out graph of the DPPS paper (Zhou, Xue, Chen 2025, Sec. 2.1): node i sends to "
+         "i+1..i+k (mod n); d-Out = k + 1."),
         ("complete", None, "Fully connected graph."),
         ("exponential", None,
          "One-peer exponential graph: at round t node i sends to (i + 2^(t mod log2 n)) mod n."),

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 
 from privbench.commands.catalog import CATALOG, Entry
 
 PLURALS = ("defenses", "attacks", "datasets", "models", "topologies")
+COLUMNS = 100  # a description longer than the terminal line wraps under itself
 """The registries in the order `list` prints them."""
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """`privbench list`: every registry, one line per entry with its description (the first
-    line of its docstring); each defense marked DP (differentially private) or not."""
+    """`privbench list`: every registry, one entry each with its description (the first
+    sentence of its docstring); each defense marked DP (differentially private) or not."""
     from privbench.plugins import PLUGINS_ENV
 
     entries = registry_entries() if os.environ.get(PLUGINS_ENV, "").strip() else CATALOG
@@ -53,5 +55,7 @@ def format_entries(entries: dict[str, tuple[Entry, ...]]) -> str:
         width = max((len(name) for name, _, _ in rows), default=0)
         for name, private, text in rows:
             mark = "" if private is None else f"{'DP' if private else '-':<4}"
-            lines.append(f"  {name:<{width}}  {mark}{text}")
+            head = f"  {name:<{width}}  {mark}"
+            lines += textwrap.wrap(text, COLUMNS, initial_indent=head,
+                                   subsequent_indent=" " * len(head))
     return "\n".join(lines)

@@ -92,3 +92,21 @@ def test_check_and_report_read_the_default_audit_without_torch(tmp_path):
                               ("torch", "sklearn", "privbench.engine.trainer"))
     assert rc == 0 and loaded == [], loaded
     assert json.loads(results.read_text())["cells"] and page.stat().st_size > 100_000
+
+
+def test_every_description_is_a_whole_sentence_and_the_listing_fits_100_columns():
+    """No description stops mid-sentence (the first sentence of a docstring, not its first
+    line), and a long one wraps under itself instead of running past 100 columns."""
+    from privbench.commands.catalog import CATALOG
+    from privbench.commands.listing import format_entries
+    from privbench.registry import describe
+
+    for rows in CATALOG.values():
+        for name, _, text in rows:
+            assert text.rstrip(")`").endswith("."), (name, text)
+    assert max(map(len, format_entries(CATALOG).splitlines())) <= 100
+
+    def wrapped_first_line():
+        """Split over two lines. The second sentence is not part of it."""
+
+    assert describe("x", wrapped_first_line) == "Split over two lines."
