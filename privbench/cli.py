@@ -106,6 +106,23 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     g.add_argument("--config", help="TOML run file (run keys top-level, [defense] table)")
     g.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run field (lr=0.1) or a defense field (defense.clip=1)")
+    g.add_argument("--threads", type=_positive_int, help=THREADS_HELP)
+
+
+THREADS_HELP = ("torch threads of the computation (default: chosen from the work's size and the "
+                "cores this process may use, its CPU affinity, cgroup quota and load: one "
+                "thread for small models; privbench/threads.py); recorded in timings.json")
+
+
+def _positive_int(text: str) -> int:
+    """A count option's value: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -222,6 +239,11 @@ def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the finished audit in --out (refused otherwise; --resume "
                         "reuses its cells instead)")
+    p.add_argument("--jobs", type=_positive_int,
+                   help="cells computed side by side, each in a worker process of its own with "
+                        "--threads threads (default: the usable cores' worth, as many as the "
+                        "free memory holds at 2 GiB each; 1: every cell in this process); the "
+                        "results are the same files, byte for byte")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--wide", action="store_true", help="the summary table with every column "
                    "(default: the columns that fit 100 characters)")
@@ -285,6 +307,8 @@ def _add_leakage_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--inversion", help="inversion attack on batch-1 views (default auto: "
                    "idlg on non-private defenses, geiping on private ones)")
     g.add_argument("--seed", type=int, help="seed (default 0)")
+    g.add_argument("--threads", type=_positive_int, help=THREADS_HELP.replace(
+        "; recorded in timings.json", ""))
     p.add_argument("--out", default="reports/leakage", help="output folder (default "
                    "reports/leakage): leakage.json, leakage.html, leakage.md")
     p.add_argument("--overwrite", action="store_true", help="replace an existing leakage.json")
