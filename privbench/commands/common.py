@@ -105,7 +105,7 @@ def _floats(items: list[str] | None, what: str) -> list[float] | None:
 
 def _command_line(args: argparse.Namespace) -> str:
     """The user's command without options that do not change results (--out, --resume,
-    --quiet, --run-name, --overwrite), so that reruns give byte-identical results."""
+    --quiet, --run-name, --overwrite, --jobs), so that reruns give byte-identical results."""
     argv, keep, skip = list(args._argv), [], False
     for i, item in enumerate(argv):
         if skip:
@@ -114,9 +114,9 @@ def _command_line(args: argparse.Namespace) -> str:
         name = item.split("=", 1)[0]
         if item == "--resume" and argv[i + 1:i + 2] in (["check"], ["rerun-stale"]):
             skip = True
-        if name in ("--out", "--run-name") and "=" not in item:
+        if name in ("--out", "--run-name", "--jobs") and "=" not in item:
             skip = True
-        elif name not in ("--out", "--run-name", "--resume", "--quiet", "--overwrite"):
+        elif name not in ("--out", "--run-name", "--resume", "--quiet", "--overwrite", "--jobs"):
             keep.append(item)
     return " ".join(["privbench", *keep])
 
