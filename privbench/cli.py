@@ -128,12 +128,14 @@ def _positive_int(text: str) -> int:
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privbench bench` (declared here so that parsing never imports torch)."""
     p.add_argument("section",
-                   choices=["engine", "attacks", "audit", "scale", "distributed", "plans"],
+                   choices=["engine", "attacks", "audit", "scale", "distributed", "plans",
+                            "contention"],
                    help="engine: one DP round, privbench vs Opacus vs torch.func per node vs "
                         "the non-private floor; "
                         "attacks: batched vs sequential inversion; audit: wall time of "
                         "`privbench attack`; scale: time per round vs n; distributed: one "
-                        "process vs P torchrun ranks; plans: privacy-plan composition time")
+                        "process vs P torchrun ranks; plans: privacy-plan composition time; "
+                        "contention: the audit beside busy processes, default threads vs one")
     p.add_argument("--model", action="append", help="model(s), repeatable (default lenet, cnn)")
     p.add_argument("--nodes", type=int, action="append",
                    help="node count(s), repeatable (default 4, 16, 64; scale: up to 256)")
@@ -172,6 +174,10 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (torch.set_num_threads and OMP_NUM_THREADS; recorded in "
                         "the JSON); distributed: threads split over the ranks (default: all "
                         "cores)")
+    p.add_argument("--jobs", type=_positive_int,
+                   help="audit: worker processes of the timed audit (default: as `attack`)")
+    p.add_argument("--busy", type=int, default=2,
+                   help="contention: busy processes started beside the audit (default 2)")
     p.add_argument("--rounds", type=int, default=20,
                    help="distributed: rounds per timed run; plans: rounds planned (default 20)")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda[:N]")
