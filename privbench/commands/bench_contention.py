@@ -83,6 +83,9 @@ def bench_contention(defenses: list[str], busy: int, repeats: int, cores: int
         for r in range(repeats):
             for name, threads in variants[r % 3:] + variants[:r % 3]:
                 times[name].append(time_audit(defenses, threads))
+                print(f"repeat {r + 1}, {name}: {times[name][-1][0]:.1f} s "
+                      f"({times[name][-1][1]} thread(s), load average {os.getloadavg()[0]:.2f})",
+                      file=sys.stderr, flush=True)
     finally:
         for p in procs:
             p.kill()
