@@ -106,17 +106,36 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     g.add_argument("--config", help="TOML run file (run keys top-level, [defense] table)")
     g.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run field (lr=0.1) or a defense field (defense.clip=1)")
+    g.add_argument("--threads", type=_positive_int, help=THREADS_HELP)
+
+
+THREADS_HELP = ("torch threads of the computation (default: chosen from the work's size and the "
+                "cores this process may use, its CPU affinity, cgroup quota and load: one "
+                "thread for small models; privbench/threads.py); recorded in timings.json")
+
+
+def _positive_int(text: str) -> int:
+    """A count option's value: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of `privbench bench` (declared here so that parsing never imports torch)."""
     p.add_argument("section",
-                   choices=["engine", "attacks", "audit", "scale", "distributed", "plans"],
+                   choices=["engine", "attacks", "audit", "scale", "distributed", "plans",
+                            "contention"],
                    help="engine: one DP round, privbench vs Opacus vs torch.func per node vs "
                         "the non-private floor; "
                         "attacks: batched vs sequential inversion; audit: wall time of "
                         "`privbench attack`; scale: time per round vs n; distributed: one "
-                        "process vs P torchrun ranks; plans: privacy-plan composition time")
+                        "process vs P torchrun ranks; plans: privacy-plan composition time; "
+                        "contention: the audit beside busy processes, default threads vs one")
     p.add_argument("--model", action="append", help="model(s), repeatable (default lenet, cnn)")
     p.add_argument("--nodes", type=int, action="append",
                    help="node count(s), repeatable (default 4, 16, 64; scale: up to 256)")
@@ -155,6 +174,10 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (torch.set_num_threads and OMP_NUM_THREADS; recorded in "
                         "the JSON); distributed: threads split over the ranks (default: all "
                         "cores)")
+    p.add_argument("--jobs", type=_positive_int,
+                   help="audit: worker processes of the timed audit (default: as `attack`)")
+    p.add_argument("--busy", type=int, default=2,
+                   help="contention: busy processes started beside the audit (default 2)")
     p.add_argument("--rounds", type=int, default=20,
                    help="distributed: rounds per timed run; plans: rounds planned (default 20)")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda[:N]")
@@ -222,6 +245,11 @@ def _add_attack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace the finished audit in --out (refused otherwise; --resume "
                         "reuses its cells instead)")
+    p.add_argument("--jobs", type=_positive_int,
+                   help="cells computed side by side, each in a worker process of its own with "
+                        "--threads threads (default: the usable cores' worth, as many as the "
+                        "free memory holds at 2 GiB each; 1: every cell in this process); the "
+                        "results are the same files, byte for byte")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--wide", action="store_true", help="the summary table with every column "
                    "(default: the columns that fit 100 characters)")
@@ -285,6 +313,8 @@ def _add_leakage_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--inversion", help="inversion attack on batch-1 views (default auto: "
                    "idlg on non-private defenses, geiping on private ones)")
     g.add_argument("--seed", type=int, help="seed (default 0)")
+    g.add_argument("--threads", type=_positive_int, help=THREADS_HELP.replace(
+        "; recorded in timings.json", ""))
     p.add_argument("--out", default="reports/leakage", help="output folder (default "
                    "reports/leakage): leakage.json, leakage.html, leakage.md")
     p.add_argument("--overwrite", action="store_true", help="replace an existing leakage.json")

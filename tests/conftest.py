@@ -18,6 +18,9 @@ from privbench.data.datasets import Dataset, load_digits
 # The accountant's on-disk cache (privbench/accounting/gaussian.py): a fresh folder per session,
 # so tests never read entries another run left behind.
 os.environ.setdefault("PRIVBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="privbench-cache-"))
+# One process per audit unless a test asks for workers (`--jobs`): the test run's own workers
+# already share the cores, and a cell registered by a test exists only in the test's process.
+os.environ.setdefault("PRIVBENCH_JOBS", "1")
 
 
 GIB = 2**30

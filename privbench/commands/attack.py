@@ -45,7 +45,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
     out = _out_folder(args, "audit-" + args.preset)
     tuned = _tuned_entries(args, overrides)
     runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
-                         command=_command_line(args), tuned=tuned)
+                         command=_command_line(args), tuned=tuned, jobs=args.jobs,
+                         thread_choice=args.thread_choice)
     return _finish_sweep(runner, out, args)
 
 
@@ -132,12 +133,15 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     run = replace_checked(RunConfig(), saved["run"], where="run")
     if args.device:
         run = dataclasses.replace(run, device=args.device)
+    from privbench.threads import settle
+
+    args.thread_choice = settle(run, args.threads)
     audit = sweep.audit_config(args.preset, [saved["defense"]], [run.epsilon], args.attack,
                                args.threat, audit_sets)
     out = _out_folder(args, "audit-" + folder.name)
     runner = sweep.Sweep(run, saved.get("defense_config", {}), audit, out, resume=args.resume,
                          progress=not args.quiet, messages_dir=folder,
-                         command=_command_line(args))
+                         command=_command_line(args), thread_choice=args.thread_choice)
     return _finish_sweep(runner, out, args)
 
 

@@ -20,6 +20,8 @@ Sections (each prints a table and, with `--json FILE`, writes it as JSON):
 * `audit`: wall time of `privbench attack --preset P` run in-process through `sweep.Sweep` (into a
   temporary folder), with its `timings.json` breakdown (build, train, summary, each attack,
   report; the parts sum to the wall time).
+* `contention`: the audit beside `--busy` busy processes, the default thread choice against one
+  thread and one thread per core (`bench_contention`).
 * `plans`: seconds to compose every registered privacy plan for `--rounds` rounds, cold (empty
   accountant cache) and warm (on-disk cache).
 * `scale`: time per round as n grows to 256: the generic DP round through
@@ -52,6 +54,7 @@ library functions only (never `privbench.cli`, never `attacks` but through the r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import resource
@@ -63,6 +66,11 @@ from pathlib import Path
 import torch
 
 from privbench.commands import bench_measure
+from privbench.commands.bench_contention import (
+    CONTENTION_DEFENSES,
+    ContentionPayload,
+    bench_contention,
+)
 from privbench.commands.bench_measure import (
     PLAN_COMPOSERS,
     SCALE_DEFENSE,
@@ -94,6 +102,7 @@ from privbench.engine import hostmem
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.results.provenance import code_provenance
 from privbench.results.store import write_json
+from privbench.threads import machine
 
 ENGINE_MODELS = ("lenet", "cnn")
 ENGINE_NODES = (4, 16, 64)
@@ -208,15 +217,38 @@ def run_attacks(args: argparse.Namespace, device: torch.device) -> AttacksPayloa
 def run_audit(args: argparse.Namespace, device: torch.device) -> AuditBench:
     """Section `audit`: time `privbench attack` in-process; print its timing breakdown."""
     res = bench_audit(device, args.audit_preset, resolve_defenses(args.defense)
-                      if args.defense else None)
+                      if args.defense else None, threads=args.threads, jobs=args.jobs)
     print(_header(f"audit: wall time of `privbench attack --preset {res['preset']}`", device))
     t = res["timings"]
     print(f"wall {res['seconds']:.1f} s measured here; timings.json: wall {t['wall_s']:.1f} s, "
           f"sum of parts {t['sum_s']:.1f} s")
+    load = " -> ".join(f"{v[0]:.2f}" for v in (res["load_before"], res["load_after"]))
+    print(f"threads {t['threads']['threads']} ({t['threads']['reason']}), {t['jobs']} worker "
+          f"process(es), load average (1 min) {load}, peak memory "
+          + ", ".join(f"{k} {v:.0f} MiB" for k, v in t["peak_rss_mib"].items()))
     print(f"tuned values (privbench/presets/tuned.toml) in: {', '.join(res['tuned_cells']) or '-'}")
     print(f"  {'report':<20} {t['report_s']:.2f}s")
     for cell, parts in t["cells"].items():
         print(f"  {cell:<20} " + " ".join(f"{k}={v:.2f}s" for k, v in parts.items()))
+    return res
+
+
+def run_contention(args: argparse.Namespace, device: torch.device) -> ContentionPayload:
+    """Section `contention`: the audit under busy processes, default threads vs one thread."""
+    from privbench.threads import machine
+
+    defenses = resolve_defenses(args.defense) if args.defense else list(CONTENTION_DEFENSES)
+    res = bench_contention(defenses, args.busy, args.repeats, machine().usable)
+    print(_header(f"contention: `privbench attack --defense {','.join(defenses)} --eps 1 "
+                  f"--jobs 1` beside {args.busy} busy process(es), variants interleaved, "
+                  f"median of {args.repeats}", device))
+    print(f"load average (1 min) {res['load_before'][0]:.2f} before, "
+          f"{res['load_after'][0]:.2f} after")
+    print(f"{'threads':<28} {'chose':>6} {'median':>9}  every run")
+    for r in res["rows"]:
+        print(f"{r['variant']:<28} {','.join(map(str, r['threads'])):>6} {r['median_s']:>8.1f}s"
+              f"  {', '.join(f'{v:.1f}' for v in r['seconds'])}")
+    print(f"default / one thread: {res['default_over_one_thread']:.2f}x")
     return res
 
 
@@ -329,7 +361,7 @@ def run_distributed(args: argparse.Namespace, device: torch.device) -> Distribut
 
 SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device], Payload]] = {
     "engine": run_engine, "attacks": run_attacks, "audit": run_audit, "scale": run_scale,
-    "distributed": run_distributed, "plans": run_plans,
+    "distributed": run_distributed, "plans": run_plans, "contention": run_contention,
 }
 
 
@@ -346,7 +378,7 @@ def run_bench(args: argparse.Namespace) -> int:
     bench_measure.ROUND_BUDGET_S = args.round_budget_s  # read by the timing loops there
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
-    if args.threads and args.section != "distributed":  # distributed splits them over ranks
+    if args.threads and args.section not in ("distributed", "contention"):  # they pass them on
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     before = resource.getrlimit(resource.RLIMIT_AS)
@@ -360,6 +392,7 @@ def run_bench(args: argparse.Namespace) -> int:
         write_json(args.json_out, {"section": args.section, "device": device_description(device),
                                    "torch": torch.__version__, "code": code,
                                    "threads": torch.get_num_threads(),
+                                   "machine": dataclasses.asdict(machine()),
                                    "load_average": list(os.getloadavg()),
                                    "host_malloc": hostmem.describe(), **payload})
         print(f"wrote {args.json_out}")
@@ -377,7 +410,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # bench option -> (smallest accepted value, what it is); checked before anything is timed.
 _BENCH_MINIMA = {"nodes": (2, "node counts"), "repeats": (1, "--repeats"),
                  "batch_size": (1, "--batch-size"), "k": (1, "--k"), "steps": (1, "--steps"),
-                 "ranks": (1, "--ranks"), "threads": (1, "--threads"), "rounds": (1, "--rounds")}
+                 "ranks": (1, "--ranks"), "threads": (1, "--threads"), "rounds": (1, "--rounds"),
+                 "busy": (0, "--busy")}
 
 
 def _check_bench_args(args: argparse.Namespace) -> None:

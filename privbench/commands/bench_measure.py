@@ -358,16 +358,19 @@ def bench_scale(model: str, n: int, batch: int, repeats: int, device: torch.devi
 
 def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str] | None = None,
                 attacks: list[str] | None = None, run_over: Mapping[str, object] | None = None,
-                ) -> AuditBench:
+                threads: int | None = None, jobs: int | None = None) -> AuditBench:
     """Wall time of the audit `privbench attack --preset PRESET` (its defenses and attacks, or
     `defenses` / `attacks`; `run_over`: RunConfig fields over the preset's), run in-process
     through `sweep.Sweep` into a temporary folder, with the `timings.json` it writes (build,
-    train, each attack, report per cell; their sum against the wall time)."""
+    train, each attack, report per cell; their sum against the wall time; the thread choice,
+    the worker processes, the peak memory) and the load average before and after. `threads`,
+    `jobs`: as `privbench attack --threads --jobs` (None: the same default choice)."""
     import json
 
     from privbench.commands import sweep
     from privbench.commands.tuning import load_tuned
     from privbench.config import RunConfig, replace_checked
+    from privbench.threads import settle
 
     if preset not in sweep.PRESETS:
         raise ConfigError(f"unknown --audit-preset {preset!r}; accepted: "
@@ -375,10 +378,12 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
     run = replace_checked(RunConfig(), {**sweep.PRESETS[preset]["run"], **(run_over or {}),
                                         "device": str(device)}, where="run")
     audit = sweep.audit_config(preset, defenses, None, attacks, None, {})
+    load_before = list(os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:  # the preset's tuned values, as the CLI uses them
         runner = sweep.Sweep(run, {}, audit, Path(tmp), progress=False,
                              command=f"privbench attack --preset {preset}",
-                             tuned=load_tuned().get(preset, {}))
+                             tuned=load_tuned().get(preset, {}), jobs=jobs,
+                             thread_choice=settle(run, threads))
         start = time.perf_counter()
         results = runner.run()
         seconds = time.perf_counter() - start
@@ -386,7 +391,8 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
     summary = results.config.tuned if results.config is not None else None
     tuned = sorted((summary or {}).get("cells", {}))
     return {"preset": preset, "defenses": list(audit.defenses), "seconds": seconds,
-            "timings": timings, "tuned_cells": tuned}
+            "timings": timings, "tuned_cells": tuned, "load_before": load_before,
+            "load_after": list(os.getloadavg())}
 
 
 def bench_attacks(k_values: list[int], device: torch.device | str = "cpu", steps: int = 25,

@@ -122,6 +122,8 @@ class AuditBench(TypedDict):
     seconds: float
     timings: JSONObject
     tuned_cells: list[str]
+    load_before: list[float]  # 1, 5 and 15-minute load averages when it started
+    load_after: list[float]
 
 
 class EnginePayload(TypedDict):

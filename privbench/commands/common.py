@@ -46,6 +46,10 @@ def run_config_from_args(args: argparse.Namespace, preset: Mapping[str, object] 
     def_over.update(set_def)
     run = replace_checked(RunConfig(), run_over, where="run")
     check_data_root(run.data_root, run.download)
+    if hasattr(args, "threads"):  # torch computes from here on: its threads, chosen once
+        from privbench.threads import settle
+
+        args.thread_choice = settle(run, args.threads)
     return run, def_over
 
 
@@ -101,7 +105,7 @@ def _floats(items: list[str] | None, what: str) -> list[float] | None:
 
 def _command_line(args: argparse.Namespace) -> str:
     """The user's command without options that do not change results (--out, --resume,
-    --quiet, --run-name, --overwrite), so that reruns give byte-identical results."""
+    --quiet, --run-name, --overwrite, --jobs), so that reruns give byte-identical results."""
     argv, keep, skip = list(args._argv), [], False
     for i, item in enumerate(argv):
         if skip:
@@ -110,9 +114,9 @@ def _command_line(args: argparse.Namespace) -> str:
         name = item.split("=", 1)[0]
         if item == "--resume" and argv[i + 1:i + 2] in (["check"], ["rerun-stale"]):
             skip = True
-        if name in ("--out", "--run-name") and "=" not in item:
+        if name in ("--out", "--run-name", "--jobs") and "=" not in item:
             skip = True
-        elif name not in ("--out", "--run-name", "--resume", "--quiet", "--overwrite"):
+        elif name not in ("--out", "--run-name", "--resume", "--quiet", "--overwrite", "--jobs"):
             keep.append(item)
     return " ".join(["privbench", *keep])
 

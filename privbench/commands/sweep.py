@@ -43,6 +43,7 @@ from privbench.commands.cells import (
     sensitivity_trace,
 )
 from privbench.commands.presets import PRESETS  # plain data, no torch
+from privbench.commands.sweep_jobs import Todo, env_jobs, peak_memory_mib, run_parallel
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
@@ -76,6 +77,7 @@ from privbench.results.store import (
     remove_stale_temps,
     write_json,
 )
+from privbench.threads import ThreadChoice, choose_jobs, choose_threads, machine
 
 
 def duplicate_eps(values: list[float] | None) -> list[float]:
@@ -102,6 +104,10 @@ class Timings(TypedDict, total=False):
     eval_within_train_s: dict[str, float]
     wall_s: float
     sum_s: float
+    cells_s: float
+    threads: ThreadChoice
+    jobs: int
+    peak_rss_mib: dict[str, float]
 
 
 @dataclass
@@ -126,6 +132,8 @@ class Sweep:
     planned: int = 0  # cells of the grid, once `run` has planned them
     finished: int = 0  # of those, the cells whose files are all written (reused ones too)
     where: str = ""  # the cell in progress, for progress lines
+    jobs: int | None = None  # worker processes (None: PRIVBENCH_JOBS, else `choose_jobs`)
+    thread_choice: ThreadChoice | None = None  # how this process's threads were chosen
 
     def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
         return self.out / "cells" / f"{defense}@{_cell_key(eps, setting)}"
@@ -264,7 +272,11 @@ class Sweep:
         message statistics), inversion_views_s (the small-batch runs inversion attacks read,
         when the audit has them) and one entry per attack, then report_s (results.json and
         index.html), sum_s the sum of what this call measured. The parts are consecutive laps of
-        one clock, so they add up to wall_s (less the final write). A cell reused by --resume
+        one clock, so they add up to wall_s (less the final write). With cells in worker
+        processes (`jobs` > 1) each cell's parts are its worker's laps, which overlap, and
+        cells_s is the parent's lap over all of them (the one that sum_s adds). Also: threads
+        (the thread choice and why, `privbench.threads`), jobs and peak_rss_mib (this process
+        and its largest worker). A cell reused by --resume
         keeps the timings of the run that computed it and is listed under "reused"."""
         laps = Laps()
         with fp.folder_lock(self.out):
@@ -275,19 +287,16 @@ class Sweep:
             self.check_cells([cell for cell, (todo, _) in plan if todo])  # before training too
             self.planned = len(grid)
             timings: Timings = {"setup_s": laps.lap(), "cells": {}, "reused": []}
-            measured = 0.0
-            for k, (cell, (todo, prints)) in enumerate(plan, 1):
-                if not todo:
-                    timings["reused"].append(self._label(*cell))
-                    self.finished += 1
-                    continue
-                self.where = f"cell {k} of {len(grid)} ({cell[0]} {_setting_label(*cell[1:])})"
-                if self.progress:
-                    print(f"cell {k} of {len(grid)}: {cell[0]} {_setting_label(*cell[1:])}",
-                          file=sys.stderr, flush=True)
-                measured += sum(self.run_cell(*cell, todo, prints, laps).values())
-                self.finished += 1
-            self.where = ""
+            reused = [self._label(*cell) for cell, (todo, _) in plan if not todo]
+            timings["reused"], self.finished = reused, len(reused)
+            cells = [(k, cell, todo, prints)
+                     for k, (cell, (todo, prints)) in enumerate(plan, 1) if todo]
+            timings["jobs"] = jobs = self.job_count(len(cells))
+            if jobs > 1:
+                run_parallel(self, cells, jobs, torch.get_num_threads(), len(grid))
+                measured = timings["cells_s"] = laps.lap()
+            else:
+                measured = self.run_cells(cells, len(grid), laps)
             results = self.assemble()
             for cell in grid:
                 timings["cells"][self._label(*cell)] = self._read_timings(*cell)
@@ -298,12 +307,35 @@ class Sweep:
             text = dumps(results.to_json())
             timings["report_s"] = laps.lap()
             timings["eval_within_train_s"] = dict(self.eval_seconds)
+            timings["threads"] = self.thread_choice or choose_threads(
+                machine(), None, torch.get_num_threads())
+            timings["peak_rss_mib"] = peak_memory_mib()
             timings["wall_s"] = laps.total()
             timings["sum_s"] = timings["setup_s"] + measured + timings["report_s"]
             write_json(self.out / "timings.json", timings)
             atomic_write_text(self.out / "index.html", html)
             atomic_write_text(self.out / "results.json", text)
         return results
+
+    def job_count(self, cells: int) -> int:
+        """Worker processes for `cells` cells to compute (1: this process computes them)."""
+        if self.messages_dir is not None or cells < 2:
+            return 1
+        requested = self.jobs if self.jobs is not None else env_jobs()
+        return choose_jobs(machine(), cells, torch.get_num_threads(), requested)
+
+    def run_cells(self, cells: list[Todo], total: int, laps: Laps) -> float:
+        """Compute `cells` one after the other in this process; the seconds measured."""
+        measured = 0.0
+        for k, cell, todo, prints in cells:
+            self.where = f"cell {k} of {total} ({cell[0]} {_setting_label(*cell[1:])})"
+            if self.progress:
+                print(f"cell {k} of {total}: {cell[0]} {_setting_label(*cell[1:])}",
+                      file=sys.stderr, flush=True)
+            measured += sum(self.run_cell(*cell, todo, prints, laps).values())
+            self.finished += 1
+        self.where = ""
+        return measured
 
     def _label(self, defense: str, eps: float | None, setting: str | None = None) -> str:
         return self.cell_dir(defense, eps, setting).name

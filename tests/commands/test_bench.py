@@ -183,8 +183,8 @@ def test_audit_bench_times_the_audit_with_the_presets_tuned_values():
 def test_audit_section_prints_the_breakdown(monkeypatch, tmp_path, capsys):
     real = bench_measure.bench_audit
 
-    def small(device, preset, defenses):
-        return real(device, preset, defenses, ["mia_threshold"], {"rounds": 2, "nodes": 3})
+    def small(device, preset, defenses, **kw):
+        return real(device, preset, defenses, ["mia_threshold"], {"rounds": 2, "nodes": 3}, **kw)
 
     monkeypatch.setattr(bench, "bench_audit", small)
     out = tmp_path / "audit.json"
@@ -192,7 +192,36 @@ def test_audit_section_prints_the_breakdown(monkeypatch, tmp_path, capsys):
                  str(out)]) == 0
     printed = capsys.readouterr().out
     assert "sum of parts" in printed and "sgp@none" in printed and "report" in printed
-    assert json.loads(out.read_text())["timings"]["cells"]["sgp@none"]["train_s"] >= 0
+    assert "threads 1 (small work" in printed and "load average (1 min)" in printed
+    data = json.loads(out.read_text())
+    assert data["timings"]["cells"]["sgp@none"]["train_s"] >= 0
+    assert data["timings"]["threads"]["threads"] == 1 and data["machine"]["affinity"] >= 1
+    assert len(data["load_before"]) == len(data["load_after"]) == 3
+
+
+def test_contention_section_interleaves_the_variants_beside_busy_processes(monkeypatch, capsys):
+    from privbench.commands import bench_contention
+
+    seen, started = [], []
+    real_busy = bench_contention.busy_processes
+
+    def busy(count):
+        procs = real_busy(count, limit_s=60)
+        started.extend(procs)
+        return procs
+
+    def fake_audit(defenses, threads):
+        assert all(p.poll() is None for p in started)  # the busy processes run meanwhile
+        seen.append(threads)
+        return {None: 10.0, 1: 8.0, 2: 30.0}[threads], threads or 1
+
+    monkeypatch.setattr(bench_contention, "busy_processes", busy)
+    monkeypatch.setattr(bench_contention, "time_audit", fake_audit)
+    res = bench_contention.bench_contention(["dp_sgp"], busy=2, repeats=3, cores=2)
+    assert seen == [None, 1, 2, 1, 2, None, 2, None, 1]  # rotated, so each goes first once
+    assert len(started) == 2 and all(p.poll() is not None for p in started)  # ended after
+    assert res["default_over_one_thread"] == 10.0 / 8.0
+    assert [r["threads"] for r in res["rows"]] == [[1, 1, 1], [1, 1, 1], [2, 2, 2]]
 
 
 def test_bench_and_cli_import_no_circle():

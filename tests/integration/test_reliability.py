@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from privbench.cli import main
 from privbench.results.fingerprint import LOCK_NAME
 
@@ -30,7 +32,8 @@ def _cmd(cfg: Path, out: Path, *extra: str) -> list[str]:
             *ARGS, *extra]
 
 
-def test_sigkill_mid_sweep_then_resume_equals_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("jobs", ["1", pytest.param("2", marks=pytest.mark.slow)])
+def test_sigkill_mid_sweep_then_resume_equals_an_uninterrupted_run(tmp_path, jobs):
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -38,7 +41,7 @@ def test_sigkill_mid_sweep_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert subprocess.run(_cmd(cfg, ref), env=env, capture_output=True).returncode == 0
 
     out = tmp_path / "b" / "run"
-    proc = subprocess.Popen(_cmd(cfg, out), env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_cmd(cfg, out, "--jobs", jobs), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     first = out / "cells" / "sgp@none" / "idlg.json"
     deadline = time.time() + 300

@@ -1,0 +1,106 @@
+"""An audit's cells side by side (`privbench attack --jobs N`).
+
+Cells are independent: each trains its own run from the seed and writes its own files, so
+worker processes (the `spawn` context: a fresh interpreter, no forked torch state) compute them
+with the same thread count as the parent, whose fingerprints name it, and write the same bytes
+as one process would. The parent holds the folder's lock, shows one progress line for all the
+cells, and assembles results.json from the files as it does for `--jobs 1`. A stop (Ctrl-C,
+SIGTERM) of the parent terminates the workers: every file already written stays (each is
+written atomically), a file half-written is a temporary one that the next run removes, and
+`--resume` continues as after a stop of one process. Workers ignore SIGINT, which a terminal
+sends to the whole process group, so that the parent alone decides what the stop keeps.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import resource
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from privbench.commands.cells import Laps, _setting_label
+from privbench.progress import _seconds
+
+if TYPE_CHECKING:
+    from privbench.commands.sweep import Sweep
+    from privbench.results.records import Fingerprint
+
+Cell = tuple[str, float | None, str | None]
+Todo = tuple[int, Cell, list[str], dict[str, "Fingerprint"]]
+POLL_SECONDS = 0.2
+JOBS_ENV = "PRIVBENCH_JOBS"  # the default of --jobs where the option is not given
+
+
+def env_jobs() -> int | None:
+    """`PRIVBENCH_JOBS` as a count (unset or empty: None)."""
+    from privbench.errors import ConfigError
+
+    text = os.environ.get(JOBS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{JOBS_ENV} must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _init_worker(threads: int) -> None:
+    from privbench.engine.hostmem import keep_freed_memory
+    from privbench.plugins import load_plugins
+    from privbench.threads import apply
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    keep_freed_memory()
+    load_plugins()
+    apply(threads)
+
+
+def _compute(sweep: Sweep, cell: Cell, todo: list[str], prints: dict[str, Fingerprint]
+             ) -> tuple[float, float]:
+    """One cell in a worker: its files written; returns (seconds, seconds of evaluation)."""
+    laps = Laps()
+    sweep.run_cell(*cell, todo, prints, laps)
+    return laps.total(), sweep.eval_seconds.get(sweep.cell_dir(*cell).name, 0.0)
+
+
+def run_parallel(sweep: Sweep, cells: list[Todo], jobs: int, threads: int, total: int) -> None:
+    """Compute `cells` (index in the grid of `total`, cell, files to write, fingerprints) in
+    `jobs` worker processes of `threads` threads each; counts each finished cell in
+    `sweep.finished` as it ends."""
+    import dataclasses
+
+    quiet = dataclasses.replace(sweep, progress=False)  # the parent's line speaks for all
+    if sweep.progress:
+        print(f"{len(cells)} cells on {jobs} worker processes, {threads} thread(s) each",
+              file=sys.stderr, flush=True)
+    pool = multiprocessing.get_context("spawn").Pool(jobs, _init_worker, (threads,))
+    try:
+        pending = {pool.apply_async(_compute, (quiet, cell, todo, prints)): (k, cell)
+                   for k, cell, todo, prints in cells}
+        with sweep.phase(f"cells on {jobs} workers", len(cells), "cell") as bar:
+            while pending:
+                done = [r for r in pending if r.ready()]
+                for r in done:
+                    k, (defense, eps, setting) = pending.pop(r)
+                    seconds, evaluating = r.get()  # a worker's error is raised here
+                    sweep.eval_seconds[sweep.cell_dir(defense, eps, setting).name] = evaluating
+                    sweep.finished += 1
+                    bar.update()
+                    if sweep.progress:
+                        print(f"cell {k} of {total}: {defense} {_setting_label(eps, setting)} "
+                              f"done in {_seconds(seconds)}", file=sys.stderr, flush=True)
+                if pending:
+                    time.sleep(POLL_SECONDS)
+        pool.close()
+    finally:
+        pool.terminate()  # a stop or an error: no worker outlives the parent's command
+        pool.join()
+
+
+def peak_memory_mib() -> dict[str, float]:
+    """Peak resident memory (MiB) of this process and of its largest finished child."""
+    scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2 ** 20  # KiB on Linux, bytes on macOS
+    return {"main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+            "largest_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale}
