@@ -111,7 +111,7 @@ def _add_run_arguments(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 THREADS_HELP = ("torch threads of the computation (default: chosen from the work's size and the "
                 "cores this process may use, its CPU affinity, cgroup quota and load: one "
-                "thread for small models; privbench/threads.py); recorded in timings.json")
+                "thread for small models; privbench/engine/threads.py); recorded in timings.json")
 
 
 def _positive_int(text: str) -> int:

@@ -133,7 +133,7 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     run = replace_checked(RunConfig(), saved["run"], where="run")
     if args.device:
         run = dataclasses.replace(run, device=args.device)
-    from privbench.threads import settle
+    from privbench.engine.threads import settle
 
     args.thread_choice = settle(run, args.threads)
     audit = sweep.audit_config(args.preset, [saved["defense"]], [run.epsilon], args.attack,

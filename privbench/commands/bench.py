@@ -99,10 +99,10 @@ from privbench.commands.bench_rows import (
 )
 from privbench.device import device_description, resolve_device
 from privbench.engine import hostmem
+from privbench.engine.threads import machine
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.results.provenance import code_provenance
 from privbench.results.store import write_json
-from privbench.threads import machine
 
 ENGINE_MODELS = ("lenet", "cnn")
 ENGINE_NODES = (4, 16, 64)
@@ -235,7 +235,7 @@ def run_audit(args: argparse.Namespace, device: torch.device) -> AuditBench:
 
 def run_contention(args: argparse.Namespace, device: torch.device) -> ContentionPayload:
     """Section `contention`: the audit under busy processes, default threads vs one thread."""
-    from privbench.threads import machine
+    from privbench.engine.threads import machine
 
     defenses = resolve_defenses(args.defense) if args.defense else list(CONTENTION_DEFENSES)
     res = bench_contention(defenses, args.busy, args.repeats, machine().usable)

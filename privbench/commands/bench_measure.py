@@ -370,7 +370,7 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
     from privbench.commands import sweep
     from privbench.commands.tuning import load_tuned
     from privbench.config import RunConfig, replace_checked
-    from privbench.threads import settle
+    from privbench.engine.threads import settle
 
     if preset not in sweep.PRESETS:
         raise ConfigError(f"unknown --audit-preset {preset!r}; accepted: "

@@ -47,7 +47,7 @@ def run_config_from_args(args: argparse.Namespace, preset: Mapping[str, object] 
     run = replace_checked(RunConfig(), run_over, where="run")
     check_data_root(run.data_root, run.download)
     if hasattr(args, "threads"):  # torch computes from here on: its threads, chosen once
-        from privbench.threads import settle
+        from privbench.engine.threads import settle
 
         args.thread_choice = settle(run, args.threads)
     return run, def_over

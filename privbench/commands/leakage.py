@@ -30,7 +30,7 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     from privbench.results.store import atomic_write_text, dumps
 
     check_data_root(args.data_root)
-    from privbench import threads
+    from privbench.engine import threads
 
     threads.apply(threads.choose_threads(threads.machine(), None, args.threads)["threads"])
     defenses = _names(args.defense)

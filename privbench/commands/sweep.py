@@ -50,6 +50,7 @@ from privbench.device import machine_kind
 from privbench.engine.loop import train
 from privbench.engine.messages import MessageLog, RecordPolicy
 from privbench.engine.runner import Built, build, check_split, environment, structure, train_result
+from privbench.engine.threads import ThreadChoice, choose_jobs, choose_threads, machine
 from privbench.engine.truth import GroundTruth
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
@@ -77,7 +78,6 @@ from privbench.results.store import (
     remove_stale_temps,
     write_json,
 )
-from privbench.threads import ThreadChoice, choose_jobs, choose_threads, machine
 
 
 def duplicate_eps(values: list[float] | None) -> list[float]:
@@ -275,7 +275,7 @@ class Sweep:
         one clock, so they add up to wall_s (less the final write). With cells in worker
         processes (`jobs` > 1) each cell's parts are its worker's laps, which overlap, and
         cells_s is the parent's lap over all of them (the one that sum_s adds). Also: threads
-        (the thread choice and why, `privbench.threads`), jobs and peak_rss_mib (this process
+        (the thread choice and why, `privbench.engine.threads`), jobs and peak_rss_mib (this process
         and its largest worker). A cell reused by --resume
         keeps the timings of the run that computed it and is listed under "reused"."""
         laps = Laps()

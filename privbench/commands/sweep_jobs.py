@@ -19,18 +19,36 @@ import resource
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from privbench.commands.cells import Laps, _setting_label
 from privbench.progress import _seconds
 
 if TYPE_CHECKING:
-    from privbench.commands.sweep import Sweep
+    from pathlib import Path
+
+    from privbench.progress import Phase
     from privbench.results.records import Fingerprint
 
 Cell = tuple[str, float | None, str | None]
 Todo = tuple[int, Cell, list[str], dict[str, "Fingerprint"]]
 POLL_SECONDS = 0.2
+
+
+class Sweep(Protocol):
+    """What the workers need of the audit's sweep (`privbench.commands.sweep.Sweep`, a frozen
+    dataclass whose module imports this one)."""
+
+    progress: bool
+    eval_seconds: dict[str, float]
+    finished: int
+
+    def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path: ...
+
+    def phase(self, what: str, total: int | None = None, unit: str = "it") -> Phase: ...
+
+    def run_cell(self, defense: str, eps: float | None, setting: str | None, todo: list[str],
+                 prints: dict[str, Fingerprint], laps: Laps) -> dict[str, float]: ...
 JOBS_ENV = "PRIVBENCH_JOBS"  # the default of --jobs where the option is not given
 
 
@@ -48,8 +66,8 @@ def env_jobs() -> int | None:
 
 def _init_worker(threads: int) -> None:
     from privbench.engine.hostmem import keep_freed_memory
+    from privbench.engine.threads import apply
     from privbench.plugins import load_plugins
-    from privbench.threads import apply
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
     keep_freed_memory()
@@ -71,7 +89,7 @@ def run_parallel(sweep: Sweep, cells: list[Todo], jobs: int, threads: int, total
     `sweep.finished` as it ends."""
     import dataclasses
 
-    quiet = dataclasses.replace(sweep, progress=False)  # the parent's line speaks for all
+    quiet = dataclasses.replace(sweep, progress=False)  # type: ignore[type-var]  # the parent's line speaks for all
     if sweep.progress:
         print(f"{len(cells)} cells on {jobs} worker processes, {threads} thread(s) each",
               file=sys.stderr, flush=True)

@@ -1,10 +1,17 @@
-"""The thread and worker choice (`privbench.threads`) on fake machines."""
+"""The thread and worker choice (`privbench.engine.threads`) on fake machines."""
 
 from __future__ import annotations
 
 import pytest
 
-from privbench.threads import SMALL_WORK, WORKER_BYTES, Machine, _quota, choose_jobs, choose_threads
+from privbench.engine.threads import (
+    SMALL_WORK,
+    WORKER_BYTES,
+    Machine,
+    _quota,
+    choose_jobs,
+    choose_threads,
+)
 
 GIB = 2 ** 30
 
