@@ -49,6 +49,8 @@ class Sweep(Protocol):
 
     def run_cell(self, defense: str, eps: float | None, setting: str | None, todo: list[str],
                  prints: dict[str, Fingerprint], laps: Laps) -> dict[str, float]: ...
+
+
 JOBS_ENV = "PRIVBENCH_JOBS"  # the default of --jobs where the option is not given
 
 
@@ -65,11 +67,17 @@ def env_jobs() -> int | None:
 
 
 def _init_worker(threads: int) -> None:
+    """A worker as `privbench.cli.main` sets up the parent: dp-accounting's notes on the RDP
+    orders it drops silenced (the ε it returns accounts for them), freed memory returned, the
+    plugins loaded, its thread count set."""
+    import logging
+
     from privbench.engine.hostmem import keep_freed_memory
     from privbench.engine.threads import apply
     from privbench.plugins import load_plugins
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    logging.getLogger("absl").setLevel(logging.ERROR)
     keep_freed_memory()
     load_plugins()
     apply(threads)
