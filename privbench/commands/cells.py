@@ -162,3 +162,11 @@ def _paper_setting(overrides: Mapping[str, object], cell: JSONObject, eps: float
 def _cell_device(name: str) -> torch.device:
     """The device a cell's run trains on (`cpu` without probing CUDA)."""
     return torch.device("cpu") if name == "cpu" else resolve_device(name)
+
+
+def holds(path: Path, text: str) -> bool:
+    """Whether `path` exists and holds exactly `text`."""
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except OSError:
+        return False

@@ -40,6 +40,7 @@ from privbench.commands.cells import (
     _read_cell_file,
     _setting_label,
     cell_key,
+    holds,
     sensitivity_trace,
 )
 from privbench.commands.presets import PRESETS  # plain data, no torch
@@ -312,9 +313,13 @@ class Sweep:
             timings["peak_rss_mib"] = peak_memory_mib()
             timings["wall_s"] = laps.total()
             timings["sum_s"] = timings["setup_s"] + measured + timings["report_s"]
-            write_json(self.out / "timings.json", timings)
-            atomic_write_text(self.out / "index.html", html)
-            atomic_write_text(self.out / "results.json", text)
+            outputs = {"index.html": html, "results.json": text}  # results.json last: it ends
+            if not cells:  # a finished audit resumed: a file is rewritten only if it changed
+                outputs = {k: v for k, v in outputs.items() if not holds(self.out / k, v)}
+            if cells or outputs:
+                write_json(self.out / "timings.json", timings)
+            for name, content in outputs.items():
+                atomic_write_text(self.out / name, content)
         return results
 
     def job_count(self, cells: int) -> int:

@@ -230,3 +230,13 @@ def test_long_phases_write_heartbeat_lines_to_a_log(tmp_path, capsys, monkeypatc
     assert train and all(" of 4, " in x and " so far" in x for x in train), err
     attack = "privbench: cell 1 of 1 (sgp no DP): attack mia_threshold (1 of 1): "
     assert any(x.startswith(attack) and x.endswith(" so far") for x in err), err
+
+
+def test_resume_on_a_finished_audit_changes_no_file(audit_dir, capsys):
+    tmp, out = audit_dir
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    stamps = {p: p.stat().st_mtime_ns for p in before}
+    assert _audit(tmp, out, "--resume") == 0
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert {p: p.stat().st_mtime_ns for p in after} == stamps  # not even rewritten alike
