@@ -56,6 +56,7 @@ from privbench.results.store import (
     dataset_classes,
     eps_label,
     finite_or_none,
+    fmt_num,
     uncovered_leaks,
 )
 
@@ -317,12 +318,13 @@ def _checks(bound: Bound, cell: AuditCell, label: str, factor: float) -> list[Ch
                 out.append(Check(f"{label} {key}", False, f"{metric} was not measured"))
                 continue
             ok = value <= limit if kind == "max" else value >= limit
-            out.append(Check(f"{label} {key}", ok, f"{metric} = {value:.4g} (bound {limit:g})"))
+            out.append(Check(f"{label} {key}", ok,
+                             f"{metric} = {fmt_num(value)} (bound {limit:g})"))
         elif key == "max_tpr_at_fpr":
             tpr, resolved = _tpr_at(cell, limit["fpr"])
             ok = tpr is not None and resolved and tpr <= limit["tpr"]
             shown = (f"unresolved (too few non-members for FPR {limit['fpr']:g})"
-                     if not resolved else "not measured" if tpr is None else f"{tpr:.4g}")
+                     if not resolved else "not measured" if tpr is None else fmt_num(tpr))
             out.append(Check(f"{label} max_tpr_at_fpr", ok,
                              f"TPR at FPR <= {limit['fpr']:g} = {shown} (bound {limit['tpr']:g})"))
         elif key == "max_empirical_ratio":
@@ -411,8 +413,8 @@ def compare_baseline(results: AuditRun, baseline: AuditRun, tolerances: Mapping[
             tol = tolerances.get(metric, default_tol) * scale
             worse = (now - before) * direction
             out.append(Check(f"{label} baseline {metric}", worse <= tol,
-                             f"{metric} {before:.4g} -> {now:.4g} (tolerance {tol:g} toward "
-                             "less privacy)"))
+                             f"{metric} {fmt_num(before)} -> {fmt_num(now)} (tolerance {tol:g} "
+                             "toward less privacy)"))
     return out
 
 

@@ -175,7 +175,7 @@ def test_tpr_bound_reads_the_exact_value_not_the_grid(tmp_path, capsys):
     res = _results()
     res["cells"] = [cell]
     assert _run(tmp_path, '[[bound]]\nmax_tpr_at_fpr = {fpr = 0.0087, tpr = 0.3}\n', res) == 1
-    assert "= 0.4 " in capsys.readouterr().out
+    assert "= 0.400 " in capsys.readouterr().out  # the exact value, in the one number format
     # the grid reading alone would have passed this bound: the exact value is what is judged
     legacy = {k: v for k, v in cell["attacks"]["lira"].items()
               if k not in ("roc_steps", "tpr_at_fpr")}
