@@ -44,7 +44,7 @@ from privbench.commands.cells import (
     sensitivity_trace,
 )
 from privbench.commands.presets import PRESETS  # plain data, no torch
-from privbench.commands.sweep_jobs import Todo, env_jobs, peak_memory_mib, run_parallel
+from privbench.commands.sweep_jobs import Todo, announce, env_jobs, peak_memory_mib, run_parallel
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
@@ -293,6 +293,7 @@ class Sweep:
             cells = [(k, cell, todo, prints)
                      for k, (cell, (todo, prints)) in enumerate(plan, 1) if todo]
             timings["jobs"] = jobs = self.job_count(len(cells))
+            announce(self, cells, jobs, torch.get_num_threads())
             if jobs > 1:
                 run_parallel(self, cells, jobs, torch.get_num_threads(), len(grid))
                 measured = timings["cells_s"] = laps.lap()

@@ -98,9 +98,6 @@ def run_parallel(sweep: Sweep, cells: list[Todo], jobs: int, threads: int, total
     import dataclasses
 
     quiet = dataclasses.replace(sweep, progress=False)  # type: ignore[type-var]  # the parent's line speaks for all
-    if sweep.progress:
-        print(f"{len(cells)} cells on {jobs} worker processes, {threads} thread(s) each",
-              file=sys.stderr, flush=True)
     pool = multiprocessing.get_context("spawn").Pool(jobs, _init_worker, (threads,))
     try:
         pending = {pool.apply_async(_compute, (quiet, cell, todo, prints)): (k, cell)
@@ -130,3 +127,41 @@ def peak_memory_mib() -> dict[str, float]:
     scale = 1 / 1024 if sys.platform != "darwin" else 1 / 2 ** 20  # KiB on Linux, bytes on macOS
     return {"main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
             "largest_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale}
+
+
+def earlier_seconds(folder: Path, todo: list[str], prints: dict[str, Fingerprint]
+                    ) -> float | None:
+    """Seconds the same cell took when computed before on this machine: the cell folder of the
+    same name in a sibling audit whose files `todo` carry exactly these fingerprints (same
+    settings, data, code and threads), from its timings.json; None where there is none."""
+    import json
+
+    for other in sorted(folder.parent.parent.parent.glob(f"*/cells/{folder.name}")):
+        try:
+            if not all(json.loads((other / f"{name}.json").read_text())["fingerprint"]["sha256"]
+                       == prints[name]["sha256"] for name in todo):
+                continue
+            spent = json.loads((other / "timings.json").read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return sum(v for v in spent.values() if isinstance(v, (int, float)))
+    return None
+
+
+def announce(sweep: Sweep, cells: list[Todo], jobs: int, threads: int) -> None:
+    """Before the first cell trains: how many cells, on how many processes, and about how long,
+    from the same cells computed earlier on this machine where there are any."""
+    if not sweep.progress or not cells:
+        return
+    known = [earlier_seconds(sweep.cell_dir(*cell), todo, prints)
+             for _, cell, todo, prints in cells]
+    found = [s for s in known if s is not None]
+    where = f"{len(cells)} cell(s) to compute on {jobs} process(es) of {threads} thread(s)"
+    if not found:
+        said = ("no earlier run of these cells on this machine to estimate their time from; "
+                "the estimate follows as cells finish")
+    else:
+        total = sum(found) / len(found) * len(cells) / jobs
+        said = (f"about {_seconds(total)} on this machine, from {len(found)} of them computed "
+                "earlier with the same settings in a folder beside --out")
+    print(f"{where}: {said}", file=sys.stderr, flush=True)

@@ -240,3 +240,29 @@ def test_resume_on_a_finished_audit_changes_no_file(audit_dir, capsys):
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
     assert {p: p.stat().st_mtime_ns for p in after} == stamps  # not even rewritten alike
+
+
+def test_before_training_it_says_how_many_cells_and_about_how_long(audit_dir, capsys):
+    """From the same cells computed earlier on this machine (a folder beside --out, same
+    fingerprints); without such a run it says it has nothing to estimate from."""
+    from privbench.commands.sweep_jobs import earlier_seconds
+
+    tmp, out = audit_dir
+    argv = ["attack", "--config", str(tmp / "tiny.toml"), "--defense", "sgp,d_psgd",
+            "--attack", "idlg,mia_threshold", "--jobs", "1"]
+    assert main([*argv, "--out", str(tmp / "again")]) == 0
+    err = capsys.readouterr().err
+    assert "2 cell(s) to compute on 1 process(es)" in err
+    assert "from 2 of them computed earlier with the same settings" in err
+    cell = out / "cells" / "sgp@none"
+    spent = json.loads((cell / "timings.json").read_text())
+    prints = {"train": json.loads((cell / "train.json").read_text())["fingerprint"]}
+    shutil.copytree(cell, tmp / "only" / "run" / "cells" / "sgp@none")
+    assert earlier_seconds(tmp / "only" / "new" / "cells" / "sgp@none", ["train"], prints) == \
+        sum(v for v in spent.values() if isinstance(v, (int, float)))
+    prints["train"] = {**prints["train"], "sha256": "0" * 64}  # other settings: not the same
+    assert earlier_seconds(tmp / "only" / "new" / "cells" / "sgp@none", ["train"], prints) is None
+    lone = tmp / "lone" / "deeper"
+    lone.mkdir(parents=True)
+    assert main([*argv, "--out", str(lone / "run")]) == 0
+    assert "no earlier run of these cells on this machine" in capsys.readouterr().err
