@@ -47,6 +47,8 @@ def registry_entries() -> dict[str, tuple[Entry, ...]]:
 def format_entries(entries: dict[str, tuple[Entry, ...]]) -> str:
     """The text of `privbench list`: per registry a heading with its count, then one line per
     entry (the defenses' with the DP mark)."""
+    from privbench.report.text import plain  # no torch: math as Unicode, as every output
+
     lines = []
     for plural in PLURALS:
         rows = entries.get(plural, ())
@@ -56,6 +58,6 @@ def format_entries(entries: dict[str, tuple[Entry, ...]]) -> str:
         for name, private, text in rows:
             mark = "" if private is None else f"{'DP' if private else '-':<4}"
             head = f"  {name:<{width}}  {mark}"
-            lines += textwrap.wrap(text, COLUMNS, initial_indent=head,
+            lines += textwrap.wrap(plain(text), COLUMNS, initial_indent=head,
                                    subsequent_indent=" " * len(head))
     return "\n".join(lines)

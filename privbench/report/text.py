@@ -50,8 +50,12 @@ def strip_outside_refs(text: str) -> str:
     return _OUTSIDE_RE.sub("", text)
 
 
+_BARRED_RE = re.compile(r"(?<![A-Za-z])([A-Za-z]|" + "|".join(GREEK) + r")_bar(?![A-Za-z])")
+
+
 def _letters(s: str) -> str:
-    """Accents and Greek letters of ASCII math as Unicode."""
+    """Accents and Greek letters of ASCII math as Unicode ("C_bar", "mu_bar": C̄, μ̄)."""
+    s = _BARRED_RE.sub(lambda m: GREEK.get(m.group(1), m.group(1)) + "\u0304", s)
     for pattern, mark in ACCENTS:
         s = pattern.sub(lambda m, mark=mark: m.group(1) + mark, s)
     return _GREEK_RE.sub(lambda m: GREEK[m.group(1)], s)

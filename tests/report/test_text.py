@@ -16,6 +16,7 @@ from privbench.report.text import plain, prose
     ("sigma^2 / (n B)", "σ² / (n B)"),
     ("ddot g^{ij}_t", "g̈ⁱʲₜ"),
     ("x_{w,Q}", "x_(w,Q)"),  # no Unicode subscript for every character: kept as text
+    ("clip bound C_bar and budget mu_bar", "clip bound C̄ and budget μ̄"),
 ])
 def test_plain_writes_ascii_math_as_unicode(ascii_math, shown):
     assert plain(ascii_math) == shown
