@@ -139,22 +139,19 @@ def test_attack_checks_every_cell_before_any_cell_trains(tmp_path, capsys, monke
     assert not (tmp_path / "reports").exists()  # no folder, no lock, no train.json
 
 
-def test_leakage_checks_every_run_before_any_run_trains(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--defense", "dp_sgp", "--eps", "1,1e300"],
+     "dp_sgp eps=1e+300: no mu reaches delta=1e-05 at epsilon=1e+300"),
+    (["--defense", "sgp", "--distances", "1,99"],
+     "--distances 99: no victim has a node 99 hops away"),
+], ids=["eps", "distance"])
+def test_leakage_checks_every_run_before_any_run_trains(tmp_path, capsys, monkeypatch, args,
+                                                        needle):
     _refuse_training(monkeypatch)
     monkeypatch.setattr("privbench.audit.leakage.train", lambda *a, **k: pytest.fail("trained"))
-    assert main(["leakage", "--defense", "dp_sgp", "--eps", "1,1e300", "--rounds", "2",
-                 "--quiet", "--out", str(tmp_path / "new" / "leak")]) == 2
-    _one_line_error(capsys, "dp_sgp eps=1e+300: no mu reaches delta=1e-05 at epsilon=1e+300")
-    assert not (tmp_path / "new").exists()
-
-
-def test_leakage_refuses_a_distance_beyond_the_graph_before_training(tmp_path, capsys,
-                                                                     monkeypatch):
-    _refuse_training(monkeypatch)
-    monkeypatch.setattr("privbench.audit.leakage.train", lambda *a, **k: pytest.fail("trained"))
-    assert main(["leakage", "--defense", "sgp", "--distances", "1,99", "--rounds", "2",
-                 "--quiet", "--out", str(tmp_path / "new" / "leak")]) == 2
-    _one_line_error(capsys, "--distances 99: no victim has a node 99 hops away")
+    assert main(["leakage", *args, "--rounds", "2", "--quiet",
+                 "--out", str(tmp_path / "new" / "leak")]) == 2
+    _one_line_error(capsys, needle)
     assert not (tmp_path / "new").exists()
 
 
