@@ -49,6 +49,7 @@ from scipy.stats import beta as _beta
 from scipy.stats import binom
 
 from privbench.errors import ConfigError
+from privbench.metrics.binomial import exact_interval
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -61,9 +62,7 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
         raise ConfigError(f"Clopper-Pearson needs 0 <= k <= n, n > 0; got k={k}, n={n}")
     if not 0 < alpha < 1:
         raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
-    lo = 0.0 if k == 0 else float(_beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(_beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return lo, hi
+    return exact_interval(k, n, alpha)
 
 
 def eps_from_rates(tpr: float, fpr: float, delta: float = 0.0) -> float:
