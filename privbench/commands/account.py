@@ -144,17 +144,10 @@ def parse_options(name: str, items: list[str]) -> Options:
     return out
 
 
-def _fmt(x: float) -> str:
-    """A number as every privbench output writes it (`fmt_num`: 3 significant digits, "∞",
-    never a rounded zero); `--json` keeps full precision."""
-    from privbench.results.store import fmt_num
-
-    return fmt_num(x)
-
-
 def format_plans(plans: list[PrivacyPlan]) -> str:
     """A readable text table of plans (pure; `run_account` prints it)."""
     from privbench.report.text import plain
+    from privbench.results.store import fmt_num  # every output's number format
 
     first = plans[0]
     lines = [
@@ -171,9 +164,9 @@ def format_plans(plans: list[PrivacyPlan]) -> str:
         if plan.calibrated_with == default:
             who += " (what the defense uses by default)"
         lines += ["", f"noise calibrated with {who}:",
-                  "  noise: " + "  ".join(f"{k}={_fmt(v)}" for k, v in plan.noise.items())]
+                  "  noise: " + "  ".join(f"{k}={fmt_num(v)}" for k, v in plan.noise.items())]
         rows = [header] + [
-            (f"  {r.mode}", _fmt(r.epsilon), _fmt(r.delta), r.accountant, r.unit,
+            (f"  {r.mode}", fmt_num(r.epsilon), fmt_num(r.delta), r.accountant, r.unit,
              "yes" if r.approximate else "no", r.sampling, ",".join(r.uncovered) or "-",
              plain(r.note))
             for r in plan.reports
