@@ -30,13 +30,13 @@ class _Parser(argparse.ArgumentParser):
 
 class _PresetHelp(argparse.HelpFormatter):
     """Help of `attack`: a default marked PRESET_DEFAULT is the presets' value (a run value, the
-    ε grid or the attacks, from `privbench.commands.presets`, plain data: the help imports neither
+    ε grid or the attacks, from `privbench.pipeline.presets`, plain data: the help imports neither
     the sweep nor torch)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and PRESET_DEFAULT in text:
-            from privbench.commands.presets import PRESETS
+            from privbench.pipeline.presets import PRESETS
 
             key = _PRESET_KEYS.get(action.dest)
             vals = "; ".join(f"{_help_value(p[key] if key else p['run'][action.dest])} in {name}"
@@ -282,7 +282,7 @@ def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
                    help="tune every cell of the preset's default audit in one command: each "
                         "default defense at every ε of its grid, the non-private baselines, "
                         "the paper settings and readings, with the grids of "
-                        "privbench/commands/presets.py (TUNE_GRIDS); resumable: the same command "
+                        "privbench/pipeline/presets.py (TUNE_GRIDS); resumable: the same command "
                         "again reuses the cells already in --out (default reports/tune-<preset>)"
                         "; with --save each cell's entry is written as soon as it is done")
 

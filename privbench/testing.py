@@ -46,7 +46,7 @@ def audit(defense: str, eps: float | Sequence[float] = 1.0,
         out: keep the files here (default: a temporary folder, removed afterwards).
         **run: RunConfig overrides (nodes, rounds, model, seed, ...).
     """
-    from privbench.commands import sweep
+    from privbench.pipeline import sweep
 
     base = replace_checked(RunConfig(), {**TINY_RUN, **run}, where="run")
     cfgs = {k: dict(v) for k, v in TINY_ATTACKS.items()}

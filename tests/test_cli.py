@@ -117,7 +117,7 @@ def test_help_and_version_do_not_import_torch():
 
 
 def test_attack_help_shows_the_presets_run_values(capsys):
-    from privbench.commands.sweep import PRESETS
+    from privbench.pipeline.sweep import PRESETS
 
     with pytest.raises(SystemExit):
         main(["attack", "--help"])
@@ -196,7 +196,7 @@ def test_list_describes_each_entry_and_marks_the_private_defenses(capsys):
 
 def test_attack_help_shows_the_default_eps_grid_attacks_and_defenses(capsys):
     from privbench.audit.config import DEFAULT_DEFENSES
-    from privbench.commands.presets import PRESETS
+    from privbench.pipeline.presets import PRESETS
 
     with pytest.raises(SystemExit):
         main(["attack", "--help"])

@@ -29,6 +29,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"privbench.threat"},
     {"privbench.audit"},
     {"privbench.report"},
+    # the audit pipeline reaches attacks and defenses through the registries alone
+    {"privbench.pipeline"},
     {"attacks", "defenses", "privbench.reproduce"},
     {"privbench.commands"},
 ))

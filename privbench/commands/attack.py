@@ -20,14 +20,14 @@ from privbench.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from privbench.commands.sweep import Sweep
+    from privbench.pipeline.sweep import Sweep
     from privbench.results.records import AuditRun, Overrides
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
     """`privbench attack`: the audit sweep; writes results.json and index.html, prints a table."""
-    from privbench.commands import sweep
     from privbench.config import load_toml
+    from privbench.pipeline import sweep
 
     audit_sets: Overrides = load_toml(args.config)[2] if args.config else {}
     _add_audit_sets(audit_sets, args.sets)
@@ -74,8 +74,8 @@ def _tuned_entries(args: argparse.Namespace, overrides: Overrides,
     """The tuned values of `--preset` (or of every preset) in privbench/presets/tuned.toml,
     minus the keys the user set explicitly (flags, --set, --config win); empty with
     --untuned."""
-    from privbench.commands.tuning import load_tuned
     from privbench.config import load_toml, parse_sets
+    from privbench.pipeline.tuning import load_tuned
 
     if args.untuned:
         return {}
@@ -98,7 +98,7 @@ def _tuned_entries(args: argparse.Namespace, overrides: Overrides,
 def _print_tuned(results: AuditRun) -> None:
     """Per cell, in the grid's order: the tuned entry it ran with and the tuning's privacy
     cost, or why it ran the untuned defaults."""
-    from privbench.commands.cells import cell_key
+    from privbench.pipeline.cells import cell_key
 
     tuned = results.config.tuned if results.config else None
     if not tuned or not (tuned["cells"] or tuned.get("missing")):
@@ -123,8 +123,8 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     """Attack a message log written by `privbench train --out DIR`."""
     import dataclasses
 
-    from privbench.commands import sweep
     from privbench.config import RunConfig, replace_checked
+    from privbench.pipeline import sweep
     from privbench.results.store import read_results
 
     folder = Path(args.messages)

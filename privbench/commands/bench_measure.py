@@ -367,10 +367,10 @@ def bench_audit(device: torch.device, preset: str = "quick", defenses: list[str]
     `jobs`: as `privbench attack --threads --jobs` (None: the same default choice)."""
     import json
 
-    from privbench.commands import sweep
-    from privbench.commands.tuning import load_tuned
     from privbench.config import RunConfig, replace_checked
     from privbench.engine.threads import settle
+    from privbench.pipeline import sweep
+    from privbench.pipeline.tuning import load_tuned
 
     if preset not in sweep.PRESETS:
         raise ConfigError(f"unknown --audit-preset {preset!r}; accepted: "

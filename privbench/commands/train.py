@@ -22,10 +22,10 @@ from privbench.commands.common import (
 from privbench.errors import PrivbenchError
 
 if TYPE_CHECKING:
-    from privbench.commands.tuning import PrivacyCost, TunedUse
     from privbench.config import RunConfig
     from privbench.engine.loop import TrainResult
     from privbench.engine.runner import TrainJSON
+    from privbench.pipeline.tuning import PrivacyCost, TunedUse
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -82,7 +82,7 @@ def _train_tuned(args: argparse.Namespace, run: RunConfig, overrides: dict[str, 
     dataset, model, nodes, rounds, batch size, partition, topology, at the run's own ε) to a
     `train` run; the user's flags, --set and --config win, --untuned ignores them. Says which
     entry was used, or why none applies (the run then keeps the untuned defaults)."""
-    from privbench.commands.tuning import apply_tuned
+    from privbench.pipeline.tuning import apply_tuned
 
     if args.untuned:
         return run, overrides, None

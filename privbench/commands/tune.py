@@ -4,7 +4,7 @@ The cells are those of the preset's default audit (`privbench attack --preset P`
 defense at every ε of the preset's grid, the non-private baselines once (their entry holds at
 every ε), a private defense's paper setting (PartPSP's b: no ε target, its entry holds at every
 ε) and its paper reading at every ε (DeFL-VP's per-coordinate ε), each with the defense's grid
-of `audit_presets.TUNE_GRIDS` (`privbench.commands.tuning.tune`: chosen on a validation split of the
+of `audit_presets.TUNE_GRIDS` (`privbench.pipeline.tuning.tune`: chosen on a validation split of the
 members). Each cell's result is written to `<out>/<cell>/tune.json` with the fingerprint of what
 determines it; the same command again reuses the cells whose fingerprint matches and tunes the
 rest. With `save`, each cell's best candidate is written to the tuned-values file as soon as
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import NotRequired, TypedDict
 
 from privbench.audit.config import DEFAULT_DEFENSES
-from privbench.commands import tuning
 from privbench.commands.common import (
     _check_writable,
     _claim,
@@ -32,9 +31,10 @@ from privbench.commands.common import (
     _on_interrupt,
     run_config_from_args,
 )
-from privbench.commands.presets import PRESETS, TUNE_GRIDS
 from privbench.config import FieldValue, JSONObject, RunConfig, to_dict
 from privbench.errors import ConfigError, PrivbenchError
+from privbench.pipeline import tuning
+from privbench.pipeline.presets import PRESETS, TUNE_GRIDS
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.reproduce.line import Fingerprint
@@ -203,10 +203,10 @@ def _summary(cell: TuneCell, result: CellResult, reused: bool, seconds: float
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """`privbench tune`: grid search on a validation split carved from the members."""
-    from privbench.commands import sweep, tuning
     from privbench.config import to_dict
     from privbench.device import resolve_device
     from privbench.engine.runner import environment
+    from privbench.pipeline import sweep, tuning
     from privbench.plugins import load_plugins
     from privbench.registry import DEFENSES
     from privbench.results.store import write_json
@@ -247,15 +247,15 @@ def _tune_preset(args: argparse.Namespace) -> int:
     """`privbench tune --all`: every cell of the preset's default audit, resumable."""
     import time
 
-    from privbench.commands import sweep
     from privbench.commands import tune as tune_preset
+    from privbench.pipeline import sweep
 
     given = [f for f in ("--defense", "--grid", "--eps") if any(
         a == f or a.startswith(f + "=") for a in args._argv)]
     given += ["--set defense.KEY"] * any(s.startswith("defense.") for s in args.sets)
     if given:
         raise PrivbenchError(f"--all tunes the preset's own cells with its grids "
-                             f"(privbench/commands/presets.py TUNE_GRIDS); drop {given[0]}, or "
+                             f"(privbench/pipeline/presets.py TUNE_GRIDS); drop {given[0]}, or "
                              "tune one cell with --defense D --eps E --grid KEY=V1,V2")
     run, _ = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     out = Path(args.out or f"reports/tune-{args.preset}")

@@ -1,7 +1,7 @@
 """Golden numbers: every DP defense's calibrated epsilon, recomputed by an independent accountant.
 
 For each registered private defense at the quick preset's settings
-(privbench/commands/presets.py PRESETS["quick"]: 6 nodes, 60 rounds, batch 16, delta 1e-5, the
+(privbench/pipeline/presets.py PRESETS["quick"]: 6 nodes, 60 rounds, batch 16, delta 1e-5, the
 default dataset) and epsilon in {1, 8}, the trainer is built (which calibrates its noise), the
 noise it will DRAW is read off the trainer (per-step noise std / clip bound, per-node sampling
 rate), and its epsilon is recomputed without privbench's accounting code:
@@ -45,9 +45,9 @@ from defenses.dpps import DPPS
 from defenses.dyn_d2p import DynD2P
 from defenses.muffliato import Muffliato
 from privbench.accounting import make_plan
-from privbench.commands.sweep import PRESETS
 from privbench.config import RunConfig, replace_checked
 from privbench.engine.runner import build
+from privbench.pipeline.sweep import PRESETS
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 

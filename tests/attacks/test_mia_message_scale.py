@@ -19,7 +19,6 @@ from attacks.mia_message import MIAMessage, MIAMessageConfig
 from privbench.audit.candidates import SampleRule, candidates, draw_sample, sample_generator
 from privbench.audit.config import AuditConfig
 from privbench.audit.membership import membership_scores, run_membership
-from privbench.commands.cells import _needed_rounds
 from privbench.commands.common import _add_audit_sets
 from privbench.config import RunConfig
 from privbench.engine.grads import per_sample_grads
@@ -27,6 +26,7 @@ from privbench.engine.loop import train
 from privbench.engine.messages import RecordPolicy
 from privbench.engine.runner import build
 from privbench.errors import ConfigError
+from privbench.pipeline.cells import _needed_rounds
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, ThreatModel, observe

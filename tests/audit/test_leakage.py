@@ -214,7 +214,7 @@ def test_leakage_command_writes_map_and_refuses_to_overwrite(tmp_path, capsys) -
 def test_audit_with_a_placed_threat_attacks_through_gossip_inversion(tmp_path) -> None:
     """`privbench attack --threat hops:2`: the audit's inversion and message MIA reach the
     victim through gossip inversion, and the results name the placement."""
-    from privbench.commands import sweep
+    from privbench.pipeline import sweep
 
     run = RunConfig(**{**BATCH1, "rounds": 6})
     audit = sweep.audit_config("quick", ["d_psgd"], [8.0], ["idlg", "mia_message"], "hops:2",

@@ -142,7 +142,7 @@ def debian_copy_untrained(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    for where in ("privbench.engine.loop.train", "privbench.commands.sweep.train",
+    for where in ("privbench.engine.loop.train", "privbench.pipeline.sweep.train",
                   "privbench.audit.leakage.train"):
         monkeypatch.setattr(where, refuse)
 

@@ -142,7 +142,7 @@ def _refuse_training(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
+    monkeypatch.setattr("privbench.pipeline.sweep.train", refuse)
 
 
 def test_a_finished_audit_is_not_replaced_without_resume_or_overwrite(audit_dir, tmp_path,
@@ -170,7 +170,7 @@ def test_ctrl_c_says_how_many_cells_are_kept_and_the_command_continues(audit_dir
                                                                        capsys, monkeypatch):
     import shlex
 
-    from privbench.commands import sweep
+    from privbench.pipeline import sweep
 
     tmp, out = audit_dir
     real, calls = sweep.run_attack, []
@@ -202,7 +202,7 @@ def test_long_phases_write_heartbeat_lines_to_a_log(tmp_path, capsys, monkeypatc
     import time
 
     from privbench import progress
-    from privbench.commands import sweep
+    from privbench.pipeline import sweep
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.01)
     real_train, real_attack = sweep.train, sweep.run_attack
@@ -245,7 +245,7 @@ def test_resume_on_a_finished_audit_changes_no_file(audit_dir, capsys):
 def test_before_training_it_says_how_many_cells_and_about_how_long(audit_dir, capsys):
     """From the same cells computed earlier on this machine (a folder beside --out, same
     fingerprints); without such a run it says it has nothing to estimate from."""
-    from privbench.commands.sweep_jobs import earlier_seconds
+    from privbench.pipeline.jobs import earlier_seconds
 
     tmp, out = audit_dir
     argv = ["attack", "--config", str(tmp / "tiny.toml"), "--defense", "sgp,d_psgd",

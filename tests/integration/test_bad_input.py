@@ -118,7 +118,7 @@ def _refuse_training(monkeypatch) -> None:
         raise AssertionError("training started")
 
     monkeypatch.setattr("privbench.engine.loop.train", refuse)
-    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
+    monkeypatch.setattr("privbench.pipeline.sweep.train", refuse)
 
 
 TINY_ATTACK = ["attack", "--defense", "dp_sgp", "--attack", "mia_threshold", "--nodes", "4",
@@ -243,7 +243,7 @@ def test_ctrl_c_in_train_names_the_checkpoint_it_keeps(tmp_path, capsys, monkeyp
 
 @pytest.mark.parametrize("args,target,written", [
     (["tune", "--defense", "sgp", "--grid", "lr=0.1,0.2", "--nodes", "3", "--rounds", "2",
-      "--device", "cpu", "--quiet"], "privbench.commands.tuning.tune", "tune.json"),
+      "--device", "cpu", "--quiet"], "privbench.pipeline.tuning.tune", "tune.json"),
     (["leakage", "--defense", "sgp", "--rounds", "2", "--quiet"],
      "privbench.audit.leakage.run_leakage", "leakage.json"),
 ], ids=["tune", "leakage"])

@@ -135,15 +135,15 @@ def argv(draw) -> list[str]:
 def _sentinels(sandbox: Path):
     """Stand-ins for the real work; the current folder is the sandbox."""
     import privbench.commands.bench
-    import privbench.commands.sweep
     import privbench.engine.loop
+    import privbench.pipeline.sweep
     import privbench.reproduce.runs
 
     def reached(*args, **kwargs):
         raise WorkReachedError
 
-    saved = [(privbench.engine.loop, "train"), (privbench.commands.sweep, "train"),
-             (privbench.commands.sweep, "run_attack"), (privbench.commands.bench, "run_bench"),
+    saved = [(privbench.engine.loop, "train"), (privbench.pipeline.sweep, "train"),
+             (privbench.pipeline.sweep, "run_attack"), (privbench.commands.bench, "run_bench"),
              (privbench.reproduce.runs, "run_job")]
     old = [getattr(m, n) for m, n in saved]
     cwd = os.getcwd()

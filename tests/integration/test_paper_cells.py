@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
+from privbench.pipeline import sweep
 from privbench.report.summary import summary_table
 from privbench.report.verdicts import verdicts
 from privbench.results.store import claimed_eps

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from privbench.cli import main
-from privbench.commands import sweep
 from privbench.errors import DataError
+from privbench.pipeline import sweep
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.results.fingerprint import LOCK_NAME

@@ -57,7 +57,7 @@ def _stopped_line(capsys) -> str:
 
 @pytest.mark.parametrize("args,target,written", [
     (["tune", "--defense", "sgp", "--grid", "lr=0.1,0.2", "--nodes", "3", "--rounds", "2",
-      "--device", "cpu", "--quiet"], "privbench.commands.tuning.tune", "tune.json"),
+      "--device", "cpu", "--quiet"], "privbench.pipeline.tuning.tune", "tune.json"),
     (["leakage", "--defense", "sgp", "--rounds", "2", "--quiet"],
      "privbench.audit.leakage.run_leakage", "leakage.json"),
 ], ids=["tune", "leakage"])
@@ -75,7 +75,7 @@ def test_sigterm_in_tune_and_leakage_says_nothing_is_kept(tmp_path, capsys, monk
 
 def test_sigterm_in_attack_keeps_the_finished_cells_and_names_the_command_that_continues(
         tmp_path, capsys, monkeypatch):
-    from privbench.commands import sweep
+    from privbench.pipeline import sweep
 
     cfg = tmp_path / "tiny.toml"
     cfg.write_text('nodes = 3\nrounds = 2\neval_every = 2\nbatch_size = 2\ndevice = "cpu"\n')

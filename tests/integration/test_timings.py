@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-import privbench.commands.sweep
+import privbench.pipeline.sweep
 import privbench.report  # imports aside: loaded before the clock starts
 from privbench.cli import main
 from privbench.plugins import load_plugins
@@ -29,7 +29,7 @@ def _timing_final_writes(monkeypatch, out) -> dict[str, float]:
     """Seconds spent writing each file of the folder's top level `out` (name -> seconds)."""
     spent: dict[str, float] = {}
     for name in ("write_json", "atomic_write_text"):
-        write = getattr(privbench.commands.sweep, name)
+        write = getattr(privbench.pipeline.sweep, name)
 
         def timed(path, obj, write=write):
             start = time.perf_counter()
@@ -38,7 +38,7 @@ def _timing_final_writes(monkeypatch, out) -> dict[str, float]:
             if file.parent == out:
                 spent[file.name] = spent.get(file.name, 0.0) + time.perf_counter() - start
 
-        monkeypatch.setattr(privbench.commands.sweep, name, timed)
+        monkeypatch.setattr(privbench.pipeline.sweep, name, timed)
     return spent
 
 

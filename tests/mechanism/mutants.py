@@ -47,11 +47,11 @@ from unittest import mock
 import torch
 
 from privbench.audit.mechanism import audit_mechanism
-from privbench.commands.presets import PRESETS
 from privbench.config import RunConfig, replace_checked
 from privbench.engine.grads import batch_grads
 from privbench.engine.messages import MessageKind
 from privbench.engine.trainer import Context
+from privbench.pipeline.presets import PRESETS
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.report import gate

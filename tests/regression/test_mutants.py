@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
 from privbench.engine.messages import MessageKind
+from privbench.pipeline import sweep
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.report import gate

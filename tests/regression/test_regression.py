@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from privbench.commands import sweep
 from privbench.config import RunConfig, replace_checked
+from privbench.pipeline import sweep
 from privbench.plugins import load_plugins
 from privbench.report import gate
 from privbench.results.store import write_json

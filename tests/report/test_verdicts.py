@@ -202,11 +202,11 @@ def test_an_inversion_names_the_message_kinds_its_views_were_read_from():
     model messages only (not from every data-dependent kind observed)."""
     import torch
 
-    from privbench.commands import sweep
     from privbench.config import RunConfig, replace_checked
     from privbench.engine.loop import train
     from privbench.engine.messages import RecordPolicy
     from privbench.engine.runner import build
+    from privbench.pipeline import sweep
     from privbench.testing import TINY_RUN
 
     run = replace_checked(RunConfig(), {**TINY_RUN, "rounds": 4, "batch_size": 1}, where="run")

@@ -115,7 +115,7 @@ def no_training(monkeypatch):
         raise AssertionError("training started")
 
     monkeypatch.setattr("privbench.engine.loop.train", refuse)
-    monkeypatch.setattr("privbench.commands.sweep.train", refuse)
+    monkeypatch.setattr("privbench.pipeline.sweep.train", refuse)
 
 
 @pytest.mark.parametrize("args,needle", [

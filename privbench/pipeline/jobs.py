@@ -21,7 +21,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from privbench.commands.cells import Laps, _setting_label
+from privbench.pipeline.cells import Laps, _setting_label
 from privbench.progress import _seconds
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ POLL_SECONDS = 0.2
 
 
 class Sweep(Protocol):
-    """What the workers need of the audit's sweep (`privbench.commands.sweep.Sweep`, a frozen
+    """What the workers need of the audit's sweep (`privbench.pipeline.sweep.Sweep`, a frozen
     dataclass whose module imports this one)."""
 
     progress: bool

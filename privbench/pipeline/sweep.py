@@ -28,7 +28,16 @@ import torch
 from privbench.audit.attack import trains_its_own_run
 from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
 from privbench.audit.dispatch import _audit_threat, is_inversion, run_attack
-from privbench.commands.cells import (
+from privbench.config import RunConfig, json_ready, replace_checked, to_dict
+from privbench.data.datasets import recording_sampling
+from privbench.device import machine_kind
+from privbench.engine.loop import train
+from privbench.engine.messages import MessageLog, RecordPolicy
+from privbench.engine.runner import Built, build, check_split, environment, structure, train_result
+from privbench.engine.threads import ThreadChoice, choose_jobs, choose_threads, machine
+from privbench.engine.truth import GroundTruth
+from privbench.errors import ConfigError, PrivbenchError
+from privbench.pipeline.cells import (
     PAPER,
     Laps,
     _cell_device,
@@ -43,17 +52,8 @@ from privbench.commands.cells import (
     holds,
     sensitivity_trace,
 )
-from privbench.commands.presets import PRESETS  # plain data, no torch
-from privbench.commands.sweep_jobs import Todo, announce, env_jobs, peak_memory_mib, run_parallel
-from privbench.config import RunConfig, json_ready, replace_checked, to_dict
-from privbench.data.datasets import recording_sampling
-from privbench.device import machine_kind
-from privbench.engine.loop import train
-from privbench.engine.messages import MessageLog, RecordPolicy
-from privbench.engine.runner import Built, build, check_split, environment, structure, train_result
-from privbench.engine.threads import ThreadChoice, choose_jobs, choose_threads, machine
-from privbench.engine.truth import GroundTruth
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.pipeline.jobs import Todo, announce, env_jobs, peak_memory_mib, run_parallel
+from privbench.pipeline.presets import PRESETS  # plain data, no torch
 from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
@@ -453,7 +453,7 @@ class Sweep:
         for its paper setting or reading, if any) applied, and the lookup's record (the entry
         used, or why none applies: the cell then runs the untuned defaults). None: the sweep
         has no tuned values (--untuned)."""
-        from privbench.commands.tuning import apply_tuned
+        from privbench.pipeline.tuning import apply_tuned
 
         if not self.tuned:
             return run, {}, None
@@ -538,7 +538,7 @@ class Sweep:
         """Per cell, the tuned entry it ran with (its values, the ε it was tuned at, the
         command, the tuning's privacy cost) or, under `missing`, why none applied (for the
         terminal and the report)."""
-        from privbench.commands.tuning import PRIVACY_NOTE
+        from privbench.pipeline.tuning import PRIVACY_NOTE
 
         keys = ("entry", "run", "defense", "tuned_at_epsilon", "fixed", "command",
                 "privacy_cost")

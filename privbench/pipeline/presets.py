@@ -2,7 +2,7 @@
 read from their data file (`privbench/presets/audit.toml`).
 
 Plain data with no heavy import (no torch), so that `privbench attack --help` can show the
-presets' run values without loading the sweep; `privbench.commands.sweep` reads them from here.
+presets' run values without loading the sweep; `privbench.pipeline.sweep` reads them from here.
 """
 
 from __future__ import annotations
