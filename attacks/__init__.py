@@ -4,9 +4,6 @@ Every module in this package registers itself in `privbench.registry.ATTACKS` un
 stem; importing the package imports them all. Attacks see observations, never ground truth.
 """
 
-import importlib
-import pkgutil
+from privbench.plugins import import_modules
 
-for _mod in pkgutil.iter_modules(__path__):
-    if not _mod.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_mod.name}")
+import_modules(__name__, __path__)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from privbench.commands.common import (
-    _KEPT,
     EXIT_BAD_INPUT,
-    _kept_text,
+    KEPT,
+    kept_text,
 )
 from privbench.engine.hostmem import keep_freed_memory
 from privbench.errors import PrivbenchError, Terminated, sigterm_raises
@@ -489,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from privbench.results.fingerprint import discard_created, forget_created
 
     forget_created()
-    _KEPT.clear()
+    KEPT.clear()
     try:
         given = list(sys.argv[1:] if argv is None else argv)
         keep_freed_memory()  # before any tensor: see privbench.engine.hostmem
@@ -504,11 +504,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except Terminated:
         discard_created()  # a stop that kept nothing leaves no empty folder or lock file
-        print(f"privbench: stopped (SIGTERM); {_kept_text()}", file=sys.stderr)
+        print(f"privbench: stopped (SIGTERM); {kept_text()}", file=sys.stderr)
         return 128 + 15
     except KeyboardInterrupt:
         discard_created()
-        print(f"privbench: interrupted; {_kept_text()}", file=sys.stderr)
+        print(f"privbench: interrupted; {kept_text()}", file=sys.stderr)
         return 130
 
 

@@ -1,11 +1,17 @@
-"""Loading plugins: the built-in defenses and attacks and the modules named in
-$PRIVBENCH_PLUGINS, imported by name so that they register themselves.
+"""Loading modules by name: the plugins (the built-in defenses and attacks and the modules
+named in $PRIVBENCH_PLUGINS, imported so that they register themselves), every module of a
+plugin package, and a package's names imported on first use.
 
 The built-in `defenses` and `attacks` packages are plugins like a user's own: the core names
 them, never imports them, so that no module below the commands depends on them.
 """
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from privbench.errors import ConfigError
 
@@ -26,7 +32,6 @@ def load_plugins() -> None:
     Raises:
         ConfigError: a module named in $PRIVBENCH_PLUGINS cannot be imported.
     """
-    import importlib
     import os
 
     for builtin in BUILTIN:
@@ -40,3 +45,23 @@ def load_plugins() -> None:
             raise ConfigError(f"${PLUGINS_ENV} names {name!r}, which cannot be imported "
                               f"({exc}); accepted: comma-separated module names on the "
                               "Python path") from None
+
+
+def import_modules(package: str, path: Iterable[str]) -> None:
+    """Import every module of `package` (its `__path__`) whose name does not start with "_"
+    (those are its helpers, imported by the modules that use them)."""
+    for mod in pkgutil.iter_modules(path):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{package}.{mod.name}")
+
+
+def lazy_names(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """The module `__getattr__` (PEP 562) of `package`: each name of `where` is imported from
+    the module of `package` that `where` maps it to when it is first used, so that importing
+    the package loads none of its heavy modules (torch, matplotlib)."""
+    def lookup(name: str) -> Any:
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return lookup

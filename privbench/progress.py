@@ -33,7 +33,7 @@ REFRESH_SECONDS = 1.0  # a terminal bar redrawn at least this often
 _RUNNING: ContextVar[Phase | None] = ContextVar("privbench_phase", default=None)
 
 
-def _seconds(s: float) -> str:
+def seconds_text(s: float) -> str:
     """"45 s", "3 min 20 s": time spent, for people."""
     whole = int(s)
     return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
@@ -111,12 +111,12 @@ class Phase:
         with self._lock:
             done, total, unit, first = self.done, self.total, self.unit, self.first
             counting = now - self.counted_from
-        parts = [f"{_seconds(now - self.start)} so far"]
+        parts = [f"{seconds_text(now - self.start)} so far"]
         if total is not None:
             parts.insert(0, f"{unit} {done} of {total}")
             if first < done < total:
                 left = counting / (done - first) * (total - done)
-                parts.append(f"about {_seconds(left)} left")
+                parts.append(f"about {seconds_text(left)} left")
         return f"privbench: {self.label}: {', '.join(parts)}"
 
     def _beat(self, tick: float) -> None:

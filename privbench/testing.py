@@ -46,22 +46,22 @@ def audit(defense: str, eps: float | Sequence[float] = 1.0,
         out: keep the files here (default: a temporary folder, removed afterwards).
         **run: RunConfig overrides (nodes, rounds, model, seed, ...).
     """
-    from privbench.pipeline import sweep
+    from privbench.pipeline import Sweep, audit_config
 
     base = replace_checked(RunConfig(), {**TINY_RUN, **run}, where="run")
     cfgs = {k: dict(v) for k, v in TINY_ATTACKS.items()}
     for name, over in (attack_config or {}).items():
         cfgs.setdefault(name, {}).update(over)
     grid = (eps,) if isinstance(eps, (int, float)) else tuple(eps)
-    audit_cfg = sweep.audit_config("quick", [defense], list(grid), list(attacks), None,
-                                   {"attack_config": cfgs})
+    audit_cfg = audit_config("quick", [defense], list(grid), list(attacks), None,
+                             {"attack_config": cfgs})
     # the tiny setting keeps the single-run, single-victim audit its golden baselines measured
     audit_cfg = dataclasses.replace(audit_cfg, inversion_batch_sizes=(), pool_victims=False,
                                     paper_settings={}, paper_readings={})
     with contextlib.ExitStack() as stack:
         folder = Path(out) if out else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        runner = sweep.Sweep(base, dict(defense_config or {}), audit_cfg, folder / "audit",
-                             progress=False, command=f"privbench.testing.audit({defense!r})")
+        runner = Sweep(base, dict(defense_config or {}), audit_cfg, folder / "audit",
+                       progress=False, command=f"privbench.testing.audit({defense!r})")
         return runner.run().to_json()
 
 

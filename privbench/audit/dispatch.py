@@ -57,7 +57,7 @@ class Mount:
     lpips: bool = True
 
 
-def _audit_threat(built: Built, audit: AuditConfig) -> ThreatModel:
+def audit_threat(built: Built, audit: AuditConfig) -> ThreatModel:
     """The audit's threat model around its victim, on the run's graph."""
     return threat_for(audit.threat, built.ctx.topology, audit.victim)
 
@@ -148,7 +148,7 @@ def _invert_view(built: Built, attack: str, audit: AuditConfig,
     """The attack on one run's released gradients of the victim, graded."""
     from privbench.audit.inversion import graded_inversions
 
-    threat = _audit_threat(built, audit)
+    threat = audit_threat(built, audit)
     obs = observe(built, threat)
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
@@ -198,7 +198,7 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     """One membership attack on the victim, with ROC, TPR at low FPR and the empirical ε."""
     from privbench.audit.membership import run_membership
 
-    threat = None if audit.threat == "neighbour" else _audit_threat(built, audit)
+    threat = None if audit.threat == "neighbour" else audit_threat(built, audit)
     # a colluding or placed set is chosen around the audited victim: it attacks that one only
     pooled = audit.pool_victims and audit.threat in ("eavesdropper", "neighbour")
     victims = list(range(built.ctx.n)) if pooled else audit.victim
@@ -298,7 +298,7 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     from privbench.audit.candidates import observed_model
     from privbench.errors import NotApplicable
 
-    obs = observe(built, _audit_threat(built, audit))
+    obs = observe(built, audit_threat(built, audit))
     reading = ReadingLog(obs.log.records)
     obs = dataclasses.replace(obs, log=reading)
     defense = view_source(type(built.trainer), obs)

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from privbench.commands.common import (
-    _RUN_FLAGS,
-    _add_audit_sets,
-    _again,
-    _command_line,
-    _floats,
-    _on_interrupt,
-    _out_folder,
+    add_audit_sets,
+    again_command,
+    command_line,
+    float_list,
+    on_interrupt,
+    out_folder,
     run_config_from_args,
+    tuned_entries_from_args,
 )
 
 if TYPE_CHECKING:
@@ -30,22 +30,22 @@ def cmd_attack(args: argparse.Namespace) -> int:
     from privbench.pipeline import sweep
 
     audit_sets: Overrides = load_toml(args.config)[2] if args.config else {}
-    _add_audit_sets(audit_sets, args.sets)
+    add_audit_sets(audit_sets, args.sets)
     preset = sweep.PRESETS[args.preset]
     if args.messages:
         return _attack_saved(args, audit_sets)
     run, overrides = run_config_from_args(args, preset["run"])
-    eps = _floats(args.eps_grid, "--eps")
+    eps = float_list(args.eps_grid, "--eps")
     dups = sweep.duplicate_eps(eps)
     audit = sweep.audit_config(args.preset, args.defense, eps, args.attack, args.threat,
                                audit_sets)
     if dups:
         print(f"note: duplicate --eps value(s) {', '.join(map(repr, dups))} removed; the grid is "
               f"{', '.join(map(repr, audit.eps))}", file=sys.stderr)
-    out = _out_folder(args, "audit-" + args.preset)
-    tuned = _tuned_entries(args, overrides)
+    out = out_folder(args, "audit-" + args.preset)
+    tuned = tuned_entries_from_args(args, overrides)
     runner = sweep.Sweep(run, overrides, audit, out, resume=args.resume, progress=not args.quiet,
-                         command=_command_line(args), tuned=tuned, jobs=args.jobs,
+                         command=command_line(args), tuned=tuned, jobs=args.jobs,
                          thread_choice=args.thread_choice)
     return _finish_sweep(runner, out, args)
 
@@ -54,7 +54,7 @@ def _finish_sweep(runner: Sweep, out: Path, args: argparse.Namespace) -> int:
     from privbench.report.summary import summary_table
     from privbench.report.verdicts import verdict_summary
 
-    _on_interrupt(lambda: _sweep_kept(runner, out, args))
+    on_interrupt(lambda: _sweep_kept(runner, out, args))
     results = runner.run()
     if runner.resume:
         st = runner.stats
@@ -67,32 +67,6 @@ def _finish_sweep(runner: Sweep, out: Path, args: argparse.Namespace) -> int:
     _print_tuned(results)
     print(f"wrote {out / 'results.json'} and {out / 'index.html'}")
     return 0
-
-
-def _tuned_entries(args: argparse.Namespace, overrides: Overrides,
-                   every_preset: bool = False) -> dict[str, list[Overrides]]:
-    """The tuned values of `--preset` (or of every preset) in privbench/presets/tuned.toml,
-    minus the keys the user set explicitly (flags, --set, --config win); empty with
-    --untuned."""
-    from privbench.config import load_toml, parse_sets
-    from privbench.pipeline.tuning import load_tuned
-
-    if args.untuned:
-        return {}
-    explicit = {k for k in _RUN_FLAGS if getattr(args, k, None) is not None}
-    explicit |= set(parse_sets([s for s in args.sets if not s.startswith("audit.")])[0])
-    if args.config:
-        explicit |= set(load_toml(args.config)[0])
-    out: dict[str, list[Overrides]] = {}
-    tuned = load_tuned()
-    for preset in tuned if every_preset else (args.preset,):
-        for defense, entries in tuned.get(preset, {}).items():
-            out.setdefault(defense, []).extend(
-                {**e, "preset": preset,
-                 "run": {k: v for k, v in e.get("run", {}).items() if k not in explicit},
-                 "defense": {k: v for k, v in e.get("defense", {}).items()
-                             if k not in overrides}} for e in entries)
-    return out
 
 
 def _print_tuned(results: AuditRun) -> None:
@@ -138,16 +112,16 @@ def _attack_saved(args: argparse.Namespace, audit_sets: dict[str, str]) -> int:
     args.thread_choice = settle(run, args.threads)
     audit = sweep.audit_config(args.preset, [saved["defense"]], [run.epsilon], args.attack,
                                args.threat, audit_sets)
-    out = _out_folder(args, "audit-" + folder.name)
+    out = out_folder(args, "audit-" + folder.name)
     runner = sweep.Sweep(run, saved.get("defense_config", {}), audit, out, resume=args.resume,
                          progress=not args.quiet, messages_dir=folder,
-                         command=_command_line(args), thread_choice=args.thread_choice)
+                         command=command_line(args), thread_choice=args.thread_choice)
     return _finish_sweep(runner, out, args)
 
 
 def _sweep_kept(runner: Sweep, out: Path, args: argparse.Namespace) -> str:
     """`attack` stopped: how many of its cells are done (their files are kept)."""
-    again = _again(args, "--resume")
+    again = again_command(args, "--resume")
     if not runner.planned:
         return f"no cell had started, nothing new in {out}; `{again}` starts again"
     return (f"kept: {runner.finished} of {runner.planned} cells finished in {out}; `{again}` "

@@ -14,6 +14,7 @@ from privbench.errors import ConfigError, PrivbenchError
 
 if TYPE_CHECKING:
     from privbench.config import JSONObject, RunConfig
+    from privbench.pipeline.tuning import TunedEntry
 
 EXIT_BAD_INPUT = 2
 
@@ -21,9 +22,9 @@ EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 1  # `privbench train`: the run diverged (its results are still written)
 
 
-_RUN_FLAGS = ("dataset", "data_root", "download", "model", "nodes", "topology", "out_degree",
-              "partition", "alpha", "rounds", "batch_size", "lr", "epsilon", "delta", "device",
-              "seed")
+RUN_FLAGS = ("dataset", "data_root", "download", "model", "nodes", "topology", "out_degree",
+             "partition", "alpha", "rounds", "batch_size", "lr", "epsilon", "delta", "device",
+             "seed")
 
 
 def run_config_from_args(args: argparse.Namespace, preset: Mapping[str, object] | None = None,
@@ -39,7 +40,7 @@ def run_config_from_args(args: argparse.Namespace, preset: Mapping[str, object] 
     if args.config:
         file_run, def_over, _ = load_toml(args.config)
         run_over.update(file_run)
-    flags = [k for k in _RUN_FLAGS if hasattr(args, k)]
+    flags = [k for k in RUN_FLAGS if hasattr(args, k)]
     run_over.update({k: getattr(args, k) for k in flags if getattr(args, k) is not None})
     set_run, set_def = parse_sets([s for s in args.sets if not s.startswith("audit.")])
     run_over.update(set_run)
@@ -53,7 +54,23 @@ def run_config_from_args(args: argparse.Namespace, preset: Mapping[str, object] 
     return run, def_over
 
 
-def _check_writable(out: Path) -> None:
+def tuned_entries_from_args(args: argparse.Namespace, overrides: Mapping[str, object],
+                            every_preset: bool = False) -> dict[str, list[TunedEntry]]:
+    """The tuned entries of `--preset` (or of every preset) without the keys the user set
+    explicitly (flags, --set, --config win: `tuning.tuned_entries`); empty with --untuned."""
+    from privbench.config import load_toml, parse_sets
+    from privbench.pipeline.tuning import tuned_entries
+
+    if args.untuned:
+        return {}
+    explicit = {k for k in RUN_FLAGS if getattr(args, k, None) is not None}
+    explicit |= set(parse_sets([s for s in args.sets if not s.startswith("audit.")])[0])
+    if args.config:
+        explicit |= set(load_toml(args.config)[0])
+    return tuned_entries(None if every_preset else (args.preset,), explicit, overrides)
+
+
+def check_writable(out: Path) -> None:
     """Fail early (before training) when the output folder cannot be created or written."""
     import os
 
@@ -67,7 +84,7 @@ def _check_writable(out: Path) -> None:
         raise PrivbenchError(f"output folder {out} is not writable")
 
 
-def _refuse_existing(target: Path, overwrite: bool, flag: str = "--out") -> None:
+def refuse_existing(target: Path, overwrite: bool, flag: str = "--out") -> None:
     """A result file is evidence: one that exists is replaced only with --overwrite (`flag`:
     the option that names another place)."""
     if target.exists() and not overwrite:
@@ -75,7 +92,7 @@ def _refuse_existing(target: Path, overwrite: bool, flag: str = "--out") -> None
                              f"choose another {flag} or pass --overwrite")
 
 
-def _claim(stack: contextlib.ExitStack, out: Path, result_file: str,
+def claim_folder(stack: contextlib.ExitStack, out: Path, result_file: str,
            overwrite: bool) -> PrivbenchError | None:
     """Make `out` this run's alone until `stack` closes: writable, locked against a second
     writer (`fingerprint.folder_lock`), its result file absent unless --overwrite; the error
@@ -83,15 +100,15 @@ def _claim(stack: contextlib.ExitStack, out: Path, result_file: str,
     from privbench.results.fingerprint import folder_lock
 
     try:
-        _check_writable(out)
+        check_writable(out)
         stack.enter_context(folder_lock(out))
-        _refuse_existing(out / result_file, overwrite)
+        refuse_existing(out / result_file, overwrite)
     except PrivbenchError as exc:
         return exc
     return None
 
 
-def _floats(items: list[str] | None, what: str) -> list[float] | None:
+def float_list(items: list[str] | None, what: str) -> list[float] | None:
     if not items:
         return None
     out = []
@@ -103,7 +120,7 @@ def _floats(items: list[str] | None, what: str) -> list[float] | None:
     return out
 
 
-def _command_line(args: argparse.Namespace) -> str:
+def command_line(args: argparse.Namespace) -> str:
     """The user's command without options that do not change results (--out, --resume,
     --quiet, --run-name, --overwrite, --jobs), so that reruns give byte-identical results."""
     argv, keep, skip = list(args._argv), [], False
@@ -121,7 +138,7 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(["privbench", *keep])
 
 
-def _add_audit_sets(audit_sets: JSONObject, sets: list[str]) -> None:
+def add_audit_sets(audit_sets: JSONObject, sets: list[str]) -> None:
     """Merge `--set audit.KEY=VALUE` into `audit_sets` (the config file's [audit] table);
     `audit.attack_config.ATTACK.KEY=VALUE` sets one key of one attack's config."""
     for item in sets:
@@ -142,7 +159,7 @@ def _add_audit_sets(audit_sets: JSONObject, sets: list[str]) -> None:
                               "audit.attack_config.mia_message.rounds=100)")
 
 
-def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
+def out_folder(args: argparse.Namespace, default_name: str) -> Path:
     """--out, or reports/<run name>; a run name is one folder name, never a path. A folder
     holding a finished audit is refused unless --resume or --overwrite."""
     name = args.run_name
@@ -156,11 +173,11 @@ def _out_folder(args: argparse.Namespace, default_name: str) -> Path:
         raise PrivbenchError(f"{out} holds a finished audit ({' and '.join(finished)}; a result "
                              "is never replaced silently); pass --resume to reuse its cells, "
                              "--overwrite to replace it, or choose another --out")
-    _check_writable(out)
+    check_writable(out)
     return out
 
 
-def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+def int_tuple(text: str | None, what: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -170,7 +187,7 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
                              f"{text!r}") from None
 
 
-def _checkpoint_seconds(text: str | None, default: float | None = None) -> float:
+def checkpoint_seconds(text: str | None, default: float | None = None) -> float:
     """`--checkpoint-every MINUTES` in seconds (absent: `default`, else reproduce's
     `runs.CHECKPOINT_SECONDS`)."""
     if text is None:
@@ -189,35 +206,35 @@ def _checkpoint_seconds(text: str | None, default: float | None = None) -> float
     return 60.0 * minutes
 
 
-def _or_list(items: list[str]) -> str:
+def or_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
-def _names(items: list[str] | None) -> list[str] | None:
+def name_list(items: list[str] | None) -> list[str] | None:
     if not items:
         return None
     return [p.strip() for p in ",".join(items).split(",") if p.strip()]
 
 
-# What a stop (Ctrl-C, SIGTERM) keeps, as the running command describes it (`_on_interrupt`):
+# What a stop (Ctrl-C, SIGTERM) keeps, as the running command describes it (`on_interrupt`):
 # the rest of `main`'s one line.
-_KEPT: list[Callable[[], str]] = []
+KEPT: list[Callable[[], str]] = []
 
 
-def _on_interrupt(describe: Callable[[], str]) -> None:
+def on_interrupt(describe: Callable[[], str]) -> None:
     """From now on, a stop says `describe()`: what was kept and how to continue."""
-    _KEPT[:] = [describe]
+    KEPT[:] = [describe]
 
 
-def _kept_text() -> str:
+def kept_text() -> str:
     generic = "results already written are kept"
     try:
-        return _KEPT[-1]() if _KEPT else generic
+        return KEPT[-1]() if KEPT else generic
     except Exception:  # the description must never hide the stop itself
         return generic
 
 
-def _again(args: argparse.Namespace, add: str = "") -> str:
+def again_command(args: argparse.Namespace, add: str = "") -> str:
     """The user's command, shell-quoted, with option `add` appended when it is not there."""
     import shlex
 
@@ -227,7 +244,7 @@ def _again(args: argparse.Namespace, add: str = "") -> str:
     return shlex.join(["privbench", *argv])
 
 
-def _ends_kept(args: argparse.Namespace, target: Path) -> str:
+def ends_kept(args: argparse.Namespace, target: Path) -> str:
     """A command that writes its result once at the end (tune, leakage), stopped."""
-    return f"nothing of the run is kept ({target} is written when it ends); `{_again(args)}` " \
-           "starts again"
+    return (f"nothing of the run is kept ({target} is written when it ends); "
+            f"`{again_command(args)}` starts again")

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from privbench.commands.common import (
-    _claim,
-    _ends_kept,
-    _floats,
-    _ints,
-    _names,
-    _on_interrupt,
+    claim_folder,
+    ends_kept,
+    float_list,
+    int_tuple,
+    name_list,
+    on_interrupt,
 )
 
 
@@ -33,21 +33,21 @@ def cmd_leakage(args: argparse.Namespace) -> int:
     from privbench.engine import threads
 
     threads.apply(threads.choose_threads(threads.machine(), None, args.threads)["threads"])
-    defenses = _names(args.defense)
+    defenses = name_list(args.defense)
     cfg = config_from({
         "dataset": args.dataset, "data_root": args.data_root, "model": args.model,
         "defenses": tuple(defenses) if defenses else None,
-        "eps": tuple(e) if (e := _floats(args.eps_grid, "--eps")) else None,
+        "eps": tuple(e) if (e := float_list(args.eps_grid, "--eps")) else None,
         "nodes": args.nodes, "topology": args.topology, "rounds": args.rounds, "lr": args.lr,
-        "members": args.members, "distances": _ints(args.distances, "--distances"),
-        "sizes": _ints(args.sizes, "--sizes"), "victims": args.victims,
+        "members": args.members, "distances": int_tuple(args.distances, "--distances"),
+        "sizes": int_tuple(args.sizes, "--sizes"), "victims": args.victims,
         "inversion_victims": args.inversion_victims,
         "inversion": args.inversion, "seed": args.seed})
     out = Path(args.out)
     target = out / "leakage.json"
-    _on_interrupt(lambda: _ends_kept(args, target))
+    on_interrupt(lambda: ends_kept(args, target))
     with contextlib.ExitStack() as stack:  # the folder is this run's until it has written
-        if (problem := _claim(stack, out, target.name, args.overwrite)) is not None:
+        if (problem := claim_folder(stack, out, target.name, args.overwrite)) is not None:
             raise problem
         results = run_leakage(cfg, progress=None if args.quiet else
                               (lambda line: print(line, file=sys.stderr)))

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from privbench.commands.common import _refuse_existing
+from privbench.commands.common import refuse_existing
 from privbench.errors import PrivbenchError
 
 if TYPE_CHECKING:
@@ -28,9 +28,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise PrivbenchError(f"--compare takes two results files, the earlier audit then the "
                              f"later one, and no --csv; got {len(args.results)} file(s)"
                              + (" and --csv" if args.csv else ""))
-    _refuse_existing(output, args.overwrite, "-o")
+    refuse_existing(output, args.overwrite, "-o")
     if args.csv:
-        _refuse_existing(Path(args.csv), args.overwrite, "--csv")
+        refuse_existing(Path(args.csv), args.overwrite, "--csv")
     items = [read_audit(p, "`privbench report` renders audit results written by "
                         "`privbench attack`") for p in args.results]
     items = [dataclasses.replace(item, detail={  # each named by its folder

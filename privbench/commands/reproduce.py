@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from privbench.commands.common import (
-    _again,
-    _check_writable,
-    _checkpoint_seconds,
-    _floats,
-    _ints,
-    _names,
-    _on_interrupt,
-    _or_list,
+    again_command,
+    check_writable,
+    checkpoint_seconds,
+    float_list,
+    int_tuple,
+    name_list,
+    on_interrupt,
+    or_list,
 )
 from privbench.errors import PrivbenchError
 
@@ -67,7 +67,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         _takes_only(args, "--merge", ("name", "scale", "merge"), "it trains nothing, it "
                     "appends the files' runs to the folder's runs.jsonl, then renders its table")
         scale = repro.scale(args.scale)
-        _check_writable(out)
+        check_writable(out)
         added, already = merge(repro, scale, [Path(f) for f in args.merge], out)
         print(f"merged {counted(added, 'run')} into {out / RUNS_FILE} ({already} already there)",
               file=sys.stderr)
@@ -85,14 +85,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return _reproduce_verify(args, repro, out)
     else:
         scale = repro.scale(args.scale)
-        seeds = tuple(_ints(args.seeds, "--seeds") or scale.seeds)
-        _check_writable(out)
-        _on_interrupt(lambda: _reproduce_kept(args, out))
+        seeds = tuple(int_tuple(args.seeds, "--seeds") or scale.seeds)
+        check_writable(out)
+        on_interrupt(lambda: _reproduce_kept(args, out))
         records = reproduce(repro, scale, seeds, out, progress=None if args.quiet else
                             (lambda line: print(line, file=sys.stderr)), workers=args.jobs,
                             rows=_row_labels(args.rows, repro.at(scale)),
-                            columns=tuple(_floats(args.eps, "--eps") or ()),
-                            checkpoint_every=_checkpoint_seconds(args.checkpoint_every))
+                            columns=tuple(float_list(args.eps, "--eps") or ()),
+                            checkpoint_every=checkpoint_seconds(args.checkpoint_every))
     atomic_write_text(out / "table.md", render(repro, scale, records))
     print(f"wrote {out / 'table.md'} from {counted(len(records), 'run')} in {out / RUNS_FILE}")
     return 0
@@ -109,8 +109,8 @@ def _reproduce_verify(args: argparse.Namespace, repro: Any, out: Path) -> int:
                 "it retrains the folder's lines and writes nothing")
     scale = repro.scale(args.scale)
     found = verify(
-        repro, scale, out, tuple(_ints(args.seeds, "--seeds") or ()),
-        _row_labels(args.rows, repro.at(scale)), tuple(_floats(args.eps, "--eps") or ()),
+        repro, scale, out, tuple(int_tuple(args.seeds, "--seeds") or ()),
+        _row_labels(args.rows, repro.at(scale)), tuple(float_list(args.eps, "--eps") or ()),
         args.jobs, progress=print, heartbeat=None if args.quiet else HEARTBEAT_SECONDS)
     print(summary(found, out))
     return 1 if found.table_diff else 0
@@ -138,7 +138,7 @@ def _reproduce_summary(root: Path) -> int:
 
     found = _committed_tables(root)
     rows = [summary_row(repro, scale, recs) for _, repro, scale, recs in found]
-    _check_writable(root)
+    check_writable(root)
     atomic_write_text(root / "summary.md", summary(rows))
     atomic_write_text(root / "missing.md", missing_file(_missing_blocks(found)))
     print(f"wrote {root / 'summary.md'} and {root / 'missing.md'} from {len(rows)} tables "
@@ -179,7 +179,7 @@ def _row_labels(items: list[str] | None, table: Reproduction) -> tuple[str, ...]
     comma), else comma-separated labels."""
     labels = {m.label for m in table.methods}
     return tuple(name for item in items or ()
-                 for name in ([item.strip()] if item.strip() in labels else _names([item])))
+                 for name in ([item.strip()] if item.strip() in labels else name_list([item])))
 
 
 def _reproduce_kept(args: argparse.Namespace, out: Path) -> str:
@@ -191,7 +191,7 @@ def _reproduce_kept(args: argparse.Namespace, out: Path) -> str:
     runs = sum(1 for ln in path.read_text().splitlines() if ln.strip()) if path.is_file() else 0
     saved = len(list((out / CHECKPOINTS).glob("*.ckpt")))
     more = f" and {counted(saved, 'checkpoint')} in {out / CHECKPOINTS}" if saved else ""
-    return f"kept: {counted(runs, 'run')} in {path}{more}; `{_again(args)}` trains the rest"
+    return f"kept: {counted(runs, 'run')} in {path}{more}; `{again_command(args)}` trains the rest"
 
 
 def _takes_only(args: argparse.Namespace, mode: str, takes: tuple[str, ...], why: str) -> None:
@@ -199,4 +199,4 @@ def _takes_only(args: argparse.Namespace, mode: str, takes: tuple[str, ...], why
     given = [flag for key, flag in _REPRODUCE_OPTIONS if key not in takes
              and (args.jobs != 1 if key == "jobs" else bool(getattr(args, key)))]
     if given:
-        raise PrivbenchError(f"{mode} takes no {_or_list(given)}: {why}")
+        raise PrivbenchError(f"{mode} takes no {or_list(given)}: {why}")

@@ -10,14 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from privbench.commands.attack import _tuned_entries
 from privbench.commands.common import (
     EXIT_DIVERGED,
-    _again,
-    _checkpoint_seconds,
-    _claim,
-    _on_interrupt,
+    again_command,
+    checkpoint_seconds,
+    claim_folder,
+    on_interrupt,
     run_config_from_args,
+    tuned_entries_from_args,
 )
 from privbench.errors import PrivbenchError
 
@@ -86,7 +86,7 @@ def _train_tuned(args: argparse.Namespace, run: RunConfig, overrides: dict[str, 
 
     if args.untuned:
         return run, overrides, None
-    mine = _tuned_entries(args, overrides, every_preset=True).get(args.defense, [])
+    mine = tuned_entries_from_args(args, overrides, every_preset=True).get(args.defense, [])
     keys = {k for e in mine for k in e.get("fixed", {})}
     fixed = {k: v for k, v in overrides.items() if k in keys}  # a paper setting set by --set
     run, tuned, used = apply_tuned(mine, run, run.epsilon, args.defense, fixed)
@@ -116,9 +116,9 @@ def _train(args: argparse.Namespace, run: RunConfig, overrides: Mapping[str, obj
     """Build, train, save (`comm` None: every node in this process)."""
     rank0 = comm is None or comm.rank == 0
     out = Path(args.out)
-    _on_interrupt(lambda: _train_kept(args, out))
+    on_interrupt(lambda: _train_kept(args, out))
     with contextlib.ExitStack() as stack:  # rank 0 holds the folder until it has written
-        problem = _claim(stack, out, "results.json", args.overwrite) if rank0 else None
+        problem = claim_folder(stack, out, "results.json", args.overwrite) if rank0 else None
         agreed = comm.all_ok(problem is None) if comm is not None else problem is None
         if not agreed:  # every rank stops, not only rank 0
             raise problem or PrivbenchError(f"rank 0 cannot write the output folder {out}")
@@ -135,7 +135,7 @@ def _train_into(args: argparse.Namespace, run: RunConfig, overrides: Mapping[str
     from privbench.progress import Phase
 
     rank0 = comm is None or comm.rank == 0
-    every = _checkpoint_seconds(args.checkpoint_every, default=0.0)
+    every = checkpoint_seconds(args.checkpoint_every, default=0.0)
     built = build(run, args.defense, overrides, policy=parse_record_spec(args.record, run.rounds),
                   comm=comm, device=device)
     start, so_far, saver = 0, None, None
@@ -206,10 +206,10 @@ def _train_kept(args: argparse.Namespace, out: Path) -> str:
     """`train` stopped: its checkpoint, if it saved one, else nothing of the run."""
     ckpt = out / "checkpoint.ckpt"
     if args.checkpoint_every is not None and ckpt.is_file():
-        return f"kept: the checkpoint {ckpt}; `{_again(args)}` continues from it"
+        return f"kept: the checkpoint {ckpt}; `{again_command(args)}` continues from it"
     if args.checkpoint_every is not None:
-        return f"no checkpoint was saved yet, nothing of the run is kept; `{_again(args)}` " \
-               "starts again"
+        return (f"no checkpoint was saved yet, nothing of the run is kept; "
+                f"`{again_command(args)}` starts again")
     return (f"nothing of the run is kept (results.json is written when it ends); "
-            f"`{_again(args, '--checkpoint-every')} MINUTES` saves checkpoints a stopped run "
-            "continues from")
+            f"`{again_command(args, '--checkpoint-every')} MINUTES` saves checkpoints a stopped "
+            "run continues from")

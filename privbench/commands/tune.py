@@ -24,11 +24,11 @@ from typing import NotRequired, TypedDict
 
 from privbench.audit.config import DEFAULT_DEFENSES
 from privbench.commands.common import (
-    _check_writable,
-    _claim,
-    _command_line,
-    _ends_kept,
-    _on_interrupt,
+    check_writable,
+    claim_folder,
+    command_line,
+    ends_kept,
+    on_interrupt,
     run_config_from_args,
 )
 from privbench.config import FieldValue, JSONObject, RunConfig, to_dict
@@ -217,15 +217,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     run, overrides = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     candidates = tuning.parse_grid(args.grid, args.defense)
     out = Path(args.out or f"reports/tune-{args.preset}-{args.defense}-eps{run.epsilon:g}")
-    _on_interrupt(lambda: _ends_kept(args, out / "tune.json"))
+    on_interrupt(lambda: ends_kept(args, out / "tune.json"))
     with contextlib.ExitStack() as stack:  # the folder is this tune's until tune.json is in
-        if (problem := _claim(stack, out, "tune.json", args.overwrite)) is not None:
+        if (problem := claim_folder(stack, out, "tune.json", args.overwrite)) is not None:
             raise problem
         print(f"tune {args.defense} at eps={run.epsilon:g}: {len(candidates)} candidates, "
               f"validation = {args.validation:g} of each node's members")
         result = tuning.tune(run, args.defense, candidates, args.validation, overrides,
                              progress=not args.quiet, test=not args.skip_test)
-        command = _command_line(args)
+        command = command_line(args)
         write_json(out / "tune.json", {**result, "command": command, "preset": args.preset,
                                        "run": to_dict(run), "defense_overrides": overrides,
                                        "environment": environment(resolve_device(run.device))})
@@ -259,9 +259,9 @@ def _tune_preset(args: argparse.Namespace) -> int:
                              "tune one cell with --defense D --eps E --grid KEY=V1,V2")
     run, _ = run_config_from_args(args, sweep.PRESETS[args.preset]["run"])
     out = Path(args.out or f"reports/tune-{args.preset}")
-    _check_writable(out)
+    check_writable(out)
     start = time.perf_counter()
-    rows = tune_preset.tune_preset(run, args.preset, out, _command_line(args), args.validation,
+    rows = tune_preset.tune_preset(run, args.preset, out, command_line(args), args.validation,
                                    test=not args.skip_test,
                                    save=Path(args.save) if args.save else None,
                                    progress=not args.quiet)

@@ -11,8 +11,9 @@ only when attacks are graded.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from privbench.plugins import lazy_names
 
 # name -> the module of privbench.engine that defines it; imported on first use, so that a
 # light module of the engine (hostmem) does not load torch with the package
@@ -33,12 +34,7 @@ __all__ = [
     "clipped_grad_sum", "evaluate", "gossip", "masked_sum", "node_models", "per_sample_grads",
     "push_sum", "train",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"privbench.engine.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'privbench.engine' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _WHERE)
 
 
 if TYPE_CHECKING:

@@ -26,31 +26,31 @@ from privbench.results.store import (
 )
 
 
-def _eps_key(eps: float | None) -> str:
+def eps_key(eps: float | None) -> str:
     """The cell name of ε: short when that is exact, else repr (lossless: distinct ε, distinct
     names, e.g. 1.0000001 and 1.0000004)."""
     return "none" if eps is None else eps_label(eps)
 
 
-def _placed_extra(run: RunConfig, audit: AuditConfig) -> int:
+def placed_extra(run: RunConfig, audit: AuditConfig) -> int:
     """Rounds beyond an inversion target that a threat placed anywhere in the graph needs: its
     gossip inversion identifies a victim H hops away from about H + 1 rounds (H < nodes)."""
     return run.nodes if ":" in audit.threat else 0
 
 
-def _needed_rounds(run: RunConfig, audit: AuditConfig, defense: str) -> RecordPolicy:
+def needed_rounds(run: RunConfig, audit: AuditConfig, defense: str) -> RecordPolicy:
     """Rounds to record: up to the last inversion target (gossip views need round t+1, a placed
     threat's gossip inversion more), the last rounds for model-level MIA, and for message-level
     MIA the whole run, or its attacked rounds with the rounds a view of each reads when it
     attacks a subset (`mia_message.rounds`: from t - `view_lookback` of the defense, for the
     victim's pre-step model, to t + 1, gossip's next message; a placed threat's gossip
     inversion still needs every round)."""
-    rounds = set(range(max(audit.inversion_rounds, default=0) + 2 + _placed_extra(run, audit)))
+    rounds = set(range(max(audit.inversion_rounds, default=0) + 2 + placed_extra(run, audit)))
     rounds |= {run.rounds - 1, run.rounds - 2}
     for name in (a for a in audit.attacks if ATTACKS.get(a).kind == "membership"
                  and reads_messages(ATTACKS.get(a))):
         picked = ATTACKS.get(name)(audit.attack_cfg(name)).attacked_rounds(run.rounds)
-        if picked is None or _placed_extra(run, audit):
+        if picked is None or placed_extra(run, audit):
             return RecordPolicy()
         back = DEFENSES.get(defense).view_lookback
         rounds |= {t + k for t in picked for k in range(-back, 2)}
@@ -84,7 +84,7 @@ class SensitivityTrace(TypedDict):
 
 
 class PaperSetting(TypedDict):
-    """A paper cell's `setting` in results.json (`_paper_setting`)."""
+    """A paper cell's `setting` in results.json (`paper_setting`)."""
 
     name: str  # the cell's key after "defense@"
     label: str
@@ -106,7 +106,7 @@ def sensitivity_trace(built: Built) -> SensitivityTrace | None:
     return {"S_est": clean(tr["S_est"]), "S_real": clean(tr["S_real"]), "sync": tr["sync"]}
 
 
-def _file_problem(path: Path, schema: Any) -> str | None:
+def file_problem(path: Path, schema: Any) -> str | None:
     """What is wrong with a cell file (unreadable, not strict JSON, off-schema), or None."""
     try:
         data = read_json_file(path, "cell file")
@@ -115,8 +115,8 @@ def _file_problem(path: Path, schema: Any) -> str | None:
     return schema(data)
 
 
-def _read_cell_file(path: Path, schema: Any) -> JSONObject:
-    problem = _file_problem(path, schema)
+def read_cell_file(path: Path, schema: Any) -> JSONObject:
+    problem = file_problem(path, schema)
     if problem:
         raise DataError(f"{path} is damaged ({problem}); rerun with --resume to recompute it")
     return read_json_file(path, "cell file")
@@ -125,27 +125,27 @@ def _read_cell_file(path: Path, schema: Any) -> JSONObject:
 PAPER = "paper"
 
 
-def _cell_key(eps: float | None, setting: str | None) -> str:
+def cell_key_for(eps: float | None, setting: str | None) -> str:
     """A cell's name after "defense@": its ε ("none" without DP), "paper" (a fixed paper
     setting) or "paper-eps8" (the paper's reading of ε = 8)."""
     if not setting:
-        return _eps_key(eps)
-    return setting if eps is None else f"{setting}-eps{_eps_key(eps)}"
+        return eps_key(eps)
+    return setting if eps is None else f"{setting}-eps{eps_key(eps)}"
 
 
 def cell_key(cell: JSONObject) -> str:
-    """`_cell_key` of a cell of results.json."""
+    """`cell_key_for` of a cell of results.json."""
     setting = cell.get("setting") or {}
-    return str(setting["name"]) if setting else _eps_key(cell.get("epsilon"))
+    return str(setting["name"]) if setting else eps_key(cell.get("epsilon"))
 
 
-def _setting_label(eps: float | None, setting: str | None) -> str:
+def setting_label(eps: float | None, setting: str | None) -> str:
     if not setting:
         return eps_text(eps)
     return "at the paper's setting" if eps is None else f"at the paper's reading of {eps_text(eps)}"
 
 
-def _paper_setting(overrides: Mapping[str, object], cell: JSONObject, eps: float | None
+def paper_setting(overrides: Mapping[str, object], cell: JSONObject, eps: float | None
                    ) -> PaperSetting:
     """The paper cell's description: its overrides, the ε the paper reads the run as (None for
     a fixed setting) and the ε the run composes to."""
@@ -154,12 +154,12 @@ def _paper_setting(overrides: Mapping[str, object], cell: JSONObject, eps: float
     knobs = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
                       for k, v in sorted(overrides.items()))
     label = f"paper {knobs}" if eps is None else f"paper {knobs}, {eps_text(eps)}"
-    out: PaperSetting = {"name": _cell_key(eps, PAPER), "label": label, "overrides": overrides,
+    out: PaperSetting = {"name": cell_key_for(eps, PAPER), "label": label, "overrides": overrides,
            "composed_epsilon": json_ready(claimed_eps(cell, "calibrated"))}
     return out if eps is None else {**out, "epsilon": eps}
 
 
-def _cell_device(name: str) -> torch.device:
+def cell_device(name: str) -> torch.device:
     """The device a cell's run trains on (`cpu` without probing CUDA)."""
     return torch.device("cpu") if name == "cpu" else resolve_device(name)
 

@@ -21,8 +21,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from privbench.pipeline.cells import Laps, _setting_label
-from privbench.progress import _seconds
+from privbench.pipeline.cells import Laps, setting_label
+from privbench.progress import seconds_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -112,8 +112,8 @@ def run_parallel(sweep: Sweep, cells: list[Todo], jobs: int, threads: int, total
                     sweep.finished += 1
                     bar.update()
                     if sweep.progress:
-                        print(f"cell {k} of {total}: {defense} {_setting_label(eps, setting)} "
-                              f"done in {_seconds(seconds)}", file=sys.stderr, flush=True)
+                        print(f"cell {k} of {total}: {defense} {setting_label(eps, setting)} "
+                              f"done in {seconds_text(seconds)}", file=sys.stderr, flush=True)
                 if pending:
                     time.sleep(POLL_SECONDS)
         pool.close()
@@ -162,6 +162,6 @@ def announce(sweep: Sweep, cells: list[Todo], jobs: int, threads: int) -> None:
                 "the estimate follows as cells finish")
     else:
         total = sum(found) / len(found) * len(cells) / jobs
-        said = (f"about {_seconds(total)} on this machine, from {len(found)} of them computed "
+        said = (f"about {seconds_text(total)} on this machine, from {len(found)} of them computed "
                 "earlier with the same settings in a folder beside --out")
     print(f"{where}: {said}", file=sys.stderr, flush=True)

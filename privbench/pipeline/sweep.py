@@ -27,7 +27,7 @@ import torch
 
 from privbench.audit.attack import trains_its_own_run
 from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
-from privbench.audit.dispatch import _audit_threat, is_inversion, run_attack
+from privbench.audit.dispatch import audit_threat, is_inversion, run_attack
 from privbench.config import RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
@@ -40,20 +40,21 @@ from privbench.errors import ConfigError, PrivbenchError
 from privbench.pipeline.cells import (
     PAPER,
     Laps,
-    _cell_device,
-    _cell_key,
-    _file_problem,
-    _needed_rounds,
-    _paper_setting,
-    _placed_extra,
-    _read_cell_file,
-    _setting_label,
+    cell_device,
     cell_key,
+    cell_key_for,
+    file_problem,
     holds,
+    needed_rounds,
+    paper_setting,
+    placed_extra,
+    read_cell_file,
     sensitivity_trace,
+    setting_label,
 )
 from privbench.pipeline.jobs import Todo, announce, env_jobs, peak_memory_mib, run_parallel
 from privbench.pipeline.presets import PRESETS  # plain data, no torch
+from privbench.pipeline.tuning import PRIVACY_NOTE, TunedEntry, apply_tuned
 from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
@@ -128,7 +129,7 @@ class Sweep:
     command: str = "privbench attack"
     messages_dir: Path | None = None
     stats: dict[str, int] = dataclasses.field(default_factory=dict)
-    tuned: dict[str, list[Overrides]] = dataclasses.field(default_factory=dict)
+    tuned: dict[str, list[TunedEntry]] = dataclasses.field(default_factory=dict)
     eval_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     planned: int = 0  # cells of the grid, once `run` has planned them
     finished: int = 0  # of those, the cells whose files are all written (reused ones too)
@@ -137,7 +138,7 @@ class Sweep:
     thread_choice: ThreadChoice | None = None  # how this process's threads were chosen
 
     def cell_dir(self, defense: str, eps: float | None, setting: str | None = None) -> Path:
-        return self.out / "cells" / f"{defense}@{_cell_key(eps, setting)}"
+        return self.out / "cells" / f"{defense}@{cell_key_for(eps, setting)}"
 
     def overrides_for(self, defense: str) -> Overrides:
         """The defense-config overrides that apply to `defense` (a sweep may mix defenses: a
@@ -208,8 +209,8 @@ class Sweep:
                 try:
                     built = build(run, defense, overrides, policy=RecordPolicy.none())
                 except PrivbenchError as exc:  # name the cell: the grid may hold many
-                    raise type(exc)(f"{defense} {_setting_label(eps, setting)}: {exc}") from None
-                _audit_threat(built, self.audit)
+                    raise type(exc)(f"{defense} {setting_label(eps, setting)}: {exc}") from None
+                audit_threat(built, self.audit)
                 bar.update()
 
     def phase(self, what: str, total: int | None = None, unit: str = "it") -> Phase:
@@ -234,7 +235,7 @@ class Sweep:
             "version": {"privbench": privbench.__version__, "torch": torch.__version__},
             "threads": torch.get_num_threads(),
             # other vector kernels give other numbers at the same thread count
-            "machine": machine_kind(_cell_device(run.device)),
+            "machine": machine_kind(cell_device(run.device)),
         }
         if self.messages_dir is not None:  # a saved log: its files determine the cell
             fields["source"] = {name: fp.file_sha256(self.messages_dir / name) for name in
@@ -334,9 +335,9 @@ class Sweep:
         """Compute `cells` one after the other in this process; the seconds measured."""
         measured = 0.0
         for k, cell, todo, prints in cells:
-            self.where = f"cell {k} of {total} ({cell[0]} {_setting_label(*cell[1:])})"
+            self.where = f"cell {k} of {total} ({cell[0]} {setting_label(*cell[1:])})"
             if self.progress:
-                print(f"cell {k} of {total}: {cell[0]} {_setting_label(*cell[1:])}",
+                print(f"cell {k} of {total}: {cell[0]} {setting_label(*cell[1:])}",
                       file=sys.stderr, flush=True)
             measured += sum(self.run_cell(*cell, todo, prints, laps).values())
             self.finished += 1
@@ -369,7 +370,7 @@ class Sweep:
                 todo.append(name)
                 stat["missing"] = stat.get("missing", 0) + 1
                 continue
-            problem = _file_problem(path, TRAIN_FILE if name == "train" else ATTACK_FILE)
+            problem = file_problem(path, TRAIN_FILE if name == "train" else ATTACK_FILE)
             if problem is None:
                 have = json.loads(path.read_text())["fingerprint"]
                 if have["sha256"] == want["sha256"]:
@@ -400,7 +401,7 @@ class Sweep:
         if used is not None:
             cell = cell.with_detail(tuned=used)
         if setting:
-            paper = _paper_setting(self.paper_overrides(defense, eps), cell.to_json(), eps)
+            paper = paper_setting(self.paper_overrides(defense, eps), cell.to_json(), eps)
             cell = dataclasses.replace(cell, epsilon=None).with_detail(setting=paper)
         if "train" in todo:
             write_json(folder / "train.json", {**cell.to_json(), "fingerprint": prints["train"]})
@@ -431,7 +432,7 @@ class Sweep:
         if not self.audit.inversion_batch_sizes or self.messages_dir is not None:
             return None
         stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2 +
-                   _placed_extra(run, self.audit))
+                   placed_extra(run, self.audit))
         policy = RecordPolicy(rounds=frozenset(range(stop)))
         views: dict[int, Built | str] = {}
         for b in self.audit.inversion_batch_sizes:
@@ -453,8 +454,6 @@ class Sweep:
         for its paper setting or reading, if any) applied, and the lookup's record (the entry
         used, or why none applies: the cell then runs the untuned defaults). None: the sweep
         has no tuned values (--untuned)."""
-        from privbench.pipeline.tuning import apply_tuned
-
         if not self.tuned:
             return run, {}, None
         fixed = self.paper_overrides(defense, eps) if setting else {}
@@ -466,7 +465,7 @@ class Sweep:
             built, cell = self._load_messages(defense, run)
             timing["build_s"] = laps.lap()
             return built, cell
-        built = build(run, defense, overrides, policy=_needed_rounds(run, self.audit, defense))
+        built = build(run, defense, overrides, policy=needed_rounds(run, self.audit, defense))
         timing["build_s"] = laps.lap()
         with self.phase(f"train {defense}", run.rounds, "round") as bar, \
                 recording_sampling() as drawn:
@@ -513,12 +512,12 @@ class Sweep:
         cells, prints = [], []
         for defense, eps, setting in self.grid():
             folder = self.cell_dir(defense, eps, setting)
-            trained = TrainedCell.from_json(_read_cell_file(folder / "train.json", TRAIN_FILE))
+            trained = TrainedCell.from_json(read_cell_file(folder / "train.json", TRAIN_FILE))
             prints.append(trained.detail["fingerprint"]["sha256"])
             trained = trained.with_detail(fingerprint=prints[-1])
             attacks = {}
             for a in sorted(self.audit.attacks):
-                att = AttackResult.from_json(_read_cell_file(folder / f"{a}.json", ATTACK_FILE))
+                att = AttackResult.from_json(read_cell_file(folder / f"{a}.json", ATTACK_FILE))
                 prints.append(att.detail["fingerprint"]["sha256"])
                 attacks[a] = dataclasses.replace(
                     att, detail={**att.detail, "fingerprint": prints[-1]})
@@ -531,15 +530,13 @@ class Sweep:
             threat=self.audit.threat, fingerprint=run_print, threads=torch.get_num_threads(),
             tuned=self._tuned_summary(cells) if self.tuned else None)
         return AuditRun(tuple(cells), SCHEMA_VERSION, "audit", self.command, config,
-                        environment(_cell_device(self.base.device)))
+                        environment(cell_device(self.base.device)))
 
     @staticmethod
     def _tuned_summary(cells: list[AuditCell]) -> TunedSummary:
         """Per cell, the tuned entry it ran with (its values, the ε it was tuned at, the
         command, the tuning's privacy cost) or, under `missing`, why none applied (for the
         terminal and the report)."""
-        from privbench.pipeline.tuning import PRIVACY_NOTE
-
         keys = ("entry", "run", "defense", "tuned_at_epsilon", "fixed", "command",
                 "privacy_cost")
         looked = {f"{c.defense}@{cell_key(c.trained.to_json())}": c.trained.detail["tuned"]

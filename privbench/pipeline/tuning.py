@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict, cast
@@ -282,6 +282,23 @@ def load_tuned(path: Path = TUNED_FILE) -> dict[str, dict[str, list[TunedEntry]]
     """The tuned-values file: {preset: {defense: [entry, ...]}} (empty when absent)."""
     data = read_toml(path, "tuned-values file") if path.is_file() else {}
     return cast(dict[str, dict[str, list[TunedEntry]]], data)  # `toml_entry`'s layout
+
+
+def tuned_entries(presets: Collection[str] | None, run_keys: Collection[str],
+                  defense_keys: Collection[str]) -> dict[str, list[TunedEntry]]:
+    """Per defense, the entries of `presets` (None: every preset) in the tuned-values file, each
+    with its `preset` and without the run keys `run_keys` and the defense keys `defense_keys`
+    (the values the user set win over tuned ones)."""
+    out: dict[str, list[TunedEntry]] = {}
+    tuned = load_tuned()
+    for preset in tuned if presets is None else presets:
+        for defense, entries in tuned.get(preset, {}).items():
+            out.setdefault(defense, []).extend(
+                {**e, "preset": preset,
+                 "run": {k: v for k, v in e.get("run", {}).items() if k not in run_keys},
+                 "defense": {k: v for k, v in e.get("defense", {}).items()
+                             if k not in defense_keys}} for e in entries)
+    return out
 
 
 def fixed_values(defense: str, overrides: Mapping[str, object]) -> Overrides:

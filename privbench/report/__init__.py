@@ -12,16 +12,12 @@ The page's names are loaded on first use, so that the gate (`privbench check`, w
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from privbench.plugins import lazy_names
 
 __all__ = ["merge_results", "render_html"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("privbench.report.render"), name)
-    raise AttributeError(f"module 'privbench.report' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, "render"))
 
 
 if TYPE_CHECKING:

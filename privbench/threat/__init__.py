@@ -4,21 +4,16 @@ gossip inversion beyond the victim's neighbours, and the model-level membership 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from privbench.errors import NotApplicable
+from privbench.plugins import lazy_names
 
 _WHERE = {name: "observation" for name in
           ("GradientView", "Observation", "ThreatModel", "observe", "placed", "threat_for")}
 __all__ = ["GradientView", "NotApplicable", "Observation", "ThreatModel", "observe", "placed",
            "threat_for"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"privbench.threat.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'privbench.threat' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _WHERE)
 
 
 if TYPE_CHECKING:

@@ -19,14 +19,14 @@ from attacks.mia_message import MIAMessage, MIAMessageConfig
 from privbench.audit.candidates import SampleRule, candidates, draw_sample, sample_generator
 from privbench.audit.config import AuditConfig
 from privbench.audit.membership import membership_scores, run_membership
-from privbench.commands.common import _add_audit_sets
+from privbench.commands.common import add_audit_sets
 from privbench.config import RunConfig
 from privbench.engine.grads import per_sample_grads
 from privbench.engine.loop import train
 from privbench.engine.messages import RecordPolicy
 from privbench.engine.runner import build
 from privbench.errors import ConfigError
-from privbench.pipeline.cells import _needed_rounds
+from privbench.pipeline.cells import needed_rounds
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, ThreatModel, observe
@@ -61,21 +61,21 @@ def test_the_candidates_cap_limits_each_victim_and_side_of_the_sample() -> None:
 
 def test_the_run_records_only_the_attacked_rounds_and_their_neighbours() -> None:
     run = RunConfig(rounds=50)
-    every = _needed_rounds(run, AuditConfig(attacks=("mia_message",)), "sgp")
+    every = needed_rounds(run, AuditConfig(attacks=("mia_message",)), "sgp")
     assert every.rounds is None
     audit = AuditConfig(attacks=("idlg", "mia_message"),
                         attack_config={"mia_message": {"rounds": 3}})
-    kept = _needed_rounds(run, audit, "sgp").rounds
+    kept = needed_rounds(run, audit, "sgp").rounds
     assert kept is not None
     picked = MIAMessageConfig(rounds=3).attacked_rounds(50)
     assert picked == {0, 24, 49}
     assert kept == {0, 1, 2, 23, 24, 25, 48, 49}  # idlg's rounds 0-2, the picked ones +- 1
     placed = AuditConfig(attacks=("mia_message",), threat="hops:1",
                          attack_config={"mia_message": {"rounds": 3}})
-    assert _needed_rounds(run, placed, "sgp").rounds is None  # gossip inversion reads every round
+    assert needed_rounds(run, placed, "sgp").rounds is None  # gossip inversion reads every round
     bad = AuditConfig(attacks=("mia_message",), attack_config={"mia_message": {"rounds": -2}})
     with pytest.raises(ConfigError, match="rounds must be >= 0"):
-        _needed_rounds(run, bad, "sgp")
+        needed_rounds(run, bad, "sgp")
 
 
 def _with_views() -> list[str]:
@@ -91,7 +91,7 @@ def test_recording_the_attacked_rounds_loses_no_view(defense: str) -> None:
     cfg = {"rounds": 4, "candidates": 5}
     audit = AuditConfig(attacks=("mia_message",), attack_config={"mia_message": cfg})
     results = []
-    for policy in (_needed_rounds(run, audit, defense), RecordPolicy()):
+    for policy in (needed_rounds(run, audit, defense), RecordPolicy()):
         built = build(run, defense, policy=policy)
         train(built.trainer)
         results.append(run_membership(built, [0, 1], "mia_message", cfg,
@@ -130,14 +130,14 @@ def test_a_subset_of_candidates_gets_the_scores_it_gets_among_all() -> None:
 
 def test_attack_config_keys_can_be_set_on_the_command_line() -> None:
     sets: dict = {"attack_config": {"geiping": {"steps": 10}}}  # from a config file
-    _add_audit_sets(sets, ["lr=0.1", "audit.victim=2",
+    add_audit_sets(sets, ["lr=0.1", "audit.victim=2",
                            "audit.attack_config.mia_message.rounds=100",
                            "audit.attack_config.mia_message.candidates=256"])
     assert sets == {"victim": "2", "attack_config": {
         "geiping": {"steps": 10}, "mia_message": {"rounds": "100", "candidates": "256"}}}
     for bad in ("audit.attack_config.mia_message=3", "audit.attack_config.a.b.c=1"):
         with pytest.raises(ConfigError, match=r"audit\.attack_config\.ATTACK\.KEY=VALUE"):
-            _add_audit_sets({}, [bad])
+            add_audit_sets({}, [bad])
 
 
 def _batch_view(built, batch: torch.Tensor, x: torch.Tensor, y: torch.Tensor, noise: float,

@@ -196,17 +196,17 @@ def test_tune_names_a_key_the_defense_does_not_read(tmp_path, capsys):
 
 def test_user_settings_win_over_tuned_values_and_untuned_ignores_them(monkeypatch):
     from privbench import cli
-    from privbench.commands import attack as attack_cmd
+    from privbench.commands.common import tuned_entries_from_args
 
     monkeypatch.setattr(tuning, "load_tuned", lambda: {"quick": {"dp_sgp": [_entry(0.5)]}})
     parse = cli.build_parser().parse_args
     args = parse(["attack", "--lr", "0.7"])
     args.sets = ["defense.clip=2"]
-    entry = attack_cmd._tuned_entries(args, {"clip": "2"})["dp_sgp"][0]
+    entry = tuned_entries_from_args(args, {"clip": "2"})["dp_sgp"][0]
     assert entry["run"] == {} and entry["defense"] == {}
-    plain = attack_cmd._tuned_entries(parse(["attack"]), {})["dp_sgp"][0]
+    plain = tuned_entries_from_args(parse(["attack"]), {})["dp_sgp"][0]
     assert plain["run"] == {"lr": 0.3} and plain["defense"] == {"clip": 0.5}
-    assert attack_cmd._tuned_entries(parse(["attack", "--untuned"]), {}) == {}
+    assert tuned_entries_from_args(parse(["attack", "--untuned"]), {}) == {}
 
 
 def test_train_applies_the_entry_tuned_for_its_exact_settings(tmp_path, monkeypatch, capsys):

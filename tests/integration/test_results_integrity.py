@@ -128,7 +128,7 @@ def test_resume_on_another_kind_of_machine_is_an_error(audit_dir, tmp_path, caps
     _, out = audit_dir
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
-    here = machine_kind(sweep._cell_device("cpu"))
+    here = machine_kind(sweep.cell_device("cpu"))
     monkeypatch.setattr(sweep, "machine_kind", lambda dev: "cpu (Other CPU, AVX2)")
     _no_training(monkeypatch)
     assert _audit(tmp_path, copy, "--eps", "1", "--resume") == 2
