@@ -1,6 +1,7 @@
 """The import graph holds the layers of the package as a rule about folders: no import circles,
 and every import goes down the data flow (a run is built and simulated, an attacker observes it,
-attacks are graded, results are recorded and presented, verbs orchestrate).
+attacks are graded, results are recorded and presented, the pipeline runs an audit's cells,
+verbs parse, call and print).
 
 A module's folder is its sub-package of `privbench` (`privbench.engine`, ...), `privbench` itself
 for the modules at its top, or the plugin package (`attacks`, `defenses`). `LAYERS` orders the
@@ -12,6 +13,8 @@ no module but another door imports a door.
 
 The graph is read from the source (every `import` statement, module-level or inside a function,
 since a deferred import is still a dependency), not from what a test run happened to import.
+A private name (a module or name starting with "_") is imported inside its own package only, up
+to `MAX_PRIVATE_IMPORTS` exceptions (`private_imports` states how they are counted).
 """
 
 from __future__ import annotations
@@ -36,12 +39,12 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
 ))
 
 
-def modules() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the three packages."""
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the three packages under `root`."""
     out = {}
     for pkg in PACKAGES:
-        for f in (ROOT / pkg).rglob("*.py"):
-            parts = f.relative_to(ROOT).with_suffix("").parts
+        for f in (root / pkg).rglob("*.py"):
+            parts = f.relative_to(root).with_suffix("").parts
             out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
     return out
 
@@ -53,21 +56,62 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
+def imported_names(path: Path) -> list[str]:
+    """The dotted names a module's import statements import, module-level or inside a function
+    (`import a.b` -> a.b, `from a.b import c` -> a.b.c), one per imported name."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [f"{node.module}.{a.name}" for a in node.names]
+    return out
+
+
 def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the modules of the three packages it imports."""
-    graph: dict[str, set[str]] = {m: set() for m in known}
-    for mod, path in known.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from pkg import sub` imports the submodule when `sub` is one
-                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
-                         else node.module for a in node.names]
-            else:
+    """module -> the modules of the three packages it imports (`from pkg import sub` imports
+    the submodule when `sub` is one, else the module `pkg`)."""
+    return {mod: {r for n in imported_names(path) if (r := _resolve(n, known)) and r != mod}
+            for mod, path in known.items()}
+
+
+MAX_PRIVATE_IMPORTS = 10
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _package(module: str, known: dict[str, Path]) -> str:
+    """The package whose folder holds the module's file (a package's `__init__`: itself)."""
+    return module if known[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def private_imports(known: dict[str, Path]) -> list[str]:
+    """Imports of a private name across packages ("importer -> name").
+
+    Counting rule: every name an import statement imports counts once (module-level or inside
+    a function, `imported_names`). It is private when one of its dotted parts starts with "_"
+    (a private module such as `defenses._graph`, or a private name such as
+    `privbench.progress._x`; dunder names such as `__version__` are public). The first private
+    part belongs to the module or package just before it (`defenses` for `defenses._graph.f`,
+    `privbench.progress` for `privbench.progress._x`); the import counts when the importing
+    module is not in that owner's package (`_package`): a private helper is shared inside its
+    own package only, so `defenses/dpdl.py` importing `defenses._graph` does not count and
+    `privbench/commands/account.py` importing it does. Names outside the three packages
+    (torch, the standard library) are not counted.
+    """
+    out = []
+    for mod, path in sorted(known.items()):
+        for name in imported_names(path):
+            parts = name.split(".")
+            first = next((k for k, part in enumerate(parts) if _private(part)), None)
+            if first is None or _resolve(name, known) in (None, mod):
                 continue
-            graph[mod] |= {r for n in names if (r := _resolve(n, known)) and r != mod}
-    return graph
+            owner = _resolve(".".join(parts[:first]), known)
+            if owner is not None and _package(owner, known) != _package(mod, known):
+                out.append(f"{mod} -> {name}")
+    return out
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -210,6 +254,47 @@ def test_the_graph_reads_every_import() -> None:
     assert folder("privbench.engine.loop", known) == "privbench.engine"
     assert folder("privbench.reproduce.papers.dpdl", known) == "privbench.reproduce"
     assert folder("privbench.config", known) == "privbench"
+
+
+def test_the_checks_catch_a_circle_and_an_upward_import_planted_in_the_real_graph() -> None:
+    known = modules()
+    graph = {m: set(deps) for m, deps in import_graph(known).items()}  # a copy to plant in
+    graph["privbench.engine.loop"].add("privbench.pipeline.sweep")  # upward, and a circle
+    assert any({"privbench.engine.loop", "privbench.pipeline.sweep"} <= set(c)
+               for c in circles(graph))
+    assert ("privbench.engine.loop -> privbench.pipeline.sweep (upward: privbench.pipeline is "
+            "above privbench.engine)") in layer_breaches(graph, known)
+    assert circles(import_graph(known)) == [] and layer_breaches(import_graph(known), known) == []
+
+
+def test_private_imports_are_counted_across_packages_only(tmp_path: Path) -> None:
+    files = {
+        "defenses/__init__.py": "",
+        "defenses/_graph.py": "def periods(): ...\n",
+        "defenses/dpdl.py": "from defenses._graph import periods\n",  # inside its package
+        "privbench/__init__.py": "__version__ = '1'\n",
+        "privbench/progress.py": "def _text(): ...\n",
+        "privbench/commands/__init__.py": "",
+        "privbench/commands/account.py": (
+            "from privbench import __version__\n"  # a dunder is public
+            "def plan():\n"
+            "    from defenses._graph import periods\n"  # inside a function still counts
+            "    import privbench.progress\n"
+            "    from privbench.progress import _text\n"),
+        "attacks/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert private_imports(modules(tmp_path)) == [
+        "privbench.commands.account -> defenses._graph.periods",
+        "privbench.commands.account -> privbench.progress._text",
+    ]
+
+
+def test_private_names_are_imported_inside_their_package() -> None:
+    found = private_imports(modules())
+    assert len(found) <= MAX_PRIVATE_IMPORTS, "\n".join(found)
 
 
 def test_no_import_circles() -> None:
