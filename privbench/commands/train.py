@@ -24,8 +24,9 @@ from privbench.errors import PrivbenchError
 if TYPE_CHECKING:
     from privbench.config import RunConfig
     from privbench.engine.loop import TrainResult
-    from privbench.engine.runner import TrainJSON
+    from privbench.engine.runner import Built
     from privbench.pipeline.tuning import PrivacyCost, TunedUse
+    from privbench.results.records import TrainedCell
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -148,11 +149,11 @@ def _train_into(args: argparse.Namespace, run: RunConfig, overrides: Mapping[str
                enabled=not args.quiet and rank0) as bar:
         res = train(built.trainer, progress=bar.update, start=start, result=so_far,
                     after_round=saver)
-    result = save_run(built, res, out, extra={"tuned": tuned})
+    cell = save_run(built, res, out, extra={"tuned": tuned})
     if saver is not None:  # the run's results are written: its checkpoint has served
         saver.path.unlink(missing_ok=True)
     if rank0:
-        _print_train(res, result, out, comm)
+        _print_train(built, res, cell, out, comm)
     return 0 if res.diverged_round is None else EXIT_DIVERGED
 
 
@@ -175,10 +176,12 @@ def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
                         "threads": torch.get_num_threads()})["sha256"]
 
 
-def _print_train(res: TrainResult, result: TrainJSON, out: Path, comm: Any) -> None:
+def _print_train(built: Built, res: TrainResult, cell: TrainedCell, out: Path,
+                 comm: Any) -> None:
+    from privbench.device import device_description
     from privbench.results.store import diverged_text, noise_feedback_text, privacy_line
 
-    rounds = result["run"]["rounds"]
+    run = built.ctx.run
     if res.node_accuracy:
         nodes = " ".join(f"{a:.3f}" for a in res.node_accuracy)
         last = res.history[-1] if res.history else {}
@@ -189,16 +192,16 @@ def _print_train(res: TrainResult, result: TrainJSON, out: Path, comm: Any) -> N
     where = f", {comm.world} ranks" if comm is not None else ""
     print(f"average-model test accuracy: {res.average_accuracy:.4f}  "
           f"({res.seconds:.1f} s, of which evaluation {res.eval_seconds:.1f} s; "
-          f"device {result['environment']['device']}{where})")
-    print(f"data: {result['run']['dataset']} from {result['data_source']}")
-    for rep in result["privacy"]:
+          f"device {device_description(built.ctx.device)}{where})")
+    print(f"data: {run.dataset} from {built.data_source}")
+    for rep in cell.privacy:
         if rep.get("node", 0) == 0:
             print(f"privacy (node 0): {privacy_line(rep)}")
     what = "the merged message log" if comm is not None else "the message log"
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
     if res.diverged_round is not None:
-        why = noise_feedback_text(result["privacy"])
-        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}"
+        why = noise_feedback_text(cell.privacy)
+        print(f"privbench: training diverged: {diverged_text(res.diverged_round, run.rounds)}"
               + (f"; {why}" if why else ""), file=sys.stderr)
 
 

@@ -12,7 +12,6 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NotRequired, TypedDict
 
 import torch
 
@@ -20,7 +19,7 @@ from privbench.config import JSONObject, RunConfig, replace_checked, to_dict
 from privbench.data.datasets import NodeData, carve_validation, load_dataset, split_nodes
 from privbench.device import device_description, machine_kind, resolve_device
 from privbench.engine.comm import Comm
-from privbench.engine.loop import EvalPoint, TrainResult
+from privbench.engine.loop import TrainResult
 from privbench.engine.messages import MessageBus, MessageLog, RecordPolicy
 from privbench.engine.trainer import Context, Trainer, node_models
 from privbench.engine.truth import GroundTruth
@@ -29,40 +28,15 @@ from privbench.models import build_model
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.results.provenance import code_provenance
-from privbench.results.store import SCHEMA_VERSION, write_json
+from privbench.results.records import TrainedCell
+from privbench.results.store import SCHEMA_VERSION, diverged_text, write_json
 from privbench.seeding import Streams, derive_seed
 from privbench.topology import build_topology
 
-
-class AccuracyJSON(TypedDict):
-    average_model: float
-    per_node: list[float]
-
-
-class TimingJSON(TypedDict):
-    train_seconds: float
-    eval_seconds: float
-
-
-class TrainJSON(TypedDict):
-    """A training run's results.json (`train_result`; `save_run` adds its caller's `extra`)."""
-
-    schema_version: int
-    kind: str  # "train"
-    defense: str
-    run: JSONObject  # `config.to_dict` of the RunConfig it trained
-    data_source: str
-    defense_config: JSONObject
-    messages: list[JSONObject]  # the message kinds (`MessageKind.to_dict`)
-    privacy: list[JSONObject]  # `Trainer.privacy`'s per-node reports
-    accuracy: AccuracyJSON
-    history: list[EvalPoint]
-    diverged_round: int | None
-    resumed_at: NotRequired[list[int]]  # only for a run continued from a checkpoint
-    seconds: float
-    timing: TimingJSON
-    environment: dict[str, str | int]  # `environment` and the number of ranks
-    tuned: NotRequired[Mapping[str, object] | None]  # `privbench train`'s tuned-values lookup
+RUN_ONLY = ("run", "data_source", "diverged_round", "resumed_at", "seconds", "eval_seconds",
+            "environment")
+"""The details of a trained run that its own results.json holds (`run_file`) and an audit's
+cell file leaves out (the audit records the run and environment once, timings apart)."""
 
 
 @dataclass
@@ -189,27 +163,59 @@ def environment(device: torch.device) -> dict[str, str]:
             "machine": machine_kind(device), "platform": platform.platform()}
 
 
-def train_result(built: Built, res: TrainResult) -> TrainJSON:
-    """The results JSON of a training run."""
+def train_result(built: Built, res: TrainResult) -> TrainedCell:
+    """The record of a training run (`run_file` is its results.json)."""
     trainer, ctx = built.trainer, built.ctx
+    status = ("ok" if res.diverged_round is None
+              else diverged_text(res.diverged_round, ctx.run.rounds))
+    detail = {"node_accuracy": res.node_accuracy, "defense_config": to_dict(trainer.cfg),
+              "history": res.history, "run": to_dict(ctx.run), "data_source": built.data_source,
+              "diverged_round": res.diverged_round,
+              **({"resumed_at": res.resumed_at} if res.resumed_at else {}),  # continued
+              "seconds": res.seconds, "eval_seconds": res.eval_seconds,
+              "environment": {**environment(ctx.device), "ranks": ctx.comm.world}}
+    return TrainedCell(built.defense, ctx.run.epsilon if trainer.private else None, status,
+                       res.average_accuracy, tuple(_node_reports(ctx.comm, trainer.privacy())),
+                       tuple(k.to_dict() for k in trainer.kinds), detail)
+
+
+def run_file(cell: TrainedCell) -> JSONObject:
+    """A trained run's results.json (`privbench train`; `from_run_file` reads it back)."""
+    d = cell.detail
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "train",
-        "defense": built.defense,
-        "run": to_dict(ctx.run),
-        "data_source": built.data_source,
-        "defense_config": to_dict(trainer.cfg),
-        "messages": [k.to_dict() for k in trainer.kinds],
-        "privacy": _node_reports(ctx.comm, trainer.privacy()),
-        "accuracy": {"average_model": res.average_accuracy, "per_node": res.node_accuracy},
-        "history": res.history,
-        "diverged_round": res.diverged_round,
-        **({"resumed_at": res.resumed_at} if res.resumed_at else {}),  # continued from these
-        "seconds": res.seconds,
-        "timing": {"train_seconds": res.seconds - res.eval_seconds,
-                   "eval_seconds": res.eval_seconds},
-        "environment": {**environment(ctx.device), "ranks": ctx.comm.world},
+        "defense": cell.defense,
+        "run": d["run"],  # `config.to_dict` of the RunConfig it trained
+        "data_source": d["data_source"],
+        "defense_config": d["defense_config"],
+        "messages": list(cell.messages),  # the message kinds (`MessageKind.to_dict`)
+        "privacy": list(cell.privacy),  # `Trainer.privacy`'s per-node reports
+        "accuracy": {"average_model": cell.accuracy, "per_node": d["node_accuracy"]},
+        "history": d["history"],
+        "diverged_round": d["diverged_round"],
+        **({"resumed_at": d["resumed_at"]} if "resumed_at" in d else {}),
+        "seconds": d["seconds"],
+        "timing": {"train_seconds": d["seconds"] - d["eval_seconds"],
+                   "eval_seconds": d["eval_seconds"]},
+        "environment": d["environment"],  # `environment` and the number of ranks
     }
+
+
+def from_run_file(data: JSONObject, epsilon: float | None) -> TrainedCell:
+    """The record of a trained run's results.json (`run_file`), calibrated for `epsilon` (None:
+    not private); its status "ok", or "diverged". Keys an older file lacks read as empty."""
+    detail = {"node_accuracy": data["accuracy"]["per_node"],
+              "defense_config": data.get("defense_config", {}),
+              "history": data.get("history", []),
+              **{k: data[k] for k in ("run", "data_source", "diverged_round", "resumed_at",
+                                      "seconds", "environment") if k in data}}
+    if "timing" in data:
+        detail["eval_seconds"] = data["timing"]["eval_seconds"]
+    return TrainedCell(data["defense"], epsilon,
+                       "ok" if data.get("diverged_round") is None else "diverged",
+                       data["accuracy"]["average_model"], tuple(data.get("privacy", [])),
+                       tuple(data["messages"]), detail)
 
 
 def _node_reports(comm: Comm, reports: list[JSONObject]) -> list[JSONObject]:
@@ -224,7 +230,7 @@ def _node_reports(comm: Comm, reports: list[JSONObject]) -> list[JSONObject]:
 
 
 def save_run(built: Built, res: TrainResult, out: str | Path,
-             extra: Mapping[str, object] | None = None) -> TrainJSON:
+             extra: Mapping[str, object] | None = None) -> TrainedCell:
     """Write results.json, the final models, the message log and the ground truth into `out`.
 
     With several ranks the ranks' logs and ground truths are merged on rank 0, which alone
@@ -234,12 +240,13 @@ def save_run(built: Built, res: TrainResult, out: str | Path,
     no partial output.
     """
     ctx = built.ctx
-    result = {**train_result(built, res), **(extra or {})}
+    cell = train_result(built, res)
+    result = {**run_file(cell), **(extra or {})}
     models = node_models(built.trainer).detach().cpu().contiguous()  # (n, d)
     log, truth = ctx.bus.log, ctx.truth
     if not ctx.comm.distributed:
         _write_folder(Path(out), result, models, log, truth)
-        return result
+        return cell
     parts = ctx.comm.gather_objects((log, truth), dst=0)  # [] on ranks other than 0
     problem = None
     if ctx.comm.rank == 0:
@@ -250,10 +257,10 @@ def save_run(built: Built, res: TrainResult, out: str | Path,
             problem = exc
     if not ctx.comm.all_ok(problem is None):
         raise problem or PrivbenchError(f"rank 0 could not write the output folder {out}")
-    return result
+    return cell
 
 
-def _write_folder(out: Path, result: TrainJSON, models: torch.Tensor, log: MessageLog,
+def _write_folder(out: Path, result: JSONObject, models: torch.Tensor, log: MessageLog,
                   truth: GroundTruth) -> None:
     from safetensors import SafetensorError
     from safetensors.torch import save_file

@@ -33,7 +33,16 @@ from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
 from privbench.engine.loop import train
 from privbench.engine.messages import MessageLog, RecordPolicy
-from privbench.engine.runner import Built, build, check_split, environment, structure, train_result
+from privbench.engine.runner import (
+    RUN_ONLY,
+    Built,
+    build,
+    check_split,
+    environment,
+    from_run_file,
+    structure,
+    train_result,
+)
 from privbench.engine.threads import ThreadChoice, choose_jobs, choose_threads, machine
 from privbench.engine.truth import GroundTruth
 from privbench.errors import ConfigError, PrivbenchError
@@ -396,8 +405,10 @@ class Sweep:
         run, overrides, used = self.cell_run(defense, eps, setting)
         measured: dict[str, float] = {}
         built, cell = self._train(defense, run, overrides, measured, laps)
-        self.eval_seconds[folder.name] = cell.detail.get("eval_seconds", 0.0)  # within train_s
-        cell = cell.without("seconds", "eval_seconds")
+        # the seconds of evaluation within train_s (none for a saved run: nothing trained)
+        self.eval_seconds[folder.name] = (0.0 if self.messages_dir is not None
+                                          else cell.detail["eval_seconds"])
+        cell = cell.without(*RUN_ONLY)
         if used is not None:
             cell = cell.with_detail(tuned=used)
         if setting:
@@ -471,15 +482,7 @@ class Sweep:
                 recording_sampling() as drawn:
             res = train(built.trainer, progress=bar.update)
         timing["train_s"] = laps.lap()
-        status = ("ok" if res.diverged_round is None
-                  else diverged_text(res.diverged_round, run.rounds))
-        full = train_result(built, res)
-        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None, status,
-                           res.average_accuracy, tuple(full["privacy"]), tuple(full["messages"]),
-                           {"node_accuracy": res.node_accuracy,
-                            "defense_config": full["defense_config"], "history": res.history,
-                            "sampling_drawn": sorted(drawn), "seconds": res.seconds,
-                            "eval_seconds": res.eval_seconds})
+        cell = train_result(built, res).with_detail(sampling_drawn=sorted(drawn))
         trace = sensitivity_trace(built)
         if trace is not None:
             cell = cell.with_detail(sensitivity_trace=trace)
@@ -495,16 +498,9 @@ class Sweep:
         built.ctx.bus.log = MessageLog.load(self.messages_dir)  # type: ignore[arg-type]
         built.ctx.truth = GroundTruth.load(self.messages_dir)  # type: ignore[arg-type]
         check_split(built, self.messages_dir)  # type: ignore[arg-type]
-        privacy = saved.get("privacy", [])
-        built.saved_privacy = privacy  # the claims the saved run made, read by the attacks
-        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None,
-                           "ok" if saved.get("diverged_round") is None else "diverged",
-                           saved["accuracy"]["average_model"], tuple(privacy),
-                           tuple(saved["messages"]),
-                           {"node_accuracy": saved["accuracy"]["per_node"],
-                            "defense_config": saved.get("defense_config", {}),
-                            "history": saved.get("history", []),
-                            "source": str(self.messages_dir)})
+        built.saved_privacy = saved.get("privacy", [])  # the claims it made, read by attacks
+        cell = from_run_file(saved, run.epsilon if built.trainer.private else None)
+        cell = cell.with_detail(source=str(self.messages_dir))
         return built, cell
 
     def assemble(self) -> AuditRun:

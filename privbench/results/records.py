@@ -182,7 +182,8 @@ class AttackResult:
 
 @dataclass(frozen=True)
 class TrainedCell:
-    """One (defense, ε or paper setting) of an audit, trained.
+    """A trained run: one (defense, ε or paper setting) of an audit, or a `privbench train` run
+    (whose results.json is `privbench.engine.runner.run_file` of it).
 
     Attributes:
         defense: the defense's registry key.

@@ -31,7 +31,7 @@ def test_defense_contract(name):
         modes = {rep["mode"] for rep in built.trainer.privacy()}
         assert {"paper", "calibrated"} <= modes or len(modes) >= 2
     result = train_result(built, res)
-    assert result["defense"] == name and result["messages"]
+    assert result.defense == name and result.messages
     # the structure a reproduction line records: the model it trained, and a part it sends
     structure = built.trainer.structure(built.ctx.fm, built.trainer.cfg)
     assert structure["parameters"] == sum(structure["layers"]) == built.ctx.fm.d

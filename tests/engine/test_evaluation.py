@@ -8,7 +8,7 @@ import torch
 from privbench.config import RunConfig, replace_checked
 from privbench.engine.evaluation import accuracy, eval_subset, evaluate
 from privbench.engine.loop import train
-from privbench.engine.runner import build, train_result
+from privbench.engine.runner import build, run_file, train_result
 from privbench.models import build_model
 from privbench.testing import TINY_RUN
 
@@ -45,5 +45,5 @@ def test_intermediate_rounds_use_the_subset_and_the_last_the_whole_test_set():
     full_nodes, full_avg = evaluate(built.trainer, subset=0)
     assert full_avg == avg_acc and len(full_nodes) == len(node_acc)
     assert 0 < res.eval_seconds < res.seconds
-    timing = train_result(built, res)["timing"]
+    timing = run_file(train_result(built, res))["timing"]
     assert abs(timing["train_seconds"] + timing["eval_seconds"] - res.seconds) < 1e-9
