@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from privbench.cli import main
-from privbench.commands import tune as tune_preset
 from privbench.config import RunConfig, replace_checked
 from privbench.data.datasets import carve_validation, split_nodes
 from privbench.engine import runner
 from privbench.errors import ConfigError
-from privbench.pipeline import sweep, tuning
+from privbench.pipeline import sweep, tune_preset, tuning
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
 from privbench.results.provenance import code_digest, code_revision
