@@ -504,7 +504,7 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
     return Reconstruction(x[idx].clamp(0, 1).float(), yprob[idx].argmax(-1), cost_p[idx], status,
                           table,
                           time.perf_counter() - start,
-                          {"attack": name, "config": _cfg_dict(cfg), "labels": src})
+                          {"attack": name, "config": config_dict(cfg), "labels": src})
 
 
 def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_classes: int,
@@ -536,10 +536,10 @@ def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_
     status = [f"{stats[j]} (labels: {src[i]})" for i, j in enumerate(idx.tolist())]
     return Reconstruction(x_all[idx].clamp(0, 1).float(), y_all[idx].argmax(-1), cost_p[idx],
                           status, table, time.perf_counter() - start,
-                          {"attack": name, "config": _cfg_dict(cfg), "labels": src})
+                          {"attack": name, "config": config_dict(cfg), "labels": src})
 
 
-def _cfg_dict(cfg: Any) -> dict[str, Any]:
+def config_dict(cfg: Any) -> dict[str, Any]:
     from dataclasses import asdict, is_dataclass
 
     return asdict(cfg) if is_dataclass(cfg) else {}

@@ -36,7 +36,7 @@ from attacks._inversion import (
     Problems,
     Reconstruction,
     Shape,
-    _cfg_dict,
+    config_dict,
     labels_for,
     stack_views,
 )
@@ -142,7 +142,7 @@ class Analytic(InversionAttack):
             status.append(f"ok (labels: {rules[i]}; {x.shape[0]} of {h} units usable)")
         return Reconstruction(images.clamp(0, 1).float(), labels, loss.float(), status,
                               loss.float()[:, None], time.perf_counter() - start,
-                              {"attack": self.name, "config": _cfg_dict(self.cfg),
+                              {"attack": self.name, "config": config_dict(self.cfg),
                                "labels": rules})
 
 

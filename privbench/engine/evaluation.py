@@ -103,6 +103,6 @@ def _accuracy_on(ctx: Context, models: Tensor, subset: int) -> Tensor:
     return accuracy(ctx.fm, models, x, y)
 
 
-def _n_eval(subset: int, n_test: int) -> int:
+def eval_count(subset: int, n_test: int) -> int:
     """How many test samples an evaluation on `subset` reads (0: all)."""
     return n_test if subset == 0 else min(subset, n_test)

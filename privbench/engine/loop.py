@@ -9,7 +9,7 @@ from typing import TypedDict
 
 import torch
 
-from privbench.engine.evaluation import _n_eval, evaluate
+from privbench.engine.evaluation import eval_count, evaluate
 from privbench.engine.trainer import Trainer, node_models
 
 
@@ -100,8 +100,8 @@ def train(trainer: Trainer, progress: Callable[[int], None] | None = None,
             n_test = len(trainer.ctx.data.y_test)
             result.history.append({"round": t + 1, "average_accuracy": avg_acc,
                                    "mean_node_accuracy": float(node_acc.mean()),
-                                   "test_samples": _n_eval(subset, n_test),
-                                   "node_test_samples": _n_eval(run.eval_subset, n_test)})
+                                   "test_samples": eval_count(subset, n_test),
+                                   "node_test_samples": eval_count(run.eval_subset, n_test)})
             result.node_accuracy, result.average_accuracy = node_acc.tolist(), avg_acc
         if after_round is not None:
             result.seconds = before + time.perf_counter() - tic0

@@ -229,7 +229,7 @@ class MessageLog:
     def load(folder: str | Path) -> MessageLog:
         """Read a log written by `save` (never executes code; one-line errors when corrupt)."""
         folder = Path(folder)
-        tensors = _load_tensors(folder / "messages.safetensors")
+        tensors = load_tensors(folder / "messages.safetensors")
         index = _load_index(folder / "messages.json")
         log = MessageLog()
         try:
@@ -273,15 +273,15 @@ def _merge_records(recs: list[Record]) -> Record:
     return Record(head.round, head.kind, edges, payload, senders, scale, False)
 
 
-def _metadata(path: Path) -> dict[str, str]:
-    """The string metadata of a safetensors file (read after `_load_tensors` validated it)."""
+def tensor_metadata(path: Path) -> dict[str, str]:
+    """The string metadata of a safetensors file (read after `load_tensors` validated it)."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as fh:
         return fh.metadata() or {}
 
 
-def _load_tensors(path: Path) -> dict[str, Tensor]:
+def load_tensors(path: Path) -> dict[str, Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from privbench.engine.messages import RecordPolicy, _load_tensors, _metadata
+from privbench.engine.messages import RecordPolicy, load_tensors, tensor_metadata
 
 
 class GroundTruth:
@@ -54,9 +54,9 @@ class GroundTruth:
     def load(folder: str | Path) -> GroundTruth:
         """Read `ground_truth.safetensors`."""
         path = Path(folder) / "ground_truth.safetensors"
-        tensors = _load_tensors(path)
+        tensors = load_tensors(path)
         gt = GroundTruth(RecordPolicy())
-        gt.split_digest = _metadata(path).get("split_sha256")
+        gt.split_digest = tensor_metadata(path).get("split_sha256")
         for key in tensors:
             t, what = key.split(".")
             if what == "slots":

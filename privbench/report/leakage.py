@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from privbench.report.plots import _png, _shade, palette, plt
+from privbench.report.plots import palette, plt, png_uri, shade_of
 from privbench.report.text import Notes, no_paths, prose
 from privbench.report.verdicts import PSNR_LEAK_DB
 from privbench.results.store import eps_text, fmt_num
@@ -74,7 +74,7 @@ def _line_plot(series: dict[str, list[tuple[int, float]]], order: list[str], yla
     for name, pts in sorted(series.items()):
         defense = name.split(" ")[0]
         seen[defense] = seen.get(defense, -1) + 1
-        color = _shade(colors[defense], seen[defense])  # one colour per defense, ε in shades
+        color = shade_of(colors[defense], seen[defense])  # one colour per defense, ε in shades
         line = sorted(p for p in pts if p[0] != alone)  # distances joined; the eavesdropper not
         drawn = (ax.plot(*zip(*line, strict=True), marker="o", label=name, color=color)
                  if line else None)
@@ -89,7 +89,7 @@ def _line_plot(series: dict[str, list[tuple[int, float]]], order: list[str], yla
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(0.0, -0.14), frameon=False,
               ncol=2)  # under the axes: the figure keeps its width, a phone its text size
-    return _png(fig)
+    return png_uri(fig)
 
 
 def _graph(adjacency: list[list[int]], victim: int, marks: dict[int, str]) -> str:
@@ -112,7 +112,7 @@ def _graph(adjacency: list[list[int]], victim: int, marks: dict[int, str]) -> st
     ax.set_ylim(-1.5, 1.5)
     ax.set_axis_off()
     ax.set_title(f"victim {victim} (red), attackers (orange)", fontsize=9)
-    return _png(fig)
+    return png_uri(fig)
 
 
 def _marks(results: LeakageMap) -> dict[int, str]:

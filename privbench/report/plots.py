@@ -44,7 +44,7 @@ def _upright_if_crowded(fig: Any, ax: Any) -> None:
 BASELINE_STYLES = [(0, (5, 2)), (0, (1, 1)), (0, (6, 2, 1, 2)), (0, (2, 2))]
 
 
-def _png(fig: Any, tight: bool = True) -> str:
+def png_uri(fig: Any, tight: bool = True) -> str:
     """The figure as a data URI; `tight` False keeps the figure's own size (panels shown side by
     side stay the same size, so their text is drawn at the same scale)."""
     buf = io.BytesIO()
@@ -92,7 +92,7 @@ def metric_vs_eps(series: dict[str, list[tuple[float, float]]], baselines: dict[
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _upright_if_crowded(fig, ax)
-    return _png(fig)
+    return png_uri(fig)
 
 
 # The shipped defenses in a fixed order, so that a defense has the same colour on every page
@@ -111,7 +111,7 @@ def palette(names: list[str]) -> dict[str, Color]:
     return {name: base[order[name] % len(base)] for name in set(names)}
 
 
-def _shade(color: Any, k: int) -> tuple[float, float, float]:
+def shade_of(color: Any, k: int) -> tuple[float, float, float]:
     """The k-th shade of a colour: 0 is the colour, each next one lighter."""
     rgb = np.asarray(matplotlib.colors.to_rgb(color))
     return tuple(rgb + (1 - rgb) * min(0.6, 0.3 * k))  # type: ignore[return-value]
@@ -161,14 +161,14 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
         ax.axvspan(lo, unresolved_below, color="0.85", alpha=0.6, linewidth=0,
                    label=f"FPR < 1/non-members = {fmt_num(unresolved_below)}: unresolved")
     for label, fpr, tpr, cell in bounds:
-        ax.plot(fpr, tpr, linestyle="--", linewidth=1.0, color=_shade(color, cell), alpha=0.9,
+        ax.plot(fpr, tpr, linestyle="--", linewidth=1.0, color=shade_of(color, cell), alpha=0.9,
                 label=label)
     for i, (label, fpr, tpr, cell, k) in enumerate(curves):
         f, t = np.asarray(fpr, dtype=float), np.asarray(tpr, dtype=float)
         keep = (f > 0) & (t > 0)
         if not keep.any():
             continue
-        shade = _shade(color, cell)
+        shade = shade_of(color, cell)
         ax.plot(f[keep], t[keep], label=label, linewidth=1.4, color=shade,
                 linestyle=styles[k % len(styles)])
         band = (bands or [None] * len(curves))[i]
@@ -195,7 +195,7 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
         legend.get_window_extent().get_points())[0][1]
     for j, note in enumerate(notes or []):
         fig.text(0.02, bottom - 0.02 - 0.035 * j, note, fontsize=8, va="top", wrap=True)
-    return _png(fig, tight=False)
+    return png_uri(fig, tight=False)
 
 
 def upscale(img: np.ndarray, size: int = 96) -> np.ndarray:
@@ -239,7 +239,7 @@ def sensitivity_traces(traces: list[tuple[str, Mapping[str, list[float | None]]]
         name = label.split(" ")[0]
         seen[name] = seen.get(name, -1) + 1
         (line,) = ax.plot(t, np.where(est > 0, est, np.nan), label=f"{label} estimate",
-                          color=_shade(colors.get(name, "C0"), seen[name]))
+                          color=shade_of(colors.get(name, "C0"), seen[name]))
         ax.plot(t, np.where(real > 0, real, np.nan), linestyle="--", color=line.get_color(),
                 label=f"{label} real")
         below = np.isfinite(est) & np.isfinite(real) & (est < real)
@@ -254,4 +254,4 @@ def sensitivity_traces(traces: list[tuple[str, Mapping[str, list[float | None]]]
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2,
               frameon=False)  # under the axes: never over the traces
-    return _png(fig)
+    return png_uri(fig)

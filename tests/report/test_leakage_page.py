@@ -71,7 +71,7 @@ def test_the_terminal_summary_fits_100_columns(results):
 
 def test_legends_sit_outside_the_data_and_a_defense_keeps_its_colour(monkeypatch, results):
     made: list = []
-    monkeypatch.setattr(leakage, "_png", lambda fig: made.append(fig) or "data:")
+    monkeypatch.setattr(leakage, "png_uri", lambda fig: made.append(fig) or "data:")
     leakage.render_leakage(results)
     import matplotlib.colors as mc
 

@@ -15,7 +15,7 @@ from privbench.report import plots
 def figures(monkeypatch):
     """The matplotlib figures the plot functions build, instead of their PNGs."""
     made: list = []
-    monkeypatch.setattr(plots, "_png", lambda fig, tight=True: made.append(fig) or "data:")
+    monkeypatch.setattr(plots, "png_uri", lambda fig, tight=True: made.append(fig) or "data:")
     return made
 
 
