@@ -1,4 +1,4 @@
-"""`privbench attack`: the audit sweep (defense x ε x attack), cell by cell, resumable.
+"""The audit sweep (defense x ε x attack), cell by cell, resumable (`privbench attack`).
 
 For every (defense, ε) the defense is trained once while recording only the rounds the attacks need;
 then every attack runs on what the threat model observes. Each finished piece is written atomically

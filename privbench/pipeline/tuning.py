@@ -1,4 +1,5 @@
-"""`privbench tune`: grid search of a defense's step size and clip bound on a validation split.
+"""Grid search of a defense's step size and clip bound on a validation split (`privbench tune`),
+and the tuned values an audit's cells look up.
 
 Each candidate is trained on the nodes' training members minus a validation fraction carved from
 them (`data.carve_validation`: the same carve for every candidate, never the test set, never the
