@@ -211,9 +211,11 @@ def infer_labels(fm: FlatModel, probs: Problems, num_classes: int) -> tuple[Tens
 
 
 def total_variation(x: Tensor) -> Tensor:
-    """Anisotropic TV of one batch (B, C, H, W): mean|dx/dw| + mean|dx/dh| (IG metrics.py)."""
-    dw = (x[..., :, 1:] - x[..., :, :-1]).abs().mean()
-    dh = (x[..., 1:, :] - x[..., :-1, :]).abs().mean()
+    """Anisotropic TV of one batch (..., B, C, H, W): mean|dx/dw| + mean|dx/dh| (IG metrics.py),
+    one value per batch (a leading problem axis is kept)."""
+    dims = (-4, -3, -2, -1)
+    dw = (x[..., :, 1:] - x[..., :, :-1]).abs().mean(dim=dims)
+    dh = (x[..., 1:, :] - x[..., :-1, :]).abs().mean(dim=dims)
     return dw + dh
 
 
@@ -225,6 +227,9 @@ def _param_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
 
 # What a victim releases from its dummy data: (pdict, x (B, C, H, W), yprob (B, C)) -> (d,).
 Release = Callable[[dict[str, Tensor], Tensor, Tensor], Tensor]
+# The same for P problems at once, differentiable by autograd: (pdict {name: (P, *shape)},
+# x (P, B, C, H, W), yprob (P, B, C)) -> (P, d).
+BatchedRelease = Callable[[dict[str, Tensor], Tensor, Tensor], Tensor]
 
 
 def soft_label_loss(fm: FlatModel, p: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
@@ -246,37 +251,53 @@ def batch_gradient(fm: FlatModel) -> Release:
 
 def make_objective(fm: FlatModel, cost: str, tv: float,
                    release: Release | None = None) -> Callable[..., tuple[Tensor, Tensor]]:
-    """The per-problem objective (unbatched; vmap it).
+    """The per-problem objective (unbatched; vmap it), or P problems at once for a `release`
+    batched over a leading problem axis (`BatchedRelease`; differentiate it with autograd).
 
     objective(x (B,C,H,W), ylog (B,C), onehot (B,C), learn (), pdict, target (d,), mask (d,),
-    sign ()) -> (cost + tv * TV(x), cost). Labels are softmax(ylog) where `learn`, else onehot.
-    `cost` is "sim" (1 - cosine over all observed coordinates, IG), "simlocal" (1 - the mean of
-    per-tensor cosines, IG's 'simlocal') or "l2" (sum of squares, DLG). `release` is what the
-    dummy data would release (default: one batch's gradient, `batch_gradient`).
+    sign ()) -> (cost + tv * TV(x), cost); batched, every argument and result gains the leading
+    P. Labels are softmax(ylog) where `learn`, else onehot. `cost`: see `matching_cost`.
+    `release` is what the dummy data would release (default: one batch's gradient,
+    `batch_gradient`).
     """
-    if cost not in COSTS:
-        raise ValueError(f"unknown matching cost {cost!r}; accepted: {', '.join(COSTS)}")
-    bounds = [(s.start, s.stop) for s in fm.specs]
+    match = matching_cost(fm, cost)
     victim_grad = release if release is not None else batch_gradient(fm)
 
     def objective(x: Tensor, ylog: Tensor, onehot: Tensor, learn: Tensor,
                   pdict: dict[str, Tensor], target: Tensor, mask: Tensor,
                   sign: Tensor) -> tuple[Tensor, Tensor]:
-        yprob = torch.where(learn, F.softmax(ylog, dim=-1), onehot)
-        g = victim_grad(pdict, x, yprob)  # (d,)
-        g = torch.where(sign, torch.tanh(g / (g.abs().mean() + 1e-12)), g) * mask
-        t = target * mask
-        if cost == "sim":
-            c = 1 - (g * t).sum() / (g.norm() * t.norm() + 1e-12)
-        elif cost == "simlocal":
-            cs = [(g[a:b] * t[a:b]).sum() / (g[a:b].norm() * t[a:b].norm() + 1e-12)
-                  for a, b in bounds]  # one cosine per parameter tensor (few: a layer loop)
-            c = 1 - torch.stack(cs).mean()
-        else:
-            c = ((g - t) ** 2).sum()
+        yprob = torch.where(learn[..., None, None], F.softmax(ylog, dim=-1), onehot)
+        c = match(victim_grad(pdict, x, yprob), target, mask, sign)
         return c + tv * total_variation(x), c
 
     return objective
+
+
+def matching_cost(fm: FlatModel, cost: str) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+    """The matching cost of a released vector g (..., d) against its target (..., d), over the
+    coordinates in `mask` (..., d), soft-signed where `sign` (...): one value per leading index.
+
+    `cost` is "sim" (1 - cosine over all observed coordinates, IG), "simlocal" (1 - the mean of
+    per-tensor cosines, IG's 'simlocal') or "l2" (sum of squares, DLG).
+    """
+    if cost not in COSTS:
+        raise ValueError(f"unknown matching cost {cost!r}; accepted: {', '.join(COSTS)}")
+    bounds = [(s.start, s.stop) for s in fm.specs]
+
+    def cosine(g: Tensor, t: Tensor) -> Tensor:
+        return (g * t).sum(-1) / (g.norm(dim=-1) * t.norm(dim=-1) + 1e-12)
+
+    def match(g: Tensor, target: Tensor, mask: Tensor, sign: Tensor) -> Tensor:
+        soft = torch.tanh(g / (g.abs().mean(-1, keepdim=True) + 1e-12))
+        g = torch.where(sign[..., None], soft, g) * mask
+        t = target * mask
+        if cost == "sim":
+            return 1 - cosine(g, t)
+        if cost == "simlocal":  # one cosine per parameter tensor (few: a layer loop)
+            return 1 - torch.stack([cosine(g[..., a:b], t[..., a:b]) for a, b in bounds]).mean(0)
+        return ((g - t) ** 2).sum(-1)
+
+    return match
 
 
 def init_dummy(shape: Shape, init: str, gen: torch.Generator, device: torch.device,
@@ -341,44 +362,81 @@ class AdamSchedule:
 
 def adam_batched(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: Tensor,
                  objective: Callable[..., tuple[Tensor, Tensor]],
-                 sched: AdamSchedule) -> tuple[Tensor, Tensor, Tensor]:
+                 sched: AdamSchedule, batched: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """Optimise P problems at once with (signed) Adam.
 
     Args:
         probs: P problems; x0: (P, B, C, H, W); onehot: (P, B, C) fixed labels; learn: (P,)
             optimise soft labels (joint, DLG style) for these problems.
+        objective: per problem (vmapped, differentiated by `torch.func`), or over all P at once
+            when `batched` (differentiated by autograd: the problems are independent, so the
+            gradient of the summed objective is each problem's own).
+
+    A problem whose cost turns non-finite has diverged: it keeps its last finite iterate (x0 if
+    none) and stops moving, as an L-BFGS instance does; the run ends early once every problem
+    has diverged (its iterates can no longer change).
 
     Returns:
-        x (P, B, C, H, W), label probabilities (P, B, C), final cost (P,).
+        x (P, B, C, H, W), label probabilities (P, B, C), final cost (P,) (non-finite where the
+        problem diverged).
     """
     x = x0.clone().requires_grad_(True)
     ylog = torch.zeros_like(onehot).requires_grad_(True)  # (P, B, C)
     joint = bool(learn.any())
     pdict = _param_dict(fm, probs.params)
-    argnums = (0, 1) if joint else 0
-    step = vmap(grad_and_value(objective, argnums=argnums, has_aux=True))
+    step = (autograd_step(objective, joint) if batched else
+            vmap(grad_and_value(objective, argnums=(0, 1) if joint else 0, has_aux=True)))
     opt = torch.optim.Adam([x, ylog] if joint else [x], lr=sched.lr)
     n = sched.steps
     milestones = [int(n / 2.667), int(n / 1.6), int(n / 1.142)] if sched.decay else []
     lr_sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
     args = (onehot, learn, pdict, probs.target, probs.mask, probs.sign)
+    alive = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)  # (P,) not diverged
+    kept, kept_y = x0.clone(), ylog.detach().clone()  # the last iterate of finite cost
     progress.stage(n, "optimiser step")
     for _ in range(n):
-        grads, _ = step(x.detach(), ylog.detach(), *args)
+        grads, (_, cost) = step(x.detach(), ylog.detach(), *args)
+        alive &= torch.isfinite(cost)
+        if not alive.any():
+            break
+        kept = torch.where(alive[:, None, None, None, None], x.detach(), kept)
+        kept_y = torch.where(alive[:, None, None], ylog.detach(), kept_y)
         gx, gy = grads if joint else (grads, None)
         x.grad = gx.sign() if sched.signed else gx
         if joint:
             ylog.grad = (gy.sign() if sched.signed else gy) * learn[:, None, None]
         opt.step()
         lr_sched.step()
-        if sched.boxed:
-            with torch.no_grad():
+        with torch.no_grad():
+            if sched.boxed:
                 x.clamp_(0, 1)
+            if not alive.all():
+                x.copy_(torch.where(alive[:, None, None, None, None], x, kept))
+                ylog.copy_(torch.where(alive[:, None, None], ylog, kept_y))
         progress.advance()
-    with torch.no_grad():
-        _, cost = vmap(objective)(x, ylog, *args)
-        yprob = torch.where(learn[:, None, None], F.softmax(ylog, -1), onehot)
-    return x.detach(), yprob.detach(), cost.detach()
+    x_end = torch.where(alive[:, None, None, None, None], x.detach(), kept)
+    y_end = torch.where(alive[:, None, None], ylog.detach(), kept_y)
+    with torch.enable_grad() if batched else torch.no_grad():
+        _, cost = (objective if batched else vmap(objective))(x_end, y_end, *args)
+        yprob = torch.where(learn[:, None, None], F.softmax(y_end, -1), onehot)
+    cost = torch.where(alive, cost.detach(), math.nan)
+    return x_end, yprob.detach(), cost
+
+
+def autograd_step(objective: Callable[..., tuple[Tensor, Tensor]],
+                  joint: bool) -> Callable[..., tuple[Any, tuple[Tensor, Tensor]]]:
+    """`vmap(grad_and_value(objective))`'s contract for an objective batched over P problems
+    (x (P, B, C, H, W), ylog (P, B, C), ...) -> ((P,) total, (P,) cost), by reverse-mode
+    autograd: each problem's terms depend on its own inputs only."""
+
+    def step(x: Tensor, ylog: Tensor, *args: Any) -> tuple[Any, tuple[Tensor, Tensor]]:
+        x = x.requires_grad_(True)
+        ylog = ylog.requires_grad_(joint)
+        tot, cost = objective(x, ylog, *args)
+        grads = torch.autograd.grad(tot.sum(), [x, ylog] if joint else [x])
+        return (grads if joint else grads[0]), (tot.detach(), cost.detach())
+
+    return step
 
 
 def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: bool,
@@ -486,9 +544,10 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
                      restarts: int, init: str, cost: str, tv: float, label_mode: str,
                      sched: AdamSchedule, name: str, cfg: Any,
                      precision: str = "float32", release: Release | None = None,
-                     ) -> Reconstruction:
+                     batched_release: BatchedRelease | None = None) -> Reconstruction:
     """The Adam-based attack for K views x R restarts in one vectorized program (`release`:
-    what the dummy data would release, default one batch's gradient)."""
+    what the dummy data would release, default one batch's gradient; `batched_release`: the
+    same over all problems at once, differentiated by autograd instead)."""
     start = time.perf_counter()
     probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
                                              restarts, init, label_mode, precision)
@@ -496,7 +555,8 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
     rep = probs.repeat(restarts)
     x, yprob, cost_p = adam_batched(fm, rep, x0, onehot.repeat_interleave(restarts, 0),
                                     learn.repeat_interleave(restarts, 0),
-                                    make_objective(fm, cost, tv, release), sched)
+                                    make_objective(fm, cost, tv, batched_release or release),
+                                    sched, batched=batched_release is not None)
     idx, table = select_restarts(cost_p, k, restarts)
     status = [f"ok (labels: {s})" if math.isfinite(c) else "diverged (non-finite loss)"
               for s, c in zip(src, table.gather(1, (idx % restarts)[:, None])[:, 0].tolist(),
