@@ -35,13 +35,16 @@ attacks` (`privbench.commands.bench.bench_attacks`).
 Batched execution
 -----------------
 The Adam-based path (Geiping, iDLG with optimizer="adam") optimises all K targets x R restarts
-as P = K*R independent problems in one vectorized program: the per-problem objective
-(gradient of the victim's loss w.r.t. the parameters via `torch.func.grad` over
-`functional_call`, then the matching cost and the prior) is differentiated w.r.t. the dummy data
-by `torch.func.grad_and_value` and vectorized by `vmap` over P. Nothing mixes problems: each
-problem has its own parameters, target, mask and cosine/L2 over its own full gradient, the
+as P = K*R independent problems in one batched program: the victim's gradient of every problem
+at its own flat parameters (`flat_gradients`: `functional_call`, vmapped over P when P > 1,
+autograd with `create_graph`), then the matching cost and the prior per problem, differentiated
+w.r.t. the dummy data by reverse-mode autograd of the summed objective. Nothing mixes problems:
+each problem has its own parameters, target, mask and cosine/L2 over its own full gradient, the
 objective is a sum of per-problem terms and Adam (and its signed variant) is elementwise, so
-the result equals P separate runs. L-BFGS (DLG, iDLG by default) has a global line search and
+the result equals P separate runs. (Nested `torch.func` transforms, `vmap(grad_and_value(...))`
+over `torch.func.grad`, compute the same and still serve an unbatched objective in
+`adam_batched`, at about twice the per-operation cost on these small models.) L-BFGS (DLG,
+iDLG by default) has a global line search and
 history, so it runs one instance per problem (a Python loop), as the released codes do.
 
 Label inference (`infer_labels`, iDLG Sec. 3 and its batch generalisation)
@@ -247,6 +250,48 @@ def batch_gradient(fm: FlatModel) -> Release:
         return torch.cat([g[n].reshape(-1) for n in names])  # (d,)
 
     return victim_grad
+
+
+def flat_gradients(fm: FlatModel) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """Each problem's loss gradient at its flat parameters, kept differentiable (autograd with
+    `create_graph`): grads(theta (P, d) requiring grad, x (P, B, C, H, W), yprob (P, B, C))
+    -> (P, d). The problems are independent, so the summed loss's gradient is each one's own;
+    one problem runs without vmap (its per-call cost is most of a small model's step). The
+    parameters reach the model as one split of the flat vector, whose backward writes each
+    (d,) gradient once (a slice per tensor would each scatter into a zero (d,) tensor)."""
+    specs = fm.specs
+    sizes = [s.stop - s.start for s in specs]  # the specs tile the flat vector in order
+
+    def loss(flat: Tensor, x: Tensor, yprob: Tensor) -> Tensor:
+        p = {s.name: t.view(s.shape) for s, t in zip(specs, flat.split(sizes), strict=True)}
+        return soft_label_loss(fm, p, x, yprob)
+
+    vmapped = vmap(loss)  # (P, d), (P, B, C, H, W), (P, B, classes) -> (P,)
+
+    def grads(theta: Tensor, x: Tensor, yprob: Tensor) -> Tensor:
+        losses = loss(theta[0], x[0], yprob[0])[None] if len(theta) == 1 else \
+            vmapped(theta, x, yprob)
+        g, = torch.autograd.grad(losses.sum(), theta, create_graph=True)
+        return g
+
+    return grads
+
+
+def flat_params(fm: FlatModel, pdict: dict[str, Tensor]) -> Tensor:
+    """{name: (P, *shape)} -> (P, d), a fresh leaf that requires grad (`flat_gradients`)."""
+    flat = torch.cat([pdict[s.name].flatten(1) for s in fm.specs], dim=1)
+    return flat.detach().requires_grad_(True)
+
+
+def batch_gradients(fm: FlatModel) -> BatchedRelease:
+    """`batch_gradient` over P problems at once, differentiable by autograd."""
+    grads = flat_gradients(fm)
+
+    def release(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
+        with torch.enable_grad():
+            return grads(flat_params(fm, pdict), x, yprob)  # (P, d)
+
+    return release
 
 
 def make_objective(fm: FlatModel, cost: str, tv: float,
@@ -543,11 +588,11 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
                      num_classes: int, device: torch.device, gen: torch.Generator, *,
                      restarts: int, init: str, cost: str, tv: float, label_mode: str,
                      sched: AdamSchedule, name: str, cfg: Any,
-                     precision: str = "float32", release: Release | None = None,
-                     batched_release: BatchedRelease | None = None) -> Reconstruction:
-    """The Adam-based attack for K views x R restarts in one vectorized program (`release`:
-    what the dummy data would release, default one batch's gradient; `batched_release`: the
-    same over all problems at once, differentiated by autograd instead)."""
+                     precision: str = "float32",
+                     release: BatchedRelease | None = None) -> Reconstruction:
+    """The Adam-based attack for K views x R restarts in one batched program (`release`: what
+    the dummy data of all problems would release, default one batch's gradient each,
+    `batch_gradients`)."""
     start = time.perf_counter()
     probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
                                              restarts, init, label_mode, precision)
@@ -555,8 +600,8 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
     rep = probs.repeat(restarts)
     x, yprob, cost_p = adam_batched(fm, rep, x0, onehot.repeat_interleave(restarts, 0),
                                     learn.repeat_interleave(restarts, 0),
-                                    make_objective(fm, cost, tv, batched_release or release),
-                                    sched, batched=batched_release is not None)
+                                    make_objective(fm, cost, tv, release or batch_gradients(fm)),
+                                    sched, batched=True)
     idx, table = select_restarts(cost_p, k, restarts)
     status = [f"ok (labels: {s})" if math.isfinite(c) else "diverged (non-finite loss)"
               for s, c in zip(src, table.gather(1, (idx % restarts)[:, None])[:, 0].tolist(),

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.func import vmap
 
 from attacks._inversion import (
     AdamSchedule,
@@ -54,8 +53,9 @@ from attacks._inversion import (
     Reconstruction,
     Release,
     Shape,
+    flat_gradients,
+    flat_params,
     run_batched_adam,
-    soft_label_loss,
 )
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
@@ -72,24 +72,11 @@ def unrolled_updates(fm: FlatModel, local: LocalSteps) -> BatchedRelease:
 
     release(pdict {name: (P, *shape)}, x (P, N, C, H, W), yprob (P, N, C)) -> (P, d)
     = (θ_0 - θ_E) / scale, differentiable w.r.t. x and yprob by autograd (each step's gradient
-    is taken with `create_graph`). The parameters are one flat (P, d) tensor, so a step's
-    momentum and update are two vector operations; the model sees per-tensor views of it.
+    by `flat_gradients`, with `create_graph`). The parameters are one flat (P, d) tensor, so a
+    step's momentum and update are two vector operations.
     """
     lr, mu, wd = local.lr, local.momentum, local.weight_decay
-    specs = fm.specs
-
-    sizes = [s.stop - s.start for s in specs]  # the specs tile the flat vector in order
-
-    def loss(flat: Tensor, xs: Tensor, ys: Tensor) -> Tensor:
-        # one split (not a slice per tensor): its backward writes each (d,) gradient once
-        p = {s.name: t.view(s.shape) for s, t in zip(specs, flat.split(sizes), strict=True)}
-        return soft_label_loss(fm, p, xs, ys)
-
-    vmapped = vmap(loss)
-
-    def batch_loss(flat: Tensor, xs: Tensor, ys: Tensor) -> Tensor:
-        """(P, d), (P, b, C, H, W), (P, b, classes) -> (P,); one problem without vmap's cost."""
-        return loss(flat[0], xs[0], ys[0])[None] if len(flat) == 1 else vmapped(flat, xs, ys)
+    grads = flat_gradients(fm)
 
     bounds = sorted(set(local.steps))
     tiles = all(a == (bounds[i - 1][1] if i else 0) for i, (a, _) in enumerate(bounds))
@@ -103,15 +90,12 @@ def unrolled_updates(fm: FlatModel, local: LocalSteps) -> BatchedRelease:
         return {(a, b): t[:, a:b] for a, b in bounds}
 
     def release(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
-        p0 = torch.cat([pdict[s.name].flatten(1) for s in specs], dim=1)  # (P, d)
         with torch.enable_grad():
-            theta = p0.detach().requires_grad_(True)
+            theta = flat_params(fm, pdict)  # (P, d)
             start, buf = theta, None
             xs, ys = step_slices(x), step_slices(yprob)
             for a, b in local.steps:  # sequential by nature: step s starts where s - 1 ended
-                # the problems are independent: the summed loss's gradient is each one's own
-                g, = torch.autograd.grad(batch_loss(theta, xs[a, b], ys[a, b]).sum(), theta,
-                                         create_graph=True)  # (P, d)
+                g = grads(theta, xs[a, b], ys[a, b])  # (P, d)
                 if wd:
                     g = g + wd * theta
                 buf = g if buf is None else mu * buf + g
@@ -170,7 +154,7 @@ class GeipingMultistep(InversionAttack):
                                    gen, restarts=c.restarts, init=c.init, cost=c.cost, tv=c.tv,
                                    label_mode=c.labels, sched=sched, name=self.name, cfg=c,
                                    precision=c.precision,
-                                   batched_release=unrolled_updates(fm, local))
+                                   release=unrolled_updates(fm, local))
             ix = torch.tensor(idx)
             images[ix], labels[ix] = rec.images.cpu(), rec.labels.cpu()
             loss[ix], table[ix] = rec.loss.float().cpu(), rec.restart_losses.float().cpu()
