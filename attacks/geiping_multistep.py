@@ -19,8 +19,8 @@ labels or the order in which the victim drew its members (the dummy slots are fr
 order is irrelevant). The optimiser, prior, box, restarts and defaults are Inverting
 Gradients' (`attacks/geiping.py`); every problem is one vectorized program over targets and
 restarts (`attacks/_inversion.py`), the local steps a sequential loop inside it (each step's
-gradient by autograd with `create_graph` over the vmapped `functional_call`, differentiated
-again w.r.t. the dummy data; reverse-mode autograd through the unroll costs a fraction of
+gradient by autograd with `create_graph`, `attacks/_victim.py`, differentiated again w.r.t. the
+dummy data; reverse-mode autograd through the unroll costs a fraction of
 nested `torch.func` transforms' per-operation overhead on a long epoch of small batches).
 
 Views the defense derives (`privbench.threat.GradientView`): "gradient" (the update itself),
@@ -47,16 +47,13 @@ from torch import Tensor
 
 from attacks._inversion import (
     AdamSchedule,
-    BatchedRelease,
     GeipingConfig,
     InversionAttack,
     Reconstruction,
-    Release,
     Shape,
-    flat_gradients,
-    flat_params,
     run_batched_adam,
 )
+from attacks._victim import BatchedRelease, Release, flat_gradients, flat_params
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
 from privbench.threat.observation import GradientView, LocalSteps

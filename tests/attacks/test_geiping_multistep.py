@@ -120,7 +120,8 @@ def test_batched_unroll_matches_the_vmapped_functional_one() -> None:
     `torch.func` (grad of the unrolled grad, vmapped) gives problem by problem."""
     from torch.func import grad, grad_and_value, vmap
 
-    from attacks._inversion import _param_dict, autograd_step, make_objective, soft_label_loss
+    from attacks._inversion import _param_dict, make_objective
+    from attacks._victim import autograd_step, soft_label_loss
     from attacks.geiping_multistep import unrolled_updates
 
     probs, fm, onehot, x0, local = _local_problems(3)

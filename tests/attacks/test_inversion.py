@@ -95,7 +95,7 @@ def test_batched_adam_equals_separate_runs() -> None:
 def test_autograd_batched_objective_equals_the_vmapped_one() -> None:
     # the attacks' path (one batch's gradient of every problem by autograd, `batch_gradients`)
     # runs the same optimisation as the nested torch.func transforms, problem by problem
-    from attacks._inversion import batch_gradients
+    from attacks._victim import batch_gradients
 
     views, fm, _, y = synthetic_views(3, 2, seed=4)
     probs = stack_views(views, CPU)
