@@ -35,13 +35,16 @@ attacks` (`privbench.commands.bench.bench_attacks`).
 Batched execution
 -----------------
 The Adam-based path (Geiping, iDLG with optimizer="adam") optimises all K targets x R restarts
-as P = K*R independent problems in one vectorized program: the per-problem objective
-(gradient of the victim's loss w.r.t. the parameters via `torch.func.grad` over
-`functional_call`, then the matching cost and the prior) is differentiated w.r.t. the dummy data
-by `torch.func.grad_and_value` and vectorized by `vmap` over P. Nothing mixes problems: each
-problem has its own parameters, target, mask and cosine/L2 over its own full gradient, the
+as P = K*R independent problems in one batched program: the victim's gradient of every problem
+at its own flat parameters (`flat_gradients`: `functional_call`, vmapped over P when P > 1,
+autograd with `create_graph`), then the matching cost and the prior per problem, differentiated
+w.r.t. the dummy data by reverse-mode autograd of the summed objective. Nothing mixes problems:
+each problem has its own parameters, target, mask and cosine/L2 over its own full gradient, the
 objective is a sum of per-problem terms and Adam (and its signed variant) is elementwise, so
-the result equals P separate runs. L-BFGS (DLG, iDLG by default) has a global line search and
+the result equals P separate runs. (Nested `torch.func` transforms, `vmap(grad_and_value(...))`
+over `torch.func.grad`, compute the same and still serve an unbatched objective in
+`adam_batched`, at about twice the per-operation cost on these small models.) L-BFGS (DLG,
+iDLG by default) has a global line search and
 history, so it runs one instance per problem (a Python loop), as the released codes do.
 
 Label inference (`infer_labels`, iDLG Sec. 3 and its batch generalisation)
@@ -78,15 +81,22 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.func import grad_and_value, vmap
 
+from attacks._victim import (
+    BatchedRelease,
+    Release,
+    autograd_step,
+    batch_gradient,
+    batch_gradients,
+    matching_cost,
+)
 from privbench import progress
 from privbench.audit.attack import Attack
 from privbench.models import FlatModel
 from privbench.threat.observation import GradientView
 
 Shape = tuple[int, ...]
-COSTS = ("sim", "simlocal", "l2")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -211,9 +221,11 @@ def infer_labels(fm: FlatModel, probs: Problems, num_classes: int) -> tuple[Tens
 
 
 def total_variation(x: Tensor) -> Tensor:
-    """Anisotropic TV of one batch (B, C, H, W): mean|dx/dw| + mean|dx/dh| (IG metrics.py)."""
-    dw = (x[..., :, 1:] - x[..., :, :-1]).abs().mean()
-    dh = (x[..., 1:, :] - x[..., :-1, :]).abs().mean()
+    """Anisotropic TV of one batch (..., B, C, H, W): mean|dx/dw| + mean|dx/dh| (IG metrics.py),
+    one value per batch (a leading problem axis is kept)."""
+    dims = (-4, -3, -2, -1)
+    dw = (x[..., :, 1:] - x[..., :, :-1]).abs().mean(dim=dims)
+    dh = (x[..., 1:, :] - x[..., :-1, :]).abs().mean(dim=dims)
     return dw + dh
 
 
@@ -223,57 +235,25 @@ def _param_dict(fm: FlatModel, params: Tensor) -> dict[str, Tensor]:
     return {s.name: params[:, s.start:s.stop].reshape(p, *s.shape) for s in fm.specs}
 
 
-# What a victim releases from its dummy data: (pdict, x (B, C, H, W), yprob (B, C)) -> (d,).
-Release = Callable[[dict[str, Tensor], Tensor, Tensor], Tensor]
-
-
-def soft_label_loss(fm: FlatModel, p: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
-    """Mean cross-entropy of one batch x (B, C, H, W) against label probabilities (B, C)."""
-    logits = functional_call(fm.module, p, (x,))  # (B, classes)
-    return -(yprob * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-
-
-def batch_gradient(fm: FlatModel) -> Release:
-    """The release of one batch's gradient at the known parameters (DLG, iDLG, IG)."""
-    names = [s.name for s in fm.specs]
-
-    def victim_grad(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
-        g = grad(lambda p: soft_label_loss(fm, p, x, yprob))(pdict)
-        return torch.cat([g[n].reshape(-1) for n in names])  # (d,)
-
-    return victim_grad
-
-
 def make_objective(fm: FlatModel, cost: str, tv: float,
                    release: Release | None = None) -> Callable[..., tuple[Tensor, Tensor]]:
-    """The per-problem objective (unbatched; vmap it).
+    """The per-problem objective (unbatched; vmap it), or P problems at once for a `release`
+    batched over a leading problem axis (`BatchedRelease`; differentiate it with autograd).
 
     objective(x (B,C,H,W), ylog (B,C), onehot (B,C), learn (), pdict, target (d,), mask (d,),
-    sign ()) -> (cost + tv * TV(x), cost). Labels are softmax(ylog) where `learn`, else onehot.
-    `cost` is "sim" (1 - cosine over all observed coordinates, IG), "simlocal" (1 - the mean of
-    per-tensor cosines, IG's 'simlocal') or "l2" (sum of squares, DLG). `release` is what the
-    dummy data would release (default: one batch's gradient, `batch_gradient`).
+    sign ()) -> (cost + tv * TV(x), cost); batched, every argument and result gains the leading
+    P. Labels are softmax(ylog) where `learn`, else onehot. `cost`: see `matching_cost`.
+    `release` is what the dummy data would release (default: one batch's gradient,
+    `batch_gradient`).
     """
-    if cost not in COSTS:
-        raise ValueError(f"unknown matching cost {cost!r}; accepted: {', '.join(COSTS)}")
-    bounds = [(s.start, s.stop) for s in fm.specs]
+    match = matching_cost(fm, cost)
     victim_grad = release if release is not None else batch_gradient(fm)
 
     def objective(x: Tensor, ylog: Tensor, onehot: Tensor, learn: Tensor,
                   pdict: dict[str, Tensor], target: Tensor, mask: Tensor,
                   sign: Tensor) -> tuple[Tensor, Tensor]:
-        yprob = torch.where(learn, F.softmax(ylog, dim=-1), onehot)
-        g = victim_grad(pdict, x, yprob)  # (d,)
-        g = torch.where(sign, torch.tanh(g / (g.abs().mean() + 1e-12)), g) * mask
-        t = target * mask
-        if cost == "sim":
-            c = 1 - (g * t).sum() / (g.norm() * t.norm() + 1e-12)
-        elif cost == "simlocal":
-            cs = [(g[a:b] * t[a:b]).sum() / (g[a:b].norm() * t[a:b].norm() + 1e-12)
-                  for a, b in bounds]  # one cosine per parameter tensor (few: a layer loop)
-            c = 1 - torch.stack(cs).mean()
-        else:
-            c = ((g - t) ** 2).sum()
+        yprob = torch.where(learn[..., None, None], F.softmax(ylog, dim=-1), onehot)
+        c = match(victim_grad(pdict, x, yprob), target, mask, sign)
         return c + tv * total_variation(x), c
 
     return objective
@@ -341,44 +321,65 @@ class AdamSchedule:
 
 def adam_batched(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: Tensor,
                  objective: Callable[..., tuple[Tensor, Tensor]],
-                 sched: AdamSchedule) -> tuple[Tensor, Tensor, Tensor]:
+                 sched: AdamSchedule, batched: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """Optimise P problems at once with (signed) Adam.
 
     Args:
         probs: P problems; x0: (P, B, C, H, W); onehot: (P, B, C) fixed labels; learn: (P,)
             optimise soft labels (joint, DLG style) for these problems.
+        objective: per problem (vmapped, differentiated by `torch.func`), or over all P at once
+            when `batched` (differentiated by autograd: the problems are independent, so the
+            gradient of the summed objective is each problem's own).
+
+    A problem whose cost turns non-finite has diverged: it keeps its last finite iterate (x0 if
+    none) and stops moving, as an L-BFGS instance does; the run ends early once every problem
+    has diverged (its iterates can no longer change).
 
     Returns:
-        x (P, B, C, H, W), label probabilities (P, B, C), final cost (P,).
+        x (P, B, C, H, W), label probabilities (P, B, C), final cost (P,) (non-finite where the
+        problem diverged).
     """
     x = x0.clone().requires_grad_(True)
     ylog = torch.zeros_like(onehot).requires_grad_(True)  # (P, B, C)
     joint = bool(learn.any())
     pdict = _param_dict(fm, probs.params)
-    argnums = (0, 1) if joint else 0
-    step = vmap(grad_and_value(objective, argnums=argnums, has_aux=True))
+    step = (autograd_step(objective, joint) if batched else
+            vmap(grad_and_value(objective, argnums=(0, 1) if joint else 0, has_aux=True)))
     opt = torch.optim.Adam([x, ylog] if joint else [x], lr=sched.lr)
     n = sched.steps
     milestones = [int(n / 2.667), int(n / 1.6), int(n / 1.142)] if sched.decay else []
     lr_sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=milestones, gamma=0.1)
     args = (onehot, learn, pdict, probs.target, probs.mask, probs.sign)
+    alive = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)  # (P,) not diverged
+    kept, kept_y = x0.clone(), ylog.detach().clone()  # the last iterate of finite cost
     progress.stage(n, "optimiser step")
     for _ in range(n):
-        grads, _ = step(x.detach(), ylog.detach(), *args)
+        grads, (_, cost) = step(x.detach(), ylog.detach(), *args)
+        alive &= torch.isfinite(cost)
+        if not alive.any():
+            break
+        kept = torch.where(alive[:, None, None, None, None], x.detach(), kept)
+        kept_y = torch.where(alive[:, None, None], ylog.detach(), kept_y)
         gx, gy = grads if joint else (grads, None)
         x.grad = gx.sign() if sched.signed else gx
         if joint:
             ylog.grad = (gy.sign() if sched.signed else gy) * learn[:, None, None]
         opt.step()
         lr_sched.step()
-        if sched.boxed:
-            with torch.no_grad():
+        with torch.no_grad():
+            if sched.boxed:
                 x.clamp_(0, 1)
+            if not alive.all():
+                x.copy_(torch.where(alive[:, None, None, None, None], x, kept))
+                ylog.copy_(torch.where(alive[:, None, None], ylog, kept_y))
         progress.advance()
-    with torch.no_grad():
-        _, cost = vmap(objective)(x, ylog, *args)
-        yprob = torch.where(learn[:, None, None], F.softmax(ylog, -1), onehot)
-    return x.detach(), yprob.detach(), cost.detach()
+    x_end = torch.where(alive[:, None, None, None, None], x.detach(), kept)
+    y_end = torch.where(alive[:, None, None], ylog.detach(), kept_y)
+    with torch.enable_grad() if batched else torch.no_grad():
+        _, cost = (objective if batched else vmap(objective))(x_end, y_end, *args)
+        yprob = torch.where(learn[:, None, None], F.softmax(y_end, -1), onehot)
+    cost = torch.where(alive, cost.detach(), math.nan)
+    return x_end, yprob.detach(), cost
 
 
 def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: bool,
@@ -485,10 +486,11 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
                      num_classes: int, device: torch.device, gen: torch.Generator, *,
                      restarts: int, init: str, cost: str, tv: float, label_mode: str,
                      sched: AdamSchedule, name: str, cfg: Any,
-                     precision: str = "float32", release: Release | None = None,
-                     ) -> Reconstruction:
-    """The Adam-based attack for K views x R restarts in one vectorized program (`release`:
-    what the dummy data would release, default one batch's gradient)."""
+                     precision: str = "float32",
+                     release: BatchedRelease | None = None) -> Reconstruction:
+    """The Adam-based attack for K views x R restarts in one batched program (`release`: what
+    the dummy data of all problems would release, default one batch's gradient each,
+    `batch_gradients`)."""
     start = time.perf_counter()
     probs, learn, src, onehot, x0 = _prepare(fm, views, input_shape, num_classes, device, gen,
                                              restarts, init, label_mode, precision)
@@ -496,7 +498,8 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
     rep = probs.repeat(restarts)
     x, yprob, cost_p = adam_batched(fm, rep, x0, onehot.repeat_interleave(restarts, 0),
                                     learn.repeat_interleave(restarts, 0),
-                                    make_objective(fm, cost, tv, release), sched)
+                                    make_objective(fm, cost, tv, release or batch_gradients(fm)),
+                                    sched, batched=True)
     idx, table = select_restarts(cost_p, k, restarts)
     status = [f"ok (labels: {s})" if math.isfinite(c) else "diverged (non-finite loss)"
               for s, c in zip(src, table.gather(1, (idx % restarts)[:, None])[:, 0].tolist(),

@@ -18,8 +18,10 @@ the node's members in consecutive batches) and the number of samples; never the 
 labels or the order in which the victim drew its members (the dummy slots are free, so the
 order is irrelevant). The optimiser, prior, box, restarts and defaults are Inverting
 Gradients' (`attacks/geiping.py`); every problem is one vectorized program over targets and
-restarts (`attacks/_inversion.py`), the local steps a sequential loop inside it
-(`torch.func.grad` over `functional_call`, differentiated again w.r.t. the dummy data).
+restarts (`attacks/_inversion.py`), the local steps a sequential loop inside it (each step's
+gradient by autograd with `create_graph`, `attacks/_victim.py`, differentiated again w.r.t. the
+dummy data; reverse-mode autograd through the unroll costs a fraction of
+nested `torch.func` transforms' per-operation overhead on a long epoch of small batches).
 
 Views the defense derives (`privbench.threat.GradientView`): "gradient" (the update itself),
 "sign" (randomized or plain signs: the soft-signed simulated update is matched to the observed
@@ -42,18 +44,16 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.func import grad
 
 from attacks._inversion import (
     AdamSchedule,
     GeipingConfig,
     InversionAttack,
     Reconstruction,
-    Release,
     Shape,
     run_batched_adam,
-    soft_label_loss,
 )
+from attacks._victim import BatchedRelease, Release, flat_gradients, flat_params
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
 from privbench.threat.observation import GradientView, LocalSteps
@@ -64,25 +64,50 @@ class GeipingMultistepConfig(GeipingConfig):
     """Inverting Gradients' settings (`attacks/geiping.py`), applied to the unrolled update."""
 
 
-def unrolled_update(fm: FlatModel, local: LocalSteps) -> Release:
-    """The update the local steps of `local` release from dummy data (unbatched; vmap it).
+def unrolled_updates(fm: FlatModel, local: LocalSteps) -> BatchedRelease:
+    """The updates the local steps of `local` release from P problems' dummy data at once.
 
-    release(pdict, x (N, C, H, W), yprob (N, C)) -> (d,) = (θ_0 - θ_E) / scale.
+    release(pdict {name: (P, *shape)}, x (P, N, C, H, W), yprob (P, N, C)) -> (P, d)
+    = (θ_0 - θ_E) / scale, differentiable w.r.t. x and yprob by autograd (each step's gradient
+    by `flat_gradients`, with `create_graph`). The parameters are one flat (P, d) tensor, so a
+    step's momentum and update are two vector operations.
     """
-    names = [s.name for s in fm.specs]
     lr, mu, wd = local.lr, local.momentum, local.weight_decay
+    grads = flat_gradients(fm)
+
+    bounds = sorted(set(local.steps))
+    tiles = all(a == (bounds[i - 1][1] if i else 0) for i, (a, _) in enumerate(bounds))
+
+    def step_slices(t: Tensor) -> dict[tuple[int, int], Tensor]:
+        """Each step's samples t[:, a:b], taken once: an epoch's consecutive batches as one
+        split, whose backward assembles the sample gradients once (a slice per step would
+        each scatter into a zero tensor of all N samples)."""
+        if tiles and bounds[-1][1] == t.shape[1]:
+            return dict(zip(bounds, t.split([b - a for a, b in bounds], dim=1), strict=True))
+        return {(a, b): t[:, a:b] for a, b in bounds}
 
     def release(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
-        p = dict(pdict)
-        buf: dict[str, Tensor] | None = None
-        for a, b in local.steps:  # sequential by nature: step s starts where s - 1 ended
-            xs, ys = x[a:b], yprob[a:b]  # (b - a, C, H, W), (b - a, classes)
-            g = grad(lambda q, xs=xs, ys=ys: soft_label_loss(fm, q, xs, ys))(p)
-            if wd:
-                g = {n: g[n] + wd * p[n] for n in names}
-            buf = g if buf is None else {n: mu * buf[n] + g[n] for n in names}
-            p = {n: p[n] - lr * buf[n] for n in names}
-        return torch.cat([(pdict[n] - p[n]).reshape(-1) for n in names]) / local.scale  # (d,)
+        with torch.enable_grad():
+            theta = flat_params(fm, pdict)  # (P, d)
+            start, buf = theta, None
+            xs, ys = step_slices(x), step_slices(yprob)
+            for a, b in local.steps:  # sequential by nature: step s starts where s - 1 ended
+                g = grads(theta, xs[a, b], ys[a, b])  # (P, d)
+                if wd:
+                    g = g + wd * theta
+                buf = g if buf is None else mu * buf + g
+                theta = theta - lr * buf
+            return (start - theta) / local.scale  # (P, d)
+
+    return release
+
+
+def unrolled_update(fm: FlatModel, local: LocalSteps) -> Release:
+    """`unrolled_updates` for one problem: release(pdict, x (N, C, H, W), yprob (N, C)) -> (d,)."""
+    batched = unrolled_updates(fm, local)
+
+    def release(pdict: dict[str, Tensor], x: Tensor, yprob: Tensor) -> Tensor:
+        return batched({n: v[None] for n, v in pdict.items()}, x[None], yprob[None])[0]
 
     return release
 
@@ -125,7 +150,8 @@ class GeipingMultistep(InversionAttack):
             rec = run_batched_adam(fm, [views[i] for i in idx], input_shape, num_classes, device,
                                    gen, restarts=c.restarts, init=c.init, cost=c.cost, tv=c.tv,
                                    label_mode=c.labels, sched=sched, name=self.name, cfg=c,
-                                   precision=c.precision, release=unrolled_update(fm, local))
+                                   precision=c.precision,
+                                   release=unrolled_updates(fm, local))
             ix = torch.tensor(idx)
             images[ix], labels[ix] = rec.images.cpu(), rec.labels.cpu()
             loss[ix], table[ix] = rec.loss.float().cpu(), rec.restart_losses.float().cpu()

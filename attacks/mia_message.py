@@ -279,7 +279,7 @@ class MIAMessage(MessageAttack):
 
     def _pair_stats(self, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor, target: Tensor,
                     masks: list[Tensor | None], need_gram: bool,
-                    ghost: FastClip | None = None,
+                    ghost: Ghost | None = None,
                     shared: dict[str, Tensor] | None = None) -> tuple[dict[str, Tensor], float]:
         """What every statistic reads of the candidates' per-sample gradients g (r, N, d) at the
         views' params (r, d): {"rhs": <g_n, target> (r, N), "sq": ||g_n||^2 (r, N), "gram":
@@ -291,13 +291,14 @@ class MIAMessage(MessageAttack):
         N^2 (p + q) instead of N^2 p q per layer, and the (r, N, d) stack is never formed (the
         message MIA dominated the audit's time): `ghost` (`_ghost_plan`), when it applies;
         `shared` keeps what every view of the candidates shares between calls.
-        Partial views (masks) and other models form g.
+        Views that see part of a tensor, and other models, form g.
         """
         r, n, d = len(params), len(y), fm.d
         xs, ys = x.expand(r, *x.shape), y.expand(r, n)
         if ghost is not None:
+            seen = sum(s.stop - s.start for s in fm.specs if s.name in ghost[1])
             return (_ghost_pairs(ghost, fm, params, xs, ys, target, need_gram,
-                                 {} if shared is None else shared), float(r * d))
+                                 {} if shared is None else shared), float(r * seen))
         g = per_sample_grads(fm, params, xs, ys)  # (r, N, d)
         seen = float(r * d)
         if any(m is not None for m in masks):
@@ -340,55 +341,80 @@ class MIAMessage(MessageAttack):
         return rhs, None
 
 
-def _ghost_plan(fm: FlatModel, x: Tensor, masks: list[Tensor | None]) -> FastClip | None:
-    """The ghost plan of an all-Linear model on flat inputs viewed whole (no mask), else None
-    (`MIAMessage._pair_stats`)."""
+# The ghost plan of the candidates' model and the parameter tensors the views observe.
+Ghost = tuple[FastClip, frozenset[str]]
+
+
+def _ghost_plan(fm: FlatModel, x: Tensor, masks: list[Tensor | None]) -> Ghost | None:
+    """The ghost plan of an all-Linear model on flat inputs whose views observe whole parameter
+    tensors, the same ones in every view (no mask, or PartPSP's / DPPS's shared layers), with
+    the names of those tensors; else None (`MIAMessage._pair_stats`)."""
     plan = plan_for(fm.module, tuple(x.shape[1:]))
-    if any(m is not None for m in masks) or plan is None or not all(
-            lay.rule == "linear" and len(lay.in_shape) == 1 for lay in plan.layers):
+    if plan is None or not all(lay.rule == "linear" and len(lay.in_shape) == 1
+                               for lay in plan.layers):
         return None
-    return plan
+    if all(m is None for m in masks):
+        return plan, frozenset(s.name for s in fm.specs)
+    first = masks[0]
+    if first is None or any(m is None or not torch.equal(m, first) for m in masks[1:]):
+        return None
+    parts = [first[s.start:s.stop] for s in fm.specs]  # each tensor's observed coordinates
+    if not all(bool(q.all()) or not bool(q.any()) for q in parts):
+        return None  # a tensor seen in part: the per-sample gradients restricted to the mask
+    return plan, frozenset(s.name for s, q in zip(fm.specs, parts, strict=True) if q.all())
 
 
-def _floats_per_view(ghost: FastClip | None, n: int, d: int, need_gram: bool) -> int:
+def _floats_per_view(ghost: Ghost | None, n: int, d: int, need_gram: bool) -> int:
     """Floats one view's pair statistics hold for n candidates: the per-sample gradients
     (n, d), or on the ghost path each layer's inputs and output gradients (n, p + q); with the
     regression's Gram, its (n, n) in single and double precision and the Cholesky factor (five
     single-precision (n, n) in all). Sets how many views are scored in one batch."""
     width = d if ghost is None else sum(lay.in_shape[0] + lay.out_shape[0]
-                                        for lay in ghost.layers)
+                                        for lay in ghost[0].layers)
     return max(1, n * width + (5 * n * n if need_gram else 0))
 
 
-def _ghost_pairs(plan: FastClip, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
+def _ghost_pairs(ghost: Ghost, fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
                  target: Tensor, need_gram: bool, shared: dict[str, Tensor]) -> dict[str, Tensor]:
     """`_pair_stats` of an all-Linear model from each layer's inputs a (r, N, p) and per-sample
-    output gradients e (r, N, q), one forward and backward per view (`FastClip.capture`).
+    output gradients e (r, N, q), one forward and backward per view (`FastClip.capture`), over
+    the observed tensors only (a weight adds (e_n . e_m)(a_n . a_m), a bias e_n . e_m).
 
     The first layer's inputs are the candidates themselves in every view (no parameter precedes
     it), so their Gram (N, N) is formed once and kept in `shared`: on the Fashion-MNIST MLP
     that layer's p = 784 is two thirds of the Gram's work."""
-    r, n = y.shape
+    (plan, observed), (r, n) = ghost, y.shape
     acts, outs = plan.capture(fm.module, rows_to_dict(fm, params), x, y)
     tgt = rows_to_dict(fm, target)  # {name: (r, *shape)}
     rhs = torch.zeros(r, n, dtype=target.dtype, device=target.device)
     sq = torch.zeros_like(rhs)
     gram = torch.zeros(r, n, n, dtype=target.dtype, device=target.device) if need_gram else None
     for k, (lay, a, e) in enumerate(zip(plan.layers, acts, outs, strict=True)):
-        bias = lay.module.bias is not None
-        rhs += ((e @ tgt[lay.param("weight")]) * a).sum(dim=-1)  # e_n^T W_T a_n, (r, N)
-        a2, e2 = a.pow(2).sum(dim=-1), e.pow(2).sum(dim=-1)  # (r, N) each
-        sq += e2 * (a2 + 1.0) if bias else e2 * a2
+        weight = lay.param("weight") in observed
+        bias = lay.module.bias is not None and lay.param("bias") in observed
+        if not (weight or bias):
+            continue
+        e2 = e.pow(2).sum(dim=-1)  # (r, N)
+        if weight:
+            rhs += ((e @ tgt[lay.param("weight")]) * a).sum(dim=-1)  # e_n^T W_T a_n, (r, N)
+            a2 = a.pow(2).sum(dim=-1)  # (r, N)
+            sq += e2 * (a2 + 1.0) if bias else e2 * a2
+        else:
+            sq += e2
         if bias:
             rhs += (e * tgt[lay.param("bias")][:, None, :]).sum(dim=-1)
         if gram is not None:
+            ee = torch.bmm(e, e.transpose(1, 2))  # (r, N, N)
+            if not weight:
+                gram += ee
+                continue
             if k == 0:  # (1, N, N), broadcast over the views
                 aa = shared.get("first_gram")
                 if aa is None:
                     aa = shared["first_gram"] = torch.bmm(a[:1], a[:1].transpose(1, 2))
             else:
                 aa = torch.bmm(a, a.transpose(1, 2))  # (r, N, N)
-            gram += torch.bmm(e, e.transpose(1, 2)) * (aa + 1.0 if bias else aa)
+            gram += ee * (aa + 1.0 if bias else aa)
     out = {"rhs": rhs, "sq": sq}
     if gram is not None:
         out["gram"] = gram

@@ -35,8 +35,9 @@ def _plain_log_axis(axis: Any) -> None:
 def _upright_if_crowded(fig: Any, ax: Any) -> None:
     """Turn the x tick labels upright when side by side they would overlap (composed ε of paper
     settings lie close together on a log axis: 2.52e+05, 1.03e+06)."""
-    fig.canvas.draw()
-    boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+    renderer = fig.canvas.get_renderer()
+    ax.xaxis.get_tightbbox(renderer)  # places the ticks and their labels, drawing nothing
+    boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
     if any(a.overlaps(b) for a, b in itertools.pairwise(boxes)):
         ax.tick_params(axis="x", labelrotation=90)
 
@@ -119,13 +120,14 @@ def shade_of(color: Any, k: int) -> tuple[float, float, float]:
 
 def tpr_band(tpr: list[float], members: int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Pointwise exact (Clopper-Pearson) interval of each TPR of a ROC over `members` members."""
-    from scipy.stats import beta
+    # Beta^-1(q; a, b) = betaincinv(a, b, q) (`privbench.metrics.binomial`: no scipy.stats import)
+    from scipy.special import betaincinv
 
     k = np.round(np.asarray(tpr, dtype=float) * members)
     a = 1 - level
     with np.errstate(invalid="ignore"):
-        lo = np.where(k == 0, 0.0, beta.ppf(a / 2, k, members - k + 1))
-        hi = np.where(k == members, 1.0, beta.ppf(1 - a / 2, k + 1, members - k))
+        lo = np.where(k == 0, 0.0, betaincinv(k, members - k + 1, a / 2))
+        hi = np.where(k == members, 1.0, betaincinv(k + 1, members - k, 1 - a / 2))
     return lo, hi
 
 
@@ -190,9 +192,9 @@ def roc_panel(title: str, curves: list[tuple[str, list[float], list[float], int,
     legend = fig.legend(handles, labels, fontsize=8, loc="upper left", frameon=False,
                         bbox_to_anchor=(0.02, 0.42),
                         ncol=2 if len(labels) > 4 and max(map(len, labels)) <= 48 else 1)
-    fig.canvas.draw()  # where the legend ends, for the notes under it
-    bottom = fig.transFigure.inverted().transform(
-        legend.get_window_extent().get_points())[0][1]
+    # where the legend ends, for the notes under it: its layout alone, not a draw of the figure
+    box = legend.get_window_extent(fig.canvas.get_renderer())
+    bottom = fig.transFigure.inverted().transform(box.get_points())[0][1]
     for j, note in enumerate(notes or []):
         fig.text(0.02, bottom - 0.02 - 0.035 * j, note, fontsize=8, va="top", wrap=True)
     return png_uri(fig, tight=False)

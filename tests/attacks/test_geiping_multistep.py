@@ -98,3 +98,82 @@ def test_non_private_local_steps_are_reconstructed() -> None:
     assert all(p["local_steps"] == 5 for p in g["per_target"])
     assert g["psnr"] >= 18.0, g["per_target"]
     assert g["label_accuracy"] == 1.0
+
+
+def _local_problems(k: int, poison: int | None = None):
+    """K synthetic 3-step updates of batch 2 as stacked problems (problem `poison`'s target
+    made non-finite), with labels, dummy images and the step schedule."""
+    from attacks._inversion import init_dummy, stack_views
+    from privbench.audit.inversion import synthetic_local_views
+
+    views, fm, _, y = synthetic_local_views(k, 2, steps=3, lr=0.1, seed=2)
+    probs = stack_views(views, torch.device("cpu"))
+    if poison is not None:
+        probs.target[poison] = float("nan")
+    x0 = init_dummy((k, 2, 1, 8, 8), "rand", torch.Generator().manual_seed(0),
+                    torch.device("cpu"))
+    return probs, fm, F.one_hot(y, 10).float(), x0, views[0].local
+
+
+def test_batched_unroll_matches_the_vmapped_functional_one() -> None:
+    """The autograd unroll over all problems gives the cost and the dummy-data gradient that
+    `torch.func` (grad of the unrolled grad, vmapped) gives problem by problem."""
+    from torch.func import grad, grad_and_value, vmap
+
+    from attacks._inversion import _param_dict, make_objective
+    from attacks._victim import autograd_step, soft_label_loss
+    from attacks.geiping_multistep import unrolled_updates
+
+    probs, fm, onehot, x0, local = _local_problems(3)
+    names = [s.name for s in fm.specs]
+
+    def reference(pdict, x, yprob):  # the unroll written with nested torch.func transforms
+        p = dict(pdict)
+        for a, b in local.steps:
+            g = grad(lambda q, a=a, b=b: soft_label_loss(fm, q, x[a:b], yprob[a:b]))(p)
+            p = {n: p[n] - local.lr * g[n] for n in names}
+        return torch.cat([(pdict[n] - p[n]).reshape(-1) for n in names]) / local.scale
+
+    learn = torch.zeros(3, dtype=torch.bool)
+    args = (torch.zeros_like(onehot), onehot, learn, _param_dict(fm, probs.params), probs.target,
+            probs.mask, probs.sign)
+    want_g, (_, want_c) = vmap(grad_and_value(make_objective(fm, "sim", 1e-4, reference),
+                                              has_aux=True))(x0, *args)
+    got_g, (_, got_c) = autograd_step(make_objective(fm, "sim", 1e-4,
+                                                     unrolled_updates(fm, local)), False)(
+        x0.clone(), *args)
+    torch.testing.assert_close(got_c, want_c, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got_g, want_g, atol=1e-6, rtol=1e-4)
+    assert want_g.abs().max() > 0  # a zero gradient would make the comparison vacuous
+
+
+def test_a_diverged_problem_is_frozen_and_the_others_run_on() -> None:
+    """A problem of non-finite cost keeps its last finite iterate (here its start) and reports
+    a non-finite cost, without changing the others; with every problem diverged the run stops
+    after the first evaluation."""
+    from attacks._inversion import AdamSchedule, Problems, adam_batched, make_objective
+    from attacks.geiping_multistep import unrolled_updates
+
+    probs, fm, onehot, x0, local = _local_problems(2, poison=1)
+    calls = []
+    base = make_objective(fm, "sim", 1e-4, unrolled_updates(fm, local))
+
+    def objective(*args):
+        calls.append(1)
+        return base(*args)
+
+    sched = AdamSchedule(steps=6, lr=0.1, signed=True, boxed=True, decay=False)
+    learn = torch.zeros(2, dtype=torch.bool)
+    x, _, cost = adam_batched(fm, probs, x0, onehot, learn, objective, sched, batched=True)
+    assert torch.equal(x[1], x0[1]) and not torch.isfinite(cost[1])
+    assert not torch.equal(x[0], x0[0]) and torch.isfinite(cost[0])
+    one = Problems(probs.params[:1], probs.target[:1], probs.mask[:1], probs.sign[:1], 2)
+    alone, _, c_alone = adam_batched(fm, one, x0[:1], onehot[:1], learn[:1], objective, sched,
+                                     batched=True)
+    torch.testing.assert_close(alone[0], x[0])
+    torch.testing.assert_close(c_alone[0], cost[0])
+    calls.clear()
+    dead = Problems(probs.params[1:], probs.target[1:], probs.mask[1:], probs.sign[1:], 2)
+    x, _, cost = adam_batched(fm, dead, x0[1:], onehot[1:], learn[1:], objective, sched,
+                              batched=True)
+    assert len(calls) == 2 and torch.equal(x[0], x0[1])  # one step's evaluation, one final

@@ -92,6 +92,28 @@ def test_batched_adam_equals_separate_runs() -> None:
         torch.testing.assert_close(cs[0], cb[k], atol=1e-5, rtol=1e-4)
 
 
+def test_autograd_batched_objective_equals_the_vmapped_one() -> None:
+    # the attacks' path (one batch's gradient of every problem by autograd, `batch_gradients`)
+    # runs the same optimisation as the nested torch.func transforms, problem by problem
+    from attacks._victim import batch_gradients
+
+    views, fm, _, y = synthetic_views(3, 2, seed=4)
+    probs = stack_views(views, CPU)
+    onehot = F.one_hot(y, 10).float()
+    learn = torch.tensor([False, True, False])  # one problem learns its labels (joint)
+    x0 = init_dummy((3, 2, 1, 8, 8), "randn", torch.Generator().manual_seed(0), CPU)
+    sched = AdamSchedule(steps=8, lr=0.1, signed=False, boxed=True, decay=True)
+    xv, yv, cv = adam_batched(fm, probs, x0, onehot, learn, make_objective(fm, "sim", 1e-4),
+                              sched)
+    xa, ya, ca = adam_batched(fm, probs, x0, onehot, learn,
+                              make_objective(fm, "sim", 1e-4, batch_gradients(fm)), sched,
+                              batched=True)
+    assert not torch.equal(xv, x0.clamp(0, 1))  # the images moved
+    torch.testing.assert_close(xa, xv, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ya, yv, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ca, cv, atol=1e-5, rtol=1e-4)
+
+
 def test_restart_selection_uses_gradient_loss_only() -> None:
     cost = torch.tensor([0.5, 0.1, 0.3, float("nan"), 0.2, 0.9])
     idx, table = select_restarts(cost, k=2, r=3)

@@ -507,3 +507,33 @@ def test_message_mia_regression_solve_is_right_with_explicit_threads() -> None:
     finally:
         torch.set_num_threads(before)
     np.testing.assert_allclose(got, expect, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("seen", [("1.weight", "1.bias"), ("3.weight",), ("3.bias", "5.weight")])
+def test_ghost_pairs_of_whole_observed_tensors_equal_the_masked_per_sample_gradients(
+        seen, monkeypatch) -> None:
+    # PartPSP's and DPPS's partial views observe whole tensors (the shared layers): the ghost
+    # path restricted to them must equal the per-sample gradients restricted to the mask
+    import dataclasses
+
+    import attacks.mia_message as mm
+
+    built = _tiny("sgp")
+    obs = observe(built, ThreatModel("eavesdropper"))
+    mask = torch.zeros(obs.fm.d, dtype=torch.bool)
+    for s in obs.fm.specs:
+        if s.name in seen:
+            mask[s.start:s.stop] = True
+    assert mask.any() and not mask.all()
+    views = [dataclasses.replace(v, kind="partial", mask=mask) for v in
+             DEFENSES.get("sgp").gradient_views(obs, 0, list(range(built.ctx.run.rounds)))]
+    x, y, _ = candidates(built.ctx.data, 0)
+    atk = mm.MIAMessage(mm.MIAMessageConfig(statistic="all"))
+    assert mm._ghost_plan(obs.fm, x, [v.mask for v in views]) is not None  # the ghost path
+    fast, fit_fast = atk.score_all(obs.fm, views, x, y)
+    monkeypatch.setattr(mm, "plan_for", lambda *a: None)
+    formed, fit_formed = atk.score_all(obs.fm, views, x, y)
+    for k in set(fast) - {"span"}:  # span reads the plan itself (NaN without one)
+        scale = np.abs(formed[k]).max()
+        np.testing.assert_allclose(fast[k], formed[k], rtol=1e-4, atol=1e-5 * scale)
+    assert fit_fast == pytest.approx(fit_formed, rel=1e-4, nan_ok=True)
