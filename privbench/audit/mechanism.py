@@ -249,7 +249,8 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                 "growth": growth.get(k, 1.0)}
         noisy_flows = [k for k in flows if k not in unnoised and k not in unflipped]
         snr_lo = snr_hi = 0.0
-        for g in _noise_groups(noisy_flows, noise):
+        groups = _noise_groups(noisy_flows, noise)  # independently noised releases
+        for g in groups:
             best = max(g, key=lambda k: float(contrib[k].norm() / noise[k].pow(2).mean().sqrt()))
             sq = float(noise[best].pow(2).sum())
             lo, hi = _std_interval(sq, noise[best].numel(), level)
@@ -266,7 +267,7 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                             f"round {rep.round})")
         z = math.inf if mu2 == 0 else 1 / math.sqrt(mu2)
         rows.append({"node": i, "round": rep.round, "measured": bool(flows),
-                     "z": z if not (unnoised or unbounded) else 0.0,
+                     "releases": len(groups), "z": z if not (unnoised or unbounded) else 0.0,
                      "z_interval": [0.0 if (unnoised or unbounded) else _inv_sqrt(snr_hi),
                                     0.0 if (unnoised or unbounded) else _inv_sqrt(snr_lo)],
                      "messages": detail,

@@ -511,15 +511,6 @@ EXPECTED = {  # the rule each mutant of a Gaussian defense must fail, at least
 }
 
 
-# applicable mutants the shipped gate does not resolve on the quick preset, and why
-UNRESOLVED = {
-    ("dp_cga", "clip x1.2"): "its ledger also accounts its noisy self-gradient (released only "
-                             "through the next round's model), so a clip x1.2 overspends by "
-                             "about 13 %, inside the measured ε's sampling-rate interval "
-                             "(about ±17 %)",
-}
-
-
 def expected_rule(defense: str, mutant: str) -> str | None:
     """The rule `mutant` of `defense` must fail (None: any rule, for the Laplace and
     randomized-response families, whose measured ε the audit reads differently)."""
