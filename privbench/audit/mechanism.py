@@ -48,6 +48,7 @@ measurements still stand.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -361,7 +362,11 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]
     release = trainer.release_noise()
-    voided = bool(probe_findings or block_findings or fresh["findings"] or inexact)
+    more, more_findings = (further_runs(run, defense, overrides, settings)
+                           if family == "rr" and settings.runs > 1 else ([], []))
+    noise, findings = noise + more, findings + more_findings
+    voided = bool(probe_findings or block_findings or fresh["findings"] or inexact
+                  or more_findings)
     eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
            if nodes else
            measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
@@ -377,4 +382,19 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
             "request": {"epsilon": run.epsilon, "delta": run.delta, "rounds": run.rounds},
             "ledger_findings": ledger_findings(ledgers, release, run.delta, run.rounds),
             "settings": {"rounds": settings.rounds, "scales": list(settings.scales),
-                         "level": settings.level}}
+                         "level": settings.level,
+                         **({"runs": settings.runs} if settings.runs > 1 else {})}}
+
+
+def further_runs(run: RunConfig, defense: str, overrides: dict[str, Any],
+                 settings: MechanismSettings) -> tuple[list[dict[str, Any]], list[str]]:
+    """The noise rows and findings of runs 2..`settings.runs` (seeds seed + 1, ...), each
+    audited alone: randomized response pools their flips with the first run's."""
+    rows, findings = [], []
+    for k in range(1, settings.runs):
+        seed = run.seed + k
+        res = audit_mechanism(dataclasses.replace(run, seed=seed), defense, overrides,
+                              dataclasses.replace(settings, runs=1))
+        rows += [{**r, "run": k + 1} for r in res.get("noise", [])]
+        findings += [f"run {k + 1} (seed {seed}): {f}" for f in res.get("findings", [])]
+    return rows, findings

@@ -62,6 +62,7 @@ load_plugins()
 
 RULES = {"max_measured_ratio": 1.0, "require_mechanism": True, "require_sampling_rate": True}
 EPSILONS = (1.0, 8.0)
+SEED_EPSILONS = (1.0, 4.0, 8.0)  # the correct runs over seeds: no false alarm at any of them
 
 
 class NotApplicableError(Exception):
@@ -489,14 +490,27 @@ REQUEST_MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[Any
 }
 
 
+def scaled_flips(factor: float) -> Callable[[str], contextlib.AbstractContextManager[Any]]:
+    """Randomized response at `factor` times the claimed per-coordinate ε (the flip
+    probability 1 / (1 + e^(factor ε_c))), the ledger's claim kept."""
+    def mutant(defense: str) -> contextlib.AbstractContextManager[Any]:
+        return flips_at(lambda coord, d: coord * factor)
+    return mutant
+
+
 def coordinate_flips(defense: str) -> contextlib.AbstractContextManager[Any]:
     """Randomized response at d times the claimed per-coordinate ε (d: the coordinates of one
     message), the ledger's claim kept."""
+    return flips_at(lambda coord, d: coord * d)
+
+
+def flips_at(weaker_eps: Callable[[float, int], float]) -> contextlib.AbstractContextManager[Any]:
+    """Randomized response flipping at per-coordinate ε `weaker_eps(ε_c, d)`."""
     module = importlib.import_module("defenses.defl_vp")
     respond = module.randomized_response
 
     def weaker(s: torch.Tensor, keep_prob: float, gen: torch.Generator) -> torch.Tensor:
-        coord = math.log(keep_prob / (1 - keep_prob)) * s.shape[-1]
+        coord = weaker_eps(math.log(keep_prob / (1 - keep_prob)), s.shape[-1])
         return respond(s, 1 / (1 + math.exp(-coord)), gen)
 
     return mock.patch.object(module, "randomized_response", weaker)
@@ -679,14 +693,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eps", type=float, nargs="+", default=list(EPSILONS))
     parser.add_argument("--seeds", type=int, default=0,
                         help="also the correct runs' measured ε over seeds 0..N-1")
+    parser.add_argument("--seed-eps", type=float, nargs="+", default=list(SEED_EPSILONS),
+                        help="the ε of the correct runs over seeds (default: 1 4 8)")
     parser.add_argument("--out", type=Path, help="also append the table's lines to this file")
     parser.add_argument("--seeds-only", action="store_true",
                         help="only the seeds' lines (with --seeds), no header")
     args = parser.parse_args(argv)
     unknown = [d for d in args.defenses if d not in MECHANISMS]
-    if unknown or args.seeds < 0 or any(not (e > 0 and math.isfinite(e)) for e in args.eps):
+    bad_eps = any(not (e > 0 and math.isfinite(e)) for e in args.eps + args.seed_eps)
+    if unknown or args.seeds < 0 or bad_eps:
         what = (f"unknown DP defense {', '.join(unknown)} (accepted: {' '.join(DP_DEFENSES)})"
-                if unknown else "--seeds must be >= 0 and --eps finite and > 0")
+                if unknown else "--seeds must be >= 0 and --eps, --seed-eps finite and > 0")
         print(f"error: {what}", file=sys.stderr)
         return 2
     defenses, eps = tuple(args.defenses) or DP_DEFENSES, tuple(args.eps)
@@ -703,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.seeds_only:
             emit(f"\n{SEEDS_HEADER.format(last=args.seeds - 1)}")
         for d in defenses:
-            for e in eps:
+            for e in args.seed_eps:
                 emit(seed_lines(d, e, args.seeds))
     return 0
 

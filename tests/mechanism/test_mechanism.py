@@ -12,6 +12,7 @@ per node and quantity).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -22,13 +23,15 @@ import numpy as np
 import pytest
 import torch
 
+from attacks.mechanism import MechanismConfig
 from defenses.defl_vp import privatize_sign, randomized_response
 from defenses.dpps import laplace
 from privbench.audit.mechanism import audit_mechanism
 from privbench.audit.mechanism_coverage import blocks
 from privbench.audit.mechanism_epsilon import gaussian_epsilon, observed_share
-from privbench.audit.mechanism_replay import audited_rounds
+from privbench.audit.mechanism_replay import MechanismSettings, audited_rounds
 from privbench.engine.trainer import Context
+from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 from privbench.report import gate
 from privbench.seeding import Streams, noise_off
@@ -39,6 +42,7 @@ from tests.mechanism.mutants import (
     MECHANISMS,
     MUTANTS,
     RULES,
+    SEED_EPSILONS,
     Mechanism,
     NotApplicableError,
     amplified,
@@ -46,6 +50,7 @@ from tests.mechanism.mutants import (
     dp_defenses,
     expected_rule,
     failed_rules,
+    flips_at,
     quick_run,
 )
 
@@ -165,7 +170,7 @@ def test_every_applicable_mutant_of_every_dp_defense_is_caught(defense, mutant, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("eps", EPSILONS)
+@pytest.mark.parametrize("eps", SEED_EPSILONS)
 @pytest.mark.parametrize("defense", CORRECT)
 def test_no_false_alarm_on_correct_defenses(defense, eps, seed):
     failed, res = failed_rules(defense, eps, None, seed)
@@ -489,3 +494,38 @@ def test_a_tensor_under_half_the_noise_is_found_and_full_noise_is_not(family):
     assert len(findings) == 1 and findings[0].startswith("model noise on b (1.7 % of the message)")
     assert summary["blocks"][0]["block"] == "b" and summary["blocks"][0]["ratio"] < 0.7
     assert coverage(rows(1.0), kinds, layout, family, 1e-5)[1] == []
+
+
+def _rr_audit(runs: int, factor: float | None = None) -> tuple[list[gate.Check], dict]:
+    """D-PSGD+RR at ε = 1 audited over `runs` runs, flipping at `factor` x d times the claimed
+    per-coordinate ε (None: correctly), judged by the shipped mechanism rules."""
+    ctx = flips_at(lambda coord, d: coord * d * factor) if factor else contextlib.nullcontext()
+    with ctx:
+        res = audit_mechanism(quick_run(1.0), "d_psgd_rr", {}, MechanismSettings(runs=runs))
+    checks = gate.check_bound(RULES, cell("d_psgd_rr", 1.0, res))
+    return [c for c in checks if not c.passed and not c.inconclusive], res
+
+
+def test_repeated_runs_pool_the_flips_of_every_run():
+    failed, one = _rr_audit(1)
+    assert not failed
+    failed, two = _rr_audit(2)
+    assert not failed, [c.detail for c in failed]
+    assert two["epsilon"]["flip_trials"] == 2 * one["epsilon"]["flip_trials"]
+    assert two["settings"]["runs"] == 2 and "runs" not in one["settings"]
+
+
+@pytest.mark.slow
+def test_repeated_runs_catch_flips_one_run_cannot_resolve():
+    """Flips at d/2 x the claimed per-coordinate ε: one run's flip rate interval (about
+    ±0.0024) still holds 1/2, four runs' (±0.0012) do not."""
+    assert not _rr_audit(1, 0.5)[0]
+    failed, res = _rr_audit(4, 0.5)
+    assert "max_measured_ratio" in _names(failed), res["epsilon"]
+    assert not _rr_audit(4)[0]
+
+
+@pytest.mark.parametrize("runs", [0, 1.5, True])
+def test_mechanism_runs_must_be_a_positive_integer(runs):
+    with pytest.raises(ConfigError, match=r"mechanism\.runs must be an integer >= 1"):
+        MechanismConfig(runs=runs)
