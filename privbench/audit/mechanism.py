@@ -329,8 +329,11 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     draws = OutsideDraws(built.ctx.streams)
 
     def before(t: int) -> None:
-        draws.at(t)
+        # the replays draw from copies of the run's streams, and one that follows a release
+        # into round t + 1 draws round t + 1's noise: only the run's own rounds are recorded
+        draws.at(-1)
         rec(t)
+        draws.at(t)
 
     progress.stage(max(rounds) + 1, "probed round")
     with draws.recording():

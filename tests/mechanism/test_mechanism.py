@@ -529,3 +529,15 @@ def test_repeated_runs_catch_flips_one_run_cannot_resolve():
 def test_mechanism_runs_must_be_a_positive_integer(runs):
     with pytest.raises(ConfigError, match=r"mechanism\.runs must be an integer >= 1"):
         MechanismConfig(runs=runs)
+
+
+def test_a_replay_into_the_next_round_is_not_noise_reused():
+    """DP-DPSGD's sample reaches its next round's model (`model@+1`): the replay that follows it
+    draws round t + 1's noise from a copy of the run's streams, which the run then draws
+    again. Only the run's own rounds count, so the correct run passes and noise re-seeded each
+    round is still reported as reused."""
+    failed, _ = failed_rules("dp_dpsgd", 1.0, None)
+    assert not failed, [c.detail for c in failed]
+    failed, res = failed_rules("dp_dpsgd", 1.0, "noise re-seeded each round")
+    assert "require_mechanism" in _names(failed)
+    assert any("noise reused across rounds" in f for f in res["findings"])
