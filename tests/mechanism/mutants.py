@@ -131,7 +131,7 @@ _DRAWS: dict[str, tuple[tuple[Any, str], ...]] = {
 
 
 @contextlib.contextmanager
-def _noise_draws(family: str, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+def noise_draws(family: str, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
     """Every draw of `family` from a "noise" stream passed through `change` (in place for the
     in-place exponential draw)."""
     with contextlib.ExitStack() as stack:
@@ -167,7 +167,7 @@ def scaled_noise(defense: str) -> contextlib.AbstractContextManager[Any]:
             return respond(s, 1 - (1 - keep_prob) / 2, gen)
 
         return mock.patch.object(module, "randomized_response", halved)
-    return _noise_draws(_family(defense), lambda u: u * 0.5)
+    return noise_draws(_family(defense), lambda u: u * 0.5)
 
 
 @contextlib.contextmanager
@@ -188,7 +188,7 @@ def reused_noise(defense: str) -> Iterator[None]:
             first.append(u.clone())
         return first[k].clone() if first[k].shape == u.shape else u
 
-    with mock.patch.object(cls, "round", round_), _noise_draws(_family(defense), again):
+    with mock.patch.object(cls, "round", round_), noise_draws(_family(defense), again):
         yield
 
 
@@ -225,7 +225,7 @@ def node_unnoised(defense: str) -> contextlib.AbstractContextManager[None]:
         u[0] = silent
         return u
 
-    return _noise_draws(_family(defense), first_row)
+    return noise_draws(_family(defense), first_row)
 
 
 @contextlib.contextmanager
@@ -243,12 +243,18 @@ def _holding_context(defense: str) -> Iterator[dict[str, Any]]:
         yield held
 
 
-@contextlib.contextmanager
-def block_unnoised(defense: str) -> Iterator[None]:
+def block_unnoised(defense: str) -> contextlib.AbstractContextManager[None]:
     """The bias coordinates (every parameter tensor named "*bias": 202 of the CNN's 17,226) of
     every noise draw laid out as the model's parameters (all, or its first layers: a shared
     part) left noiseless (as `node_unnoised`)."""
     silent = {"gaussian": 0.0, "laplace": 1.0, "rr": 0.0}[_family(defense)]
+    return bias_draws(defense, lambda u: torch.full_like(u, silent))
+
+
+@contextlib.contextmanager
+def bias_draws(defense: str, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """The bias coordinates of every noise draw laid out as the model's parameters passed
+    through `change` (the rest of each draw kept)."""
     with _holding_context(defense) as held:
         def biases(u: torch.Tensor) -> torch.Tensor:
             fm = held["ctx"].fm if "ctx" in held else None
@@ -257,29 +263,39 @@ def block_unnoised(defense: str) -> Iterator[None]:
             u = u.clone()
             for spec in fm.specs:
                 if spec.name.endswith("bias") and spec.stop <= u.shape[-1]:
-                    u[..., spec.start:spec.stop] = silent
+                    u[..., spec.start:spec.stop] = change(u[..., spec.start:spec.stop])
             return u
 
-        with _noise_draws(_family(defense), biases):
+        with noise_draws(_family(defense), biases):
             yield
 
 
-def doubled_rate(defense: str) -> contextlib.AbstractContextManager[Any]:
-    """Poisson rates x2 (at most 1), fixed-size batches x2; the ledger keeps its rate."""
-    if MECHANISMS[defense].epoch:
-        raise NotApplicableError("each round reads every member (a local epoch): no sampling "
-                                 "rate to double")
-    if not MECHANISMS[defense].sampled:
-        raise NotApplicableError("the node-level ledger claims no amplification by sampling")
-    draw = Context.draw
+def scaled_rate(factor: float) -> Callable[[str], contextlib.AbstractContextManager[Any]]:
+    """The mutant class "rate x`factor`": Poisson rates x`factor` (at most 1), fixed-size
+    batches x`factor` (rounded); the ledger keeps its rate."""
 
-    def patched(self: Context, t: int, rates: torch.Tensor | None = None,
-                batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
-        if rates is not None:
-            return draw(self, t, rates=(2 * rates).clamp(max=1.0))
-        return draw(self, t, batch_size=2 * (batch_size or self.run.batch_size))
+    def mutant(defense: str) -> contextlib.AbstractContextManager[Any]:
+        if MECHANISMS[defense].epoch:
+            raise NotApplicableError("each round reads every member (a local epoch): no "
+                                     "sampling rate to change")
+        if not MECHANISMS[defense].sampled:
+            raise NotApplicableError("the node-level ledger claims no amplification by "
+                                     "sampling")
+        draw = Context.draw
 
-    return mock.patch.object(Context, "draw", patched)
+        def patched(self: Context, t: int, rates: torch.Tensor | None = None,
+                    batch_size: int | None = None) -> tuple[torch.Tensor, ...]:
+            if rates is not None:
+                return draw(self, t, rates=(factor * rates).clamp(max=1.0))
+            size = batch_size or self.run.batch_size
+            return draw(self, t, batch_size=round(factor * size))
+
+        return mock.patch.object(Context, "draw", patched)
+
+    return mutant
+
+
+doubled_rate = scaled_rate(2.0)
 
 
 def _clip_function(defense: str) -> tuple[Any, str, Callable[..., Any]]:

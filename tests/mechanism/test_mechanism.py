@@ -240,7 +240,7 @@ class _Draws:
 
 
 @pytest.mark.parametrize("family", ["gaussian", "laplace", "rr"])
-def test_reused_noise_draws_round_zeros_noise_again_in_order(family):
+def test_reusednoise_draws_round_zeros_noise_again_in_order(family):
     column = {"gaussian": 0, "rr": 1, "laplace": 2}[family]
     stub = _Draws()
     with mock.patch.dict(DEFENSES._items, {"stub": _Draws}), \
