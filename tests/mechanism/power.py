@@ -184,6 +184,30 @@ def cell_text(res: dict[str, Any]) -> str:
     return head + " (" + "; ".join(_level_text(f, r) for f, r in tried) + ")"
 
 
+def _smallest(res: dict[str, Any]) -> str:
+    if not res.get("applicable"):
+        return "n/a"
+    return (f"x{res['smallest']:g}" if res["smallest"] is not None
+            else f"none up to x{res['levels'][-1]:g}")
+
+
+def summary(store: dict[str, Any], seeds: int) -> str:
+    """The smallest factor caught per class, defenses with the same row together (the README
+    quotes it)."""
+    rows: dict[tuple[str, ...], list[str]] = {}
+    for d in sorted(store):
+        rows.setdefault((_family(d), *(_smallest(store[d][k]) for k in CLASSES)), []).append(d)
+    lines = [f"| defenses ({seeds} of {seeds} seeds caught; catch rate >= "
+             f"{lower_bound(seeds):.2f} at 95 %) | family | " + " | ".join(CLASSES) + " |",
+             "|---" * (2 + len(CLASSES)) + "|"]
+    for key, names in sorted(rows.items(), key=lambda kv: kv[1][0]):
+        lines.append(f"| {', '.join(names)} | {key[0]} | " + " | ".join(key[1:]) + " |")
+    return "\n".join(lines)
+
+
+SUMMARY = ("<!-- power-summary:begin -->", "<!-- power-summary:end -->")
+
+
 def render(store: dict[str, Any], seeds: int) -> str:
     """The markdown report."""
     lines = [
@@ -210,6 +234,14 @@ def render(store: dict[str, Any], seeds: int) -> str:
         "```bash",
         f"python -m tests.mechanism.power --seeds {seeds}",
         "```",
+        "",
+        "## Summary",
+        "",
+        SUMMARY[0],
+        summary(store, seeds),
+        SUMMARY[1],
+        "",
+        "## Every level tried",
         "",
         "| defense | family | " + " | ".join(CLASSES) + " |",
         "|---" * (2 + len(CLASSES)) + "|",

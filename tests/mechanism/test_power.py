@@ -123,3 +123,15 @@ def test_render_only_rewrites_the_table_from_the_json(tmp_path):
                        "--out", str(tmp_path / "p.md")]) == 0
     text = (tmp_path / "p.md").read_text()
     assert "| dpps | laplace | **x1.1** (x1.1: 2/2, ε/claim 1.2)" in text
+
+
+def test_the_summary_groups_defenses_with_the_same_row():
+    caught = {"applicable": True, "levels": [1.1, 1.2], "smallest": 1.2, "seeds": 5, "tried": {}}
+    none = {**caught, "smallest": None}
+    na = {"applicable": False, "reason": "r"}
+    row = {"noise scale": caught, "clip bound": caught, "sampling rate": na, "coverage": none}
+    store = {"dp_sgp": row, "dp_dfedsam": row, "dpps": {**row, "clip bound": none}}
+    lines = power.summary(store, 5).splitlines()
+    assert lines[2] == "| dp_dfedsam, dp_sgp | gaussian | x1.2 | x1.2 | n/a | none up to x1.2 |"
+    assert lines[3] == "| dpps | laplace | x1.2 | none up to x1.2 | n/a | none up to x1.2 |"
+    assert ">= 0.55 at 95 %" in lines[0]
