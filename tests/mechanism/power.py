@@ -16,7 +16,7 @@ mechanism rules of the shipped policy (`tests/regression/policy.toml`: its bound
 warns is not a catch). A level is caught when every one of the n seeds is caught. The levels
 are tried in increasing order, each stopping at its first escape, up to the first caught in
 every seed: most classes are caught near the bottom of the grid, where an upward search costs
-n runs and an escape about one, fewer than a bisection's n per caught level it visits. n
+n runs and an escape about one, fewer than a search that visits several caught levels. n
 caught of n bounds the catch rate from below by (1 - 0.95)^(1/n) with 95 % confidence
 (one-sided Clopper-Pearson): 0.55 for n = 5, 0.86 for n = 20.
 

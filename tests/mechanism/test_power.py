@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -15,6 +16,8 @@ from defenses.dpps import laplace
 from privbench.engine.trainer import Context
 from privbench.seeding import Streams
 from tests.mechanism import power
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _noise() -> torch.Generator:
@@ -135,3 +138,21 @@ def test_the_summary_groups_defenses_with_the_same_row():
     assert lines[2] == "| dp_dfedsam, dp_sgp | gaussian | x1.2 | x1.2 | n/a | none up to x1.2 |"
     assert lines[3] == "| dpps | laplace | x1.2 | none up to x1.2 | n/a | none up to x1.2 |"
     assert ">= 0.55 at 95 %" in lines[0]
+
+
+def _between(text: str, begin: str, end: str) -> str:
+    return text[text.index(begin) + len(begin):text.index(end)].strip()
+
+
+def test_the_readme_quotes_the_committed_reports():
+    """The README's gate section quotes the power summary and the mutation table as committed
+    under reports/mechanism/."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    report = (ROOT / "reports/mechanism/power.md").read_text(encoding="utf-8")
+    assert _between(readme, *power.SUMMARY) == _between(report, *power.SUMMARY)
+    table = _between(readme, "<!-- mutation-table:begin -->", "<!-- mutation-table:end -->")
+    mutants = (ROOT / "reports/mechanism/README.md").read_text(encoding="utf-8")
+    assert table.splitlines()[0].startswith("| defense | ε | correct |")
+    assert table in mutants
+    stored = json.loads((ROOT / "reports/mechanism/power.json").read_text(encoding="utf-8"))
+    assert power.render(stored["defenses"], stored["seeds"]) == report
