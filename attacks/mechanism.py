@@ -24,20 +24,26 @@ class MechanismConfig:
     rounds: audited rounds, spread over the run (each replayed three or four times); at least
         the number of nodes, so that every node is probed.
     level: two-sided error probability of each interval (noise scale, sampling rate).
+    runs: independent runs audited (seeds seed, seed + 1, ...): randomized response's flip
+        rate is pooled over all of them, for power where one run's flips cannot resolve the
+        claim; each further run costs one more audit.
     """
 
     rounds: int = 8
     level: float = 1e-5
+    runs: int = 1
 
     def __post_init__(self) -> None:
         if self.rounds < 2:
             raise ConfigError(f"mechanism.rounds must be >= 2, got {self.rounds}")
         if not 0 < self.level < 1:
             raise ConfigError(f"mechanism.level must be in (0, 1), got {self.level}")
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
+            raise ConfigError(f"mechanism.runs must be an integer >= 1, got {self.runs!r}")
 
     def settings(self) -> MechanismSettings:
         """The audit's settings."""
-        return MechanismSettings(rounds=self.rounds, level=self.level)
+        return MechanismSettings(rounds=self.rounds, level=self.level, runs=self.runs)
 
 
 @ATTACKS.register("mechanism")

@@ -48,6 +48,7 @@ measurements still stand.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -249,7 +250,8 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                 "growth": growth.get(k, 1.0)}
         noisy_flows = [k for k in flows if k not in unnoised and k not in unflipped]
         snr_lo = snr_hi = 0.0
-        for g in _noise_groups(noisy_flows, noise):
+        groups = _noise_groups(noisy_flows, noise)  # independently noised releases
+        for g in groups:
             best = max(g, key=lambda k: float(contrib[k].norm() / noise[k].pow(2).mean().sqrt()))
             sq = float(noise[best].pow(2).sum())
             lo, hi = _std_interval(sq, noise[best].numel(), level)
@@ -266,7 +268,7 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
                             f"round {rep.round})")
         z = math.inf if mu2 == 0 else 1 / math.sqrt(mu2)
         rows.append({"node": i, "round": rep.round, "measured": bool(flows),
-                     "z": z if not (unnoised or unbounded) else 0.0,
+                     "releases": len(groups), "z": z if not (unnoised or unbounded) else 0.0,
                      "z_interval": [0.0 if (unnoised or unbounded) else _inv_sqrt(snr_hi),
                                     0.0 if (unnoised or unbounded) else _inv_sqrt(snr_lo)],
                      "messages": detail,
@@ -327,8 +329,11 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     draws = OutsideDraws(built.ctx.streams)
 
     def before(t: int) -> None:
-        draws.at(t)
+        # the replays draw from copies of the run's streams, and one that follows a release
+        # into round t + 1 draws round t + 1's noise: only the run's own rounds are recorded
+        draws.at(-1)
         rec(t)
+        draws.at(t)
 
     progress.stage(max(rounds) + 1, "probed round")
     with draws.recording():
@@ -360,7 +365,11 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
                 *([f"the replay of rounds {inexact} differs from the run's own messages"]
                   if inexact else [])]
     release = trainer.release_noise()
-    voided = bool(probe_findings or block_findings or fresh["findings"] or inexact)
+    more, more_findings = (further_runs(run, defense, overrides, settings)
+                           if family == "rr" and settings.runs > 1 else ([], []))
+    noise, findings = noise + more, findings + more_findings
+    voided = bool(probe_findings or block_findings or fresh["findings"] or inexact
+                  or more_findings)
     eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
            if nodes else
            measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
@@ -376,4 +385,19 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
             "request": {"epsilon": run.epsilon, "delta": run.delta, "rounds": run.rounds},
             "ledger_findings": ledger_findings(ledgers, release, run.delta, run.rounds),
             "settings": {"rounds": settings.rounds, "scales": list(settings.scales),
-                         "level": settings.level}}
+                         "level": settings.level,
+                         **({"runs": settings.runs} if settings.runs > 1 else {})}}
+
+
+def further_runs(run: RunConfig, defense: str, overrides: dict[str, Any],
+                 settings: MechanismSettings) -> tuple[list[dict[str, Any]], list[str]]:
+    """The noise rows and findings of runs 2..`settings.runs` (seeds seed + 1, ...), each
+    audited alone: randomized response pools their flips with the first run's."""
+    rows, findings = [], []
+    for k in range(1, settings.runs):
+        seed = run.seed + k
+        res = audit_mechanism(dataclasses.replace(run, seed=seed), defense, overrides,
+                              dataclasses.replace(settings, runs=1))
+        rows += [{**r, "run": k + 1} for r in res.get("noise", [])]
+        findings += [f"run {k + 1} (seed {seed}): {f}" for f in res.get("findings", [])]
+    return rows, findings

@@ -122,16 +122,32 @@ def gaussian_epsilon(schedule: np.ndarray, rate: float, delta: float, scheme: st
     return max(float(acc.get_epsilon(delta)), 0.0)
 
 
-def _node_ratios(probes: list[dict[str, Any]], z_ledger: np.ndarray, node: int
-                 ) -> tuple[float, float, float] | None:
-    """(point, low, high) of the smallest measured / ledger z over the node's probed rounds."""
+def observed_share(row: dict[str, Any], releases: Any) -> float:
+    """sqrt(R / m): a ledger whose joint multiplier composes R equally noised releases of one
+    batch per round (its `releases`), of which the probe saw m as messages (the rest reach the
+    network only inside a later model), claims z sqrt(R / m) for the m seen. Only a ledger that
+    counts more releases than are seen tightens the comparison; 1 otherwise."""
+    seen = row.get("releases", 0)
+    if not isinstance(releases, int) or isinstance(releases, bool) or seen <= 0:
+        return 1.0
+    return math.sqrt(max(releases / seen, 1.0))
+
+
+def _node_ratios(probes: list[dict[str, Any]], z_ledger: np.ndarray, node: int,
+                 releases: Any = None) -> tuple[float, float, float] | None:
+    """(point, low, high) of the smallest measured / ledger z over the node's probed rounds,
+    the ledger's z taken for the releases each probe saw (`observed_share`)."""
     rows = [p for p in probes if p["node"] == node and p["measured"]
             and 0 < z_ledger[p["round"], node] < math.inf]  # a round that releases something
     if not rows:
         return None
-    point = min(p["z"] / z_ledger[p["round"], node] for p in rows)
-    low = min(p["z_interval"][0] / z_ledger[p["round"], node] for p in rows)
-    high = min(p["z_interval"][1] / z_ledger[p["round"], node] for p in rows)
+
+    def z_at(p: dict[str, Any]) -> float:
+        return float(z_ledger[p["round"], node]) * observed_share(p, releases)
+
+    point = min(p["z"] / z_at(p) for p in rows)
+    low = min(p["z_interval"][0] / z_at(p) for p in rows)
+    high = min(p["z_interval"][1] / z_at(p) for p in rows)
     return point, low, high
 
 
@@ -262,7 +278,7 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
     z_probe = z if z_probe is None else z_probe
     best: dict[str, Any] | None = None
     for i, (led, samp) in enumerate(zip(ledgers, sampling, strict=True)):
-        ratios = _node_ratios(probes, z_probe, i)
+        ratios = _node_ratios(probes, z_probe, i, (led or {}).get("releases"))
         if ratios is None or led is None:
             continue
         q_lo, q_hi = samp.get("rate_interval", [led["sample_rate"]] * 2)

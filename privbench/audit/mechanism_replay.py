@@ -34,11 +34,15 @@ class MechanismSettings:
         level: two-sided error probability of each interval (noise scale, sampling rate):
             small, because a gate fails a correct run when an interval misses (each of n nodes
             has two).
+        runs: independent runs audited (the run's seed, seed + 1, ...): randomized response's
+            flip rate is pooled over every run (its interval narrows as 1 / sqrt(runs)); every
+            run's findings count. Other mechanisms read the first run's ε.
     """
 
     rounds: int = 8
     scales: tuple[float, float] = (1e4, 1e6)
     level: float = 1e-5
+    runs: int = 1
 
 
 EARLY = 4  # consecutive audited rounds at the start of a run
