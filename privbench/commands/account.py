@@ -224,7 +224,7 @@ def private_defense(name: str) -> type[Trainer]:
         UnknownNameError: `name` is not a registered defense (the private ones are listed).
         ConfigError: `name` is not private, or declares no privacy plan.
     """
-    from privbench.engine.trainer import provides
+    from privbench.engine.trainer import Trainer, provides
     from privbench.errors import UnknownNameError
     from privbench.plugins import load_plugins
     from privbench.registry import DEFENSES
@@ -238,7 +238,8 @@ def private_defense(name: str) -> type[Trainer]:
     if not cls.private:
         raise ConfigError(f"{name} is not a private defense (it adds no noise): nothing to "
                           f"account; private defenses: {', '.join(private)}")
-    if not provides(cls, "privacy_plan"):
+    if not (issubclass(cls, Trainer) and provides(cls, "privacy_plan")
+            and provides(cls, "calibration")):
         raise ConfigError(f"{name} declares no privacy plan privbench account can use: its "
                           "trainer class implements no Trainer.privacy_plan (nor "
                           "Trainer.calibration)")
