@@ -40,14 +40,19 @@ PRIVATE = [n for n in DEFENSES.names() if DEFENSES.get(n).private]
 RR = {"defl_vp", "d_psgd_rr"}  # randomized response: the message scale follows the plan
 
 
+def _keyword(fn: object, name: str) -> bool:
+    """Whether `fn` takes `name` as a keyword-only argument (a plan function's setting)."""
+    param = inspect.signature(fn).parameters.get(name)
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
 @contextlib.contextmanager
 def plans_scaled(factor: float) -> Iterator[None]:
     """Every privacy plan's noise multiplied by `factor` after calibration."""
     with pytest.MonkeyPatch.context() as mp:
         for module in [m for k, m in sys.modules.items() if k.startswith("defenses.")]:
             for attr, fn in list(vars(module).items()):  # every plan function a trainer calls
-                if attr.startswith("plan_") and callable(fn) and "noise_factor" in \
-                        inspect.signature(fn).parameters:
+                if attr.startswith("plan_") and callable(fn) and _keyword(fn, "noise_factor"):
                     mp.setattr(module, attr, functools.partial(fn, noise_factor=factor))
             for attr in ("plan_function",):  # DPPS-family classes hold theirs
                 for cls in [c for c in vars(module).values() if isinstance(c, type)
