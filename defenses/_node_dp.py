@@ -20,9 +20,11 @@ from privbench.accounting import (
     GaussianEvent,
     PrivacyLedger,
     account,
-    dpdl_plan,
 )
+from privbench.accounting import calibrate as calibration
 from privbench.engine.grads import clipped_grad_sum
+from privbench.engine.planning import report_of
+from privbench.engine.privacy import PlanRequest
 from privbench.engine.trainer import Context
 
 RDP_OPTIONS = AccountantOptions(rdp_orders=INTEGER_RDP_ORDERS)
@@ -35,10 +37,10 @@ SAMPLING_MODELS = {"poisson": "poisson", "fixed": "fixed_without_replacement"}
 def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
                        ratios: Sequence[float], accountant: str,
                        options: AccountantOptions, sampling: str = "poisson") -> float:
-    """`privbench.accounting.dpdl_plan.calibrate_max_node` (sigma = max_i z*(q_i) / r_i) with the
-    config's `sampling` ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
-    return dpdl_plan.calibrate_max_node(epsilon, delta, rounds, rates, ratios, accountant, options,
-                                    SAMPLING_MODELS[sampling])
+    """`privbench.accounting.calibrate.calibrate_max_node` (sigma = max_i z*(q_i) / r_i) with
+    the config's `sampling` ("poisson" or "fixed"), accounted as `SAMPLING_MODELS[sampling]`."""
+    return calibration.calibrate_max_node(epsilon, delta, rounds, rates, ratios, accountant,
+                                          options, SAMPLING_MODELS[sampling])
 
 
 def calibrate_sigmas(sigma_rule: str, epsilon: float, delta: float, rounds: int,
@@ -147,3 +149,17 @@ def gaussian_node_reports(rates: list[float], sigmas: list[float], delta: float,
                               note=note)
             out.append({**rep.to_dict(), "node": i, "sigma": sig, "sample_rate": q})
     return out
+
+
+def gaussian_release_plan(req: PlanRequest, cfg: Any, releases: int, note: str,
+                          ) -> tuple[float, tuple[EpsilonReport, ...]]:
+    """(sigma, [paper, calibrated] reports) of `releases` releases at the request's rate, as
+    DP-DPSGD's and MUFFLIATO's trainers calibrate (`calibrate_sigmas`) and report
+    (`gaussian_node_reports`)."""
+    opts = RDP_OPTIONS if req.accountant == "rdp" else req.options
+    sigma = float(calibrate_sigmas(cfg.sigma_rule, req.epsilon, req.delta, releases,
+                                   [req.sample_rate], [1.0], req.accountant, opts,
+                                   cfg.sampling)[0])
+    reports = gaussian_node_reports([req.sample_rate], [sigma], req.delta, releases,
+                                    req.accountant, cfg.sampling, note)
+    return sigma, tuple(report_of(r) for r in reports)

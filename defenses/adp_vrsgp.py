@@ -66,24 +66,90 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._plans import (
-    model_message_kinds,
-    node_plans,
-    plan_reports,
-    plan_schedule,
-    sample_rates,
+from defenses._plans import model_message_kinds
+from defenses.dp_sgp import plan_dp_sgp
+from privbench.accounting import (
+    DEFAULT_OPTIONS,
+    SAMPLINGS,
+    AccountantOptions,
+    EpsilonReport,
+    PrivacyPlan,
+    account_schedule,
+    adp_vrsgp_alpha,
+    adp_vrsgp_noise_factors,
+    adp_vrsgp_paper_epsilon,
+    adp_vrsgp_paper_sigma_hat,
+    calibrate_noise_scale,
 )
-from privbench.accounting import adp_vrsgp_alpha, adp_vrsgp_noise_factors
+from privbench.accounting.plans import (
+    GAUSSIAN_PLAN_ACCOUNTANTS,
+    Z_UNIT,
+    assemble_plan,
+    check_plan_request,
+    checked_factor,
+)
+from privbench.accounting.validation import check_choice
 from privbench.config import RunConfig
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.planning import node_plans, plan_reports, plan_schedule, sample_rates
+from privbench.engine.privacy import (
+    BOTH_MODES,
+    Calibration,
+    ClipBound,
+    PlanFunction,
+    PlanRequest,
+    PlanSettings,
+    formula_plan,
+    formula_settings,
+)
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
 from privbench.threat.observation import GradientView, Observation
 from privbench.threat.rebuild import push_sum_release
+
+
+def plan_adp_vrsgp(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    tau: int = 5, s: float = 0.2, sampling: str = "poisson",
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
+) -> PrivacyPlan:
+    """ADP-VRSGP: step t uses noise multiplier alpha(T - t) * sigma_hat (Sec. 4, Theorem 1).
+
+    Paper mode: Theorem 1 with c2 fitted to RDP at alpha == 1 (under-noises by 11-22%);
+    calibrated: `accountant` over the heterogeneous schedule (Poisson, add/remove).
+    """
+    req = check_plan_request(epsilon, delta, rounds, sample_rate, accountant,
+                             GAUSSIAN_PLAN_ACCOUNTANTS, calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
+    factors = adp_vrsgp_noise_factors(rounds, tau, s)
+    if calibrate_with == "calibrated":
+        sigma_hat = calibrate_noise_scale(eps, delta, factors, q, accountant, options,
+                                          sampling=sampling)
+    else:
+        sigma_hat = adp_vrsgp_paper_sigma_hat(eps, delta, q, factors, options)
+    sigma_hat *= checked_factor(noise_factor)
+    schedule = sigma_hat * factors  # (T,) z_t, the product the calibration composed
+    paper = EpsilonReport(
+        adp_vrsgp_paper_epsilon(sigma_hat, delta, q, factors, options), delta,
+        "closed-form (Theorem 1, c2 fitted to rdp)", "paper", "sample-level",
+        approximate=True, sampling="poisson",
+        note="Theorem 1 with c2 fitted at alpha == 1: not an upper bound for the decaying "
+             "schedule (under-reports by up to ~22% at eps = 8); depends on the schedule only "
+             "through sum_t 1/z_t^2",
+    )
+    noise = {"sigma_hat": sigma_hat, "z_first": schedule[0], "z_last": schedule[-1]}
+    reports = [paper, account_schedule(schedule, q, delta, accountant, sampling=sampling,
+                                       options=options)]
+    return assemble_plan("adp_vrsgp", noise, reports, calibrate_with, req, (
+        "step t noise multiplier = alpha(T - t) * sigma_hat, alpha(k) = (floor(k/tau) + 10)^s",
+        "sigma_hat is per unit of the CURRENT clip bound G_t",
+    ), schedule, Z_UNIT, noise_factor)
 
 
 @dataclass(frozen=True)
@@ -206,11 +272,11 @@ class ADPVRSGP(Trainer):
         self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
         self.sched = schedule(cfg, ctx.run)
         if cfg.noise_schedule == "stepwise":
-            self.plans = node_plans(ctx, "adp_vrsgp", cfg.epsilons, cfg.deltas, cfg.accountant,
-                                    cfg.calibrate_with, tau=cfg.tau, s=cfg.s)
+            self.plans = node_plans(ctx, plan_adp_vrsgp, cfg.epsilons, cfg.deltas,
+                                    cfg.accountant, cfg.calibrate_with, tau=cfg.tau, s=cfg.s)
             base = [p.noise["sigma_hat"] for p in self.plans]
         else:  # alpha == 1: constant-noise DP-SGD accounting
-            self.plans = node_plans(ctx, "dp_sgp", cfg.epsilons, cfg.deltas, cfg.accountant,
+            self.plans = node_plans(ctx, plan_dp_sgp, cfg.epsilons, cfg.deltas, cfg.accountant,
                                     cfg.calibrate_with)
             base = [p.noise["sigma"] for p in self.plans]
         self.sigma_hat = torch.tensor(base, dtype=torch.float64)  # (n,) per unit of G_t
@@ -220,6 +286,31 @@ class ADPVRSGP(Trainer):
         self.w = torch.ones(ctx.n, device=ctx.device)  # (n,) push-sum weights
         self.gtil = torch.zeros_like(self.x)  # (n, d) PGF buffer
         self.debug_released: dict[int, Tensor] | None = None  # round -> (n, d) gbar, tests only
+
+    @classmethod
+    def calibration(cls, cfg: ADPVRSGPConfig) -> Calibration:
+        """Calibrated by `cfg.accountant` or by Theorem 1 (`cfg.calibrate_with`)."""
+        return Calibration(BOTH_MODES, cfg.calibrate_with, cfg.accountant)
+
+    @staticmethod
+    def plan_function(cfg: ADPVRSGPConfig) -> PlanFunction:
+        """The stepwise schedule's plan, or constant-noise DP-SGD's (alpha == 1)."""
+        return plan_adp_vrsgp if cfg.noise_schedule == "stepwise" else plan_dp_sgp
+
+    @classmethod
+    def plan_settings(cls, cfg: ADPVRSGPConfig) -> PlanSettings:
+        """The plan function's settings (tau, s and the sampling model when stepwise)."""
+        return formula_settings(cls.plan_function(cfg))
+
+    @classmethod
+    def privacy_plan(cls, cfg: ADPVRSGPConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """The plan function's plan for the request, what every node's plan is."""
+        return formula_plan(cls.plan_function(cfg), req, mode)
+
+    @classmethod
+    def clip_bound(cls, cfg: ADPVRSGPConfig) -> ClipBound:
+        """The initial per-sample clip bound G_0 (the bound decays from it)."""
+        return ClipBound.of(cfg.clip)
 
     def models(self) -> Tensor:
         """(n, d) de-biased models z = x / w."""

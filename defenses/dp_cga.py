@@ -127,11 +127,21 @@ from privbench.accounting import (
     EpsilonReport,
     GaussianEvent,
     PrivacyLedger,
+    PrivacyPlan,
     account,
 )
 from privbench.config import check_choices
 from privbench.engine.grads import batch_grads, clip_l2
 from privbench.engine.messages import MessageKind
+from privbench.engine.planning import (
+    config_settings,
+    configured,
+    graph_note,
+    report_of,
+    request_graph,
+    worst_node,
+)
+from privbench.engine.privacy import BOTH_MODES, Calibration, ClipBound, PlanRequest, PlanSettings
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
@@ -354,6 +364,50 @@ class DPCGA(Trainer):
     )
     mixing = "doubly"
     private = True
+
+    @classmethod
+    def calibration(cls, cfg: DPCGAConfig) -> Calibration:
+        """sigma set by the strict reading with `cfg.accountant`, or by the paper reading with
+        RDP (`cfg.calibrate_with`)."""
+        return Calibration(BOTH_MODES, "paper" if cfg.calibrate_with == "paper" else "calibrated",
+                           cfg.accountant)
+
+    @classmethod
+    def plan_settings(cls, cfg: DPCGAConfig) -> PlanSettings:
+        """The config fields a request may set (sampling, sigma_rule, weights)."""
+        return config_settings(cfg, ("sampling", "sigma_rule", "weights"))
+
+    @classmethod
+    def privacy_plan(cls, cfg: DPCGAConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """The worst node of the request's graph, planned as the trainer plans (`plan_privacy`).
+        The batch B is the train command's, |D| = B / q; sigma scales with B, the noise on each
+        clipped batch mean (sigma C / B) does not."""
+        cfg = configured(cfg, req)
+        run, topo = request_graph(req, cls)
+        cfg = replace(cfg, accountant=req.accountant,
+                      calibrate_with="strict" if mode == "calibrated" else "paper")
+        batch = run.batch_size
+        size = max(batch, round(batch / req.sample_rate))
+        ws = [g[0].cpu() for g in graph_periods(topo, cfg.weights, torch.device("cpu"))]
+        plan = plan_privacy(cfg, ws, [size] * topo.n, batch, req.epsilon, req.delta, req.rounds)
+        reports = privacy_reports(plan, cfg, req.delta, req.rounds)
+        worst = worst_node(reports, "strict")
+        mine = {r["reading"]: r for r in reports if r["node"] == worst}
+        sigma = plan.sigma[worst]
+        noise = {"sigma": sigma, "noise_std_per_clip_on_mean": sigma / plan.divisors[worst],
+                 "batch": plan.divisors[worst], "releases_per_round": plan.releases[worst],
+                 "node": worst, "nodes": topo.n}
+        return PrivacyPlan("dp_cga", noise, (report_of(mine["paper"]), report_of(mine["strict"])),
+                           mode, req.epsilon, req.delta, req.rounds, plan.sample_rates[worst],
+                           req.accountant, (
+                               graph_note(run, topo, f"weights {cfg.weights}; worst node {worst}"),
+                               f"batch B = {batch}, |D| = {size}: sigma scales with B, the noise "
+                               "on each clipped batch mean (sigma C / B) does not"))
+
+    @classmethod
+    def clip_bound(cls, cfg: DPCGAConfig) -> ClipBound:
+        """The L2 clip bound C of each batch-mean gradient (batch-level clipping)."""
+        return ClipBound.of(cfg.clip)
 
     def __init__(self, cfg: DPCGAConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

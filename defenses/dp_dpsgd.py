@@ -37,12 +37,16 @@ from defenses._graph import canonical_weights, graph_periods, mixing_matrix
 from defenses._node_dp import (
     GAUSSIAN_CHOICES,
     gaussian_node_reports,
+    gaussian_release_plan,
     node_rates,
     node_sigmas,
     noisy_clipped_mean,
 )
+from privbench.accounting import PrivacyPlan
 from privbench.config import check_choices
 from privbench.engine.messages import MessageKind
+from privbench.engine.planning import config_settings, configured
+from privbench.engine.privacy import Calibration, ClipBound, PlanRequest, PlanSettings
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
@@ -93,6 +97,31 @@ class DPDPSGD(Trainer):
                          "post-processing of the node's earlier noisy gradients"),)
     mixing = "doubly"
     private = True
+
+    @classmethod
+    def calibration(cls, cfg: DPDPSGDConfig) -> Calibration:
+        """sigma set by `cfg.accountant` only (the paper states no formula of its own)."""
+        return Calibration(("calibrated",), "calibrated", cfg.accountant)
+
+    @classmethod
+    def plan_settings(cls, cfg: DPDPSGDConfig) -> PlanSettings:
+        """The config field a request may set (sampling)."""
+        return config_settings(cfg, ("sampling",))
+
+    @classmethod
+    def privacy_plan(cls, cfg: DPDPSGDConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """One subsampled Gaussian release per round, calibrated as the trainer does."""
+        sigma, reports = gaussian_release_plan(req, configured(cfg, req), req.rounds,
+                                               "one subsampled Gaussian per round (A(DP)^2SGD)")
+        return PrivacyPlan("dp_dpsgd", {"sigma": sigma}, reports, mode, req.epsilon, req.delta,
+                           req.rounds, req.sample_rate, req.accountant,
+                           ("sigma = noise std / clip bound, on the SUM of clipped per-sample "
+                            "gradients",))
+
+    @classmethod
+    def clip_bound(cls, cfg: DPDPSGDConfig) -> ClipBound:
+        """The per-sample L2 clip bound C."""
+        return ClipBound.of(cfg.clip)
 
     def __init__(self, cfg: DPDPSGDConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -20,8 +20,10 @@ rigorous accountant (`privbench.accounting` plan "dp_sgp"); the paper-mode epsil
 Design choice: this is a clean standalone trainer, not an alias of
 `adp_vrsgp`; `tests/defenses/test_adp_vrsgp.py` checks that ADP-VRSGP with theta = 0,
 alpha == beta == 1, psi = 1 produces exactly the same models as this trainer for the same seed.
-Other DP push-sum defenses may reuse `node_plans`, `plan_schedule` and `node_budgets`; batches
-come from the context's one sampling path (`ctx.draw(t, rates=...)`).
+Accounting (`plan_dp_sgp`): every round is one Poisson(q)-subsampled Gaussian step; the paper
+mode reads it with the RDP (moments) accountant, as ADP-VRSGP's Theorem 1 follows. Other DP
+push-sum defenses may reuse `privbench.engine.planning` (`node_plans`, `plan_schedule`,
+`node_budgets`); batches come from the context's one sampling path (`ctx.draw(t, rates=...)`).
 
 Choices: |B| (the normaliser and the expected batch) is the run's batch_size; the Poisson batch is
 compacted to its largest realised size (padding masked), so no sample slot is truncated; clip
@@ -38,21 +40,73 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._plans import (
-    model_message_kinds,
-    node_plans,
-    plan_reports,
-    plan_schedule,
-    sample_rates,
+from defenses._plans import model_message_kinds
+from privbench.accounting import (
+    DEFAULT_OPTIONS,
+    SAMPLINGS,
+    AccountantOptions,
+    GaussianEvent,
+    PrivacyLedger,
+    PrivacyPlan,
+    account,
+    calibrate_noise_scale,
 )
+from privbench.accounting.plans import (
+    GAUSSIAN_PLAN_ACCOUNTANTS,
+    Z_UNIT,
+    assemble_plan,
+    check_plan_request,
+    checked_factor,
+)
+from privbench.accounting.validation import check_choice
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.planning import node_plans, plan_reports, plan_schedule, sample_rates
+from privbench.engine.privacy import (
+    BOTH_MODES,
+    Calibration,
+    ClipBound,
+    PlanRequest,
+    PlanSettings,
+    formula_plan,
+    formula_settings,
+)
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
 from privbench.threat.observation import GradientView, Observation
 from privbench.threat.rebuild import push_sum_release
+
+
+def plan_dp_sgp(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    sampling: str = "poisson",
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
+) -> PrivacyPlan:
+    """Constant-noise DP-SGD inside push-sum (the DP-SGP baseline).
+
+    Every round is one Poisson(q)-subsampled Gaussian step with noise multiplier sigma. Paper
+    mode: the RDP (moments) accountant, as ADP-VRSGP's Theorem 1 follows; calibrated: `accountant`.
+    """
+    req = check_plan_request(epsilon, delta, rounds, sample_rate, accountant,
+                             GAUSSIAN_PLAN_ACCOUNTANTS, calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    paper_acc = "rdp"
+    use = accountant if calibrate_with == "calibrated" else paper_acc
+    sampling = check_choice(sampling, "sampling", SAMPLINGS)
+    sigma = calibrate_noise_scale(eps, delta, np.ones(rounds), q, use, options,
+                                  sampling=sampling) * checked_factor(noise_factor)
+    ledger = PrivacyLedger().record(GaussianEvent(sigma, q, rounds, sampling))
+    reports = [
+        account(ledger, delta, paper_acc, mode="paper", options=options,
+                note="moments-accountant (RDP) reading of constant-noise DP-SGD"),
+        account(ledger, delta, accountant, mode="calibrated", options=options),
+    ]
+    return assemble_plan("dp_sgp", {"sigma": sigma}, reports, calibrate_with, req,
+                 ("sigma = noise std / clip bound, on the SUM of clipped per-sample gradients",),
+                 sigma, Z_UNIT, noise_factor)
 
 
 @dataclass(frozen=True)
@@ -90,7 +144,7 @@ class DPSGP(Trainer):
         if cfg.clip <= 0:
             raise ConfigError(f"defense.clip must be > 0, got {cfg.clip}")
         self.mixer = Mixer(ctx.topology, self.mixing, ctx.device)
-        self.plans = node_plans(ctx, "dp_sgp", cfg.epsilons, cfg.deltas, cfg.accountant,
+        self.plans = node_plans(ctx, plan_dp_sgp, cfg.epsilons, cfg.deltas, cfg.accountant,
                                 cfg.calibrate_with)
         self.rates = torch.tensor(sample_rates(ctx), device=ctx.device)[:, None]  # (n, 1)
         self.z = plan_schedule(self.plans, ctx.device)  # (T, n): what the plans composed
@@ -98,6 +152,26 @@ class DPSGP(Trainer):
         self.w = torch.ones(ctx.n, device=ctx.device)  # (n,)
         self.debug_released: dict[int, Tensor] | None = None  # round -> (n, d) gbar, tests only
         self.last_release: Tensor | None = None  # (n, d) the latest gbar (post-processing only)
+
+    @classmethod
+    def calibration(cls, cfg: DPSGPConfig) -> Calibration:
+        """Calibrated by `cfg.accountant` or by the paper's RDP reading (`cfg.calibrate_with`)."""
+        return Calibration(BOTH_MODES, cfg.calibrate_with, cfg.accountant)
+
+    @classmethod
+    def plan_settings(cls, cfg: DPSGPConfig) -> PlanSettings:
+        """`plan_dp_sgp`'s settings (the sampling model)."""
+        return formula_settings(plan_dp_sgp)
+
+    @classmethod
+    def privacy_plan(cls, cfg: DPSGPConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """`plan_dp_sgp` for the request, what every node's plan is for its own budget."""
+        return formula_plan(plan_dp_sgp, req, mode)
+
+    @classmethod
+    def clip_bound(cls, cfg: DPSGPConfig) -> ClipBound:
+        """The per-sample L2 clip bound G."""
+        return ClipBound.of(cfg.clip)
 
     def models(self) -> Tensor:
         """(n, d) de-biased models z = x / w."""

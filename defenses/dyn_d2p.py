@@ -88,15 +88,39 @@ import torch
 from torch import Tensor
 
 from privbench.accounting import (
+    DEFAULT_OPTIONS,
+    AccountantOptions,
     ApproximateAccountingWarning,
     EpsilonReport,
     PrivacyPlan,
+    account_schedule,
+    calibrate_noise_scale,
+    dyn_d2p_growth,
+    dyn_d2p_mu0,
     gdp_epsilon,
-    make_plan,
+    gdp_mu,
 )
+from privbench.accounting import SAMPLINGS as ACCOUNTING_SAMPLINGS
+from privbench.accounting.plans import (
+    GAUSSIAN_PLAN_ACCOUNTANTS,
+    Z_UNIT,
+    assemble_plan,
+    check_plan_request,
+    checked_factor,
+)
+from privbench.accounting.validation import check_choice
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.privacy import (
+    BOTH_MODES,
+    Calibration,
+    ClipBound,
+    PlanRequest,
+    PlanSettings,
+    formula_plan,
+    formula_settings,
+)
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
@@ -108,6 +132,46 @@ VARIANTS = ("dyn", "dyn_c", "dyn_mu", "const")
 SAMPLINGS = ("poisson", "one_sample")
 CALIBRATIONS = ("paper", "calibrated")
 ACCOUNTANTS = ("pld", "rdp")
+
+
+def plan_dyn_d2p(
+    epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
+    rho_mu: float = 2.0, sampling: str = "poisson",
+    calibrate_with: str = "calibrated", options: AccountantOptions = DEFAULT_OPTIONS,
+    noise_factor: float = 1.0,
+) -> PrivacyPlan:
+    """Dyn-D2P: step k is mu_k-GDP, mu_k = mu_0 rho_mu^(k/K), noise multiplier 1/mu_k (eq. 7).
+
+    Paper mode: eq. (4) -> mu_tot, eq. (8) -> mu_0 (CLT; approximate, warns). Calibrated: mu_0
+    such that `accountant` over the schedule meets the target (the CLT is not an upper bound).
+    rho_mu = 1 is Const-D2P / Dyn[C]-D2P (eq. 9).
+    """
+    req = check_plan_request(epsilon, delta, rounds, sample_rate, accountant,
+                             GAUSSIAN_PLAN_ACCOUNTANTS, calibrate_with)
+    eps, delta, rounds, q, accountant = req
+    sampling = check_choice(sampling, "sampling", ACCOUNTING_SAMPLINGS)
+    growth = dyn_d2p_growth(rounds, rho_mu)
+    shape = 1.0 / growth  # (K,) z_k = scale * shape_k, scale = 1 / mu_0
+    if calibrate_with == "calibrated":
+        scale = calibrate_noise_scale(eps, delta, shape, q, accountant, options,
+                                      sampling=sampling)
+    else:  # the paper's CLT (eqs. 4, 8) assumes Poisson sampling whatever is drawn
+        scale = 1.0 / dyn_d2p_mu0(gdp_mu(eps, delta), q, rounds, rho_mu)
+    scale *= checked_factor(noise_factor)
+    mu0 = 1.0 / scale
+    schedule = scale * shape  # (K,) z_k = 1 / mu_k
+    # the same product the calibration composed: its accountant result is reused, not recomputed
+    reports = [
+        account_schedule(schedule, q, delta, "gdp_clt", sampling=sampling, mode="paper",
+                         note="mu-GDP CLT, eqs. (4) and (6): an approximation, not an upper "
+                              "bound"),
+        account_schedule(schedule, q, delta, accountant, sampling=sampling, options=options),
+    ]
+    noise = {"mu_0": mu0, "mu_last": 1 / schedule[-1], "z_first": schedule[0],
+             "z_last": schedule[-1]}
+    return assemble_plan("dyn_d2p", noise, reports, calibrate_with, req, (
+        "sigma_k = C_k / mu_k on the SUM of clipped per-sample gradients",
+    ), schedule, Z_UNIT, noise_factor)
 
 
 @dataclass(frozen=True)
@@ -195,9 +259,9 @@ def node_plan(cfg: DynD2PConfig, epsilon: float, delta: float, steps: int,
     """
     with warnings.catch_warnings():  # the CLT is approximate: the report says so (approximate)
         warnings.simplefilter("ignore", ApproximateAccountingWarning)
-        return make_plan("dyn_d2p", epsilon, delta, steps, sample_rate, cfg.accountant,
-                         rho_mu=cfg.budget_rho, sampling=cfg.sampling_model,
-                         calibrate_with=cfg.calibrate_with)
+        return plan_dyn_d2p(epsilon, delta, steps, sample_rate, cfg.accountant,
+                            rho_mu=cfg.budget_rho, sampling=cfg.sampling_model,
+                            calibrate_with=cfg.calibrate_with)
 
 
 def clt_spent(mus: np.ndarray, sample_rate: float, t: int, delta: float) -> tuple[float, float]:
@@ -226,6 +290,31 @@ class DynD2P(Trainer):
     )
     mixing = "column"
     private = True
+
+    @classmethod
+    def calibration(cls, cfg: DynD2PConfig) -> Calibration:
+        """mu_0 set by `cfg.accountant` or by the paper's CLT (`cfg.calibrate_with`)."""
+        return Calibration(BOTH_MODES, cfg.calibrate_with, cfg.accountant)
+
+    @staticmethod
+    def fixed_settings(cfg: DynD2PConfig) -> dict[str, float]:
+        """Const-D2P and Dyn[C]-D2P hold the budget constant (eq. 9): rho_mu = 1."""
+        return {} if cfg.dynamic_budget else {"rho_mu": cfg.budget_rho}
+
+    @classmethod
+    def plan_settings(cls, cfg: DynD2PConfig) -> PlanSettings:
+        """`plan_dyn_d2p`'s settings, less rho_mu where the variant fixes it."""
+        return formula_settings(plan_dyn_d2p, cls.fixed_settings(cfg))
+
+    @classmethod
+    def privacy_plan(cls, cfg: DynD2PConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """`plan_dyn_d2p` for the request with the variant's rho_mu."""
+        return formula_plan(plan_dyn_d2p, req, mode, cls.fixed_settings(cfg))
+
+    @classmethod
+    def clip_bound(cls, cfg: DynD2PConfig) -> ClipBound:
+        """C_0 for the dynamic-clip variants (the bound decays from it), C_bar otherwise."""
+        return ClipBound.of(cfg.clip_0 if cfg.dynamic_clip else cfg.clip_bar)
 
     def __init__(self, cfg: DynD2PConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -54,12 +54,16 @@ from defenses._graph import canonical_weights, graph_periods, mixing_matrix
 from defenses._node_dp import (
     GAUSSIAN_CHOICES,
     gaussian_node_reports,
+    gaussian_release_plan,
     node_rates,
     node_sigmas,
     noisy_clipped_mean,
 )
+from privbench.accounting import PrivacyPlan
 from privbench.config import check_choices
 from privbench.engine.messages import MessageKind
+from privbench.engine.planning import config_settings, configured, graph_note, request_graph
+from privbench.engine.privacy import Calibration, ClipBound, PlanRequest, PlanSettings
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
@@ -158,6 +162,38 @@ class Muffliato(Trainer):
     mixing = "doubly"
     private = True
     view_lookback = 2  # x_i^t = omega sum_j w_ij y_j^{t-1} + (1 - omega) y_i^{t-2}
+
+    @classmethod
+    def calibration(cls, cfg: MuffliatoConfig) -> Calibration:
+        """sigma set by `cfg.accountant` only (the paper states no formula of its own)."""
+        return Calibration(("calibrated",), "calibrated", cfg.accountant)
+
+    @classmethod
+    def plan_settings(cls, cfg: MuffliatoConfig) -> PlanSettings:
+        """The config fields a request may set (sampling, gossip_steps, weights)."""
+        return config_settings(cfg, ("sampling", "gossip_steps", "weights"))
+
+    @classmethod
+    def privacy_plan(cls, cfg: MuffliatoConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """ceil(T / K) releases, K the accelerated mixing time of the request's graph."""
+        cfg = configured(cfg, req)
+        run, topo = request_graph(req, cls)
+        mu, steps, omega = gossip_constants(
+            cfg, [g[0] for g in graph_periods(topo, cfg.weights, torch.device("cpu"))])
+        releases = math.ceil(req.rounds / steps)
+        sigma, reports = gaussian_release_plan(
+            req, cfg, releases, f"one subsampled Gaussian per gradient step, every K = {steps} "
+            f"rounds (omega = {omega:.4f}); local DP, no network amplification claimed")
+        return PrivacyPlan(
+            "muffliato", {"sigma": sigma, "releases": releases, "gossip_steps": steps}, reports,
+            mode, req.epsilon, req.delta, req.rounds, req.sample_rate, req.accountant,
+            (graph_note(run, topo, f"weights {cfg.weights}; mu = {mu:.4f}, K = {steps}: "
+                        f"{releases} releases in {req.rounds} rounds"),))
+
+    @classmethod
+    def clip_bound(cls, cfg: MuffliatoConfig) -> ClipBound:
+        """The per-sample L2 clip bound C."""
+        return ClipBound.of(cfg.clip)
 
     def __init__(self, cfg: MuffliatoConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

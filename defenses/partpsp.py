@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from defenses.dpps import DPPS, DPPSConfig
+from defenses.dpps.plan import plan_partpsp
+from privbench.engine.privacy import PlanFunction
 from privbench.registry import DEFENSES
 
 
@@ -43,4 +45,4 @@ class PartPSP(DPPS):
     """PartPSP (Algorithm 2): local SGD step, L1-clipped shared gradient, DPPS on the shared."""
 
     Config = PartPSPConfig
-    plan_name: ClassVar[str] = "partpsp"
+    plan_function: ClassVar[PlanFunction] = staticmethod(plan_partpsp)  # its accounting

@@ -50,9 +50,11 @@ from typing import ClassVar
 
 from defenses._push_sum_schedule import mixing_into, rates, real_sensitivity
 from defenses.dpps import DPPS, DPPSConfig
+from defenses.dpps.plan import plan_pedfl
 from privbench.engine.grads import batch_grads, clip_l1
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import push_sum
+from privbench.engine.privacy import PlanFunction
 from privbench.engine.trainer import Context
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
@@ -79,7 +81,7 @@ class PEDFL(DPPS):
     """Gossip SGD whose every sent model carries Laplace noise at the oracle L1 sensitivity."""
 
     Config = PEDFLConfig
-    plan_name: ClassVar[str] = "pedfl"
+    plan_function: ClassVar[PlanFunction] = staticmethod(plan_pedfl)  # its accounting
     kinds = (
         MessageKind("shared", covered=True,
                     description="x_i^t + gamma_n n_i^t, the Laplace-perturbed model (times "

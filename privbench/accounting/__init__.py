@@ -1,4 +1,4 @@
-"""Privacy accounting for privbench: ledgers, accountants, calibration and per-defense plans.
+"""Privacy accounting for privbench: ledgers, accountants, calibration and the plan record.
 
 Every defense reports an honest epsilon through this package (delta, accountant,
 mode, unit of privacy and uncovered message kinds with every number). The pieces:
@@ -11,8 +11,9 @@ mode, unit of privacy and uncovered message kinds with every number). The pieces
   Dyn-D2P (Dyn-D2P paper, eqs. (4) and (6)), which is approximate and says so;
 - calibration (`calibrate`): target (epsilon, delta) + schedule shape -> noise scale;
 - each paper's own formula (`papers`, `gdp`), cited to paper sections, equations and theorems;
-- plans (`plans`): `PRIVACY_PLANS`, name -> (epsilon, delta, rounds, sample_rate, accountant)
-  -> `PrivacyPlan` for dp_sgp, adp_vrsgp, dyn_d2p, defl_vp, dpps, partpsp, pedfl, dpdl.
+- plans (`plans`): the `PrivacyPlan` record (the noise a defense uses for a target budget and
+  the epsilon both modes give it) and what every plan function checks and assembles. Each
+  defense's own plan lives with the defense (`Trainer.privacy_plan`).
 
 Every epsilon is an `EpsilonReport` carrying delta, accountant, mode ("paper" or "calibrated"),
 unit ("sample-level" or "node-level"), the message kinds it does not cover, and whether it is an
@@ -25,7 +26,6 @@ from privbench.accounting.calibrate import (
     solve_monotone,
 )
 from privbench.accounting.compose import account, account_schedule
-from privbench.accounting.dpdl_plan import plan_dpdl  # registers the plan `dpdl`
 from privbench.accounting.events import (
     Event,
     GaussianEvent,
@@ -53,7 +53,6 @@ from privbench.accounting.gdp import (
     gdp_mu,
 )
 from privbench.accounting.papers import (
-    DPDL_READINGS,
     adp_vrsgp_alpha,
     adp_vrsgp_fitted_c2,
     adp_vrsgp_noise_factors,
@@ -61,25 +60,10 @@ from privbench.accounting.papers import (
     adp_vrsgp_paper_sigma_hat,
     adp_vrsgp_theorem1_sigma_hat,
     defl_vp_readings,
-    dpdl_joint_ratio,
-    dpdl_noise_ratios,
     dpps_b,
     dpps_round_epsilon,
 )
-from privbench.accounting.plans import (
-    PRIVACY_PLANS,
-    PlanFunction,
-    PrivacyPlan,
-    make_plan,
-    plan_adp_vrsgp,
-    plan_defl_vp,
-    plan_dp_sgp,
-    plan_dpps,
-    plan_dyn_d2p,
-    plan_options,
-    plan_partpsp,
-    plan_pedfl,
-)
+from privbench.accounting.plans import PrivacyPlan
 from privbench.accounting.pure import (
     advanced_composition,
     basic_composition,
@@ -102,11 +86,9 @@ from privbench.accounting.validation import (
 
 __all__ = [
     "DEFAULT_OPTIONS",
-    "DPDL_READINGS",
     "GAUSSIAN_ACCOUNTANTS",
     "INTEGER_RDP_ORDERS",
     "MODES",
-    "PRIVACY_PLANS",
     "PURE_COMPOSITIONS",
     "SAMPLINGS",
     "TF_PRIVACY_RDP_ORDERS",
@@ -117,7 +99,6 @@ __all__ = [
     "Event",
     "GaussianEvent",
     "LaplaceEvent",
-    "PlanFunction",
     "PrivacyLedger",
     "PrivacyPlan",
     "RandomizedResponseEvent",
@@ -138,8 +119,6 @@ __all__ = [
     "check_sampling_rate",
     "clt_mu_total",
     "defl_vp_readings",
-    "dpdl_joint_ratio",
-    "dpdl_noise_ratios",
     "dpps_b",
     "dpps_round_epsilon",
     "dyn_d2p_growth",
@@ -151,18 +130,8 @@ __all__ = [
     "gdp_epsilon",
     "gdp_mu",
     "laplace_scale",
-    "make_plan",
     "node_ledgers",
     "per_release_epsilon",
-    "plan_adp_vrsgp",
-    "plan_defl_vp",
-    "plan_dp_sgp",
-    "plan_dpdl",
-    "plan_dpps",
-    "plan_dyn_d2p",
-    "plan_options",
-    "plan_partpsp",
-    "plan_pedfl",
     "rr_epsilon",
     "rr_keep_prob",
     "schedule_epsilon_fn",

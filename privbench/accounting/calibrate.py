@@ -251,3 +251,18 @@ def _local_slope(f: Callable[[float], float], x: float, step: float = 1.01) -> f
     if 0 < a < math.inf and 0 < b < math.inf and a != b:
         return math.log(b / a) / math.log(step)
     return None
+
+
+def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
+                       ratios: Sequence[float], accountant: str, options: AccountantOptions,
+                       sampling: str = "poisson") -> float:
+    """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
+    every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
+    distinct ratio only the largest rate needs calibrating). `sampling`: an accounting
+    sampling model (`SAMPLINGS`)."""
+    worst: dict[float, float] = {}
+    for q, r in zip(rates, ratios, strict=True):
+        worst[r] = max(worst.get(r, 0.0), q)
+    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options,
+                                     sampling=sampling) / r
+               for r, q in worst.items())

@@ -11,9 +11,6 @@ Dyn-D2P's formulas (eqs. 4, 6, 8, 9) live in `privbench.accounting.gdp`. Here:
   per-coordinate and per-vector readings of the randomized-response budget.
 - DPPS / PartPSP (Zhou et al., Sec. 4.1, Lemma 1, Theorem 1): each round is
   (b / gamma_n)-DP; the paper does not compose across rounds.
-- DPDL (Yuan et al., Sec. V-A and Appendix A, eqs. (39)-(55), Theorem 1): effective noise
-  multipliers of the cross-gradient release (A) and of the broadcast model/momentum (B) under the
-  `paper`, `full` and `strict` readings.
 """
 
 from __future__ import annotations
@@ -27,14 +24,12 @@ from privbench.accounting.calibrate import calibrate_noise_scale
 from privbench.accounting.events import GaussianEvent
 from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions, gaussian_epsilon
 from privbench.accounting.validation import (
-    check_choice,
     check_count,
     check_delta,
     check_epsilon,
     check_positive,
     check_sampling_rate,
 )
-from privbench.errors import ConfigError
 
 # ---------------------------------------------------------------- ADP-VRSGP
 
@@ -144,52 +139,3 @@ def dpps_round_epsilon(b: float, gamma_n: float) -> float:
 def dpps_b(round_epsilon: float, gamma_n: float) -> float:
     """The privacy knob b = eps_round * gamma_n (Laplace scale gamma_n S / b = S / eps_round)."""
     return check_positive(round_epsilon, "round epsilon") * check_positive(gamma_n, "gamma_n")
-
-
-# ---------------------------------------------------------------- DPDL
-
-DPDL_READINGS: tuple[str, ...] = ("paper", "full", "strict")
-
-
-def dpdl_noise_ratios(
-    n_agents: int, degree: int, alpha: float = 1.0, kappa: float = 1.0
-) -> dict[str, float]:
-    """Per-unit-sigma noise multipliers of DPDL's two releases.
-
-    Uniform weights w_ij = 1/degree over the closed neighbourhood N_i (|N_i| = degree, self
-    included). With noise sigma * C per message:
-    - A (cross-gradients, n_i - 1 messages from one batch, jointly): z_A = sigma / sqrt(degree - 1).
-    - B (broadcast x~, v~ via g~^i): sensitivity C (1/(sqrt(w_ii) N) + alpha kappa) (eq. 53);
-      noise sigma C sqrt(sum_j 1/w_ij) / N (paper, eq. 40) or sigma C / (sqrt(w_ii) N) (strict:
-      only the node's own z^ii protects against an observer of all cross-gradients).
-
-    Returns:
-        {"A": z_A/sigma (inf without neighbours), "B_paper": ..., "B_strict": ...}.
-    """
-    n = check_count(n_agents, "n_agents")
-    deg = check_count(degree, "degree")
-    if deg > n:
-        raise ConfigError(f"degree must be <= n_agents={n}, got {deg}")
-    check_positive(alpha, "alpha"), check_positive(kappa, "kappa")
-    sens_b = math.sqrt(deg) / n + alpha * kappa  # 1/sqrt(w_ii) = sqrt(degree)
-    return {
-        "A": math.inf if deg == 1 else 1 / math.sqrt(deg - 1),
-        "B_paper": (deg / n) / sens_b,  # sqrt(sum_j 1/w_ij) = sqrt(deg * deg)
-        "B_strict": (math.sqrt(deg) / n) / sens_b,
-    }
-
-
-def dpdl_joint_ratio(ratios: dict[str, float], reading: str) -> float:
-    """Noise multiplier per unit sigma of the round's release under a reading.
-
-    `paper`: mechanism B only, paper noise (the object of the paper's proof, eqs. 39-55).
-    `full`: A and B, paper noise. `strict`: A and B, strict noise (privbench's honest reading).
-    A and B use the SAME Poisson batch and independent noise, so they form one subsampled
-    Gaussian with 1/z^2 = 1/z_A^2 + 1/z_B^2 (composing them as independently subsampled would
-    under-count: e^(a+b) - 1 >= (e^a - 1) + (e^b - 1)).
-    """
-    reading = check_choice(reading, "DPDL reading", DPDL_READINGS)
-    if reading == "paper":
-        return ratios["B_paper"]
-    b = ratios["B_paper"] if reading == "full" else ratios["B_strict"]
-    return 1 / math.sqrt(ratios["A"] ** -2 + b**-2)

@@ -340,7 +340,7 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
         ratio, sampling), the worst node's entries, cap, p_star.
     """
     from privbench.audit.candidates import claims
-    from privbench.audit.input_canary import _clip_or, _gradient_canaries, _sample_rate
+    from privbench.audit.input_canary import _gradient_canaries, _sample_rate, clip_or
     from privbench.engine.canaries import inserted
     from privbench.engine.runner import build
     from privbench.plugins import load_plugins
@@ -366,7 +366,7 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
     except NotApplicable as exc:
         return {"applicable": False, "reason": str(exc)}
     privacy = built.trainer.privacy()
-    clip = _clip_or(built.trainer.cfg, norm_factor)
+    clip = clip_or(built.trainer, norm_factor)
     background = torch.ones(base.ctx.fm.d, dtype=torch.bool)
     background[bank.coords] = False
     p_star = P_STAR / len(audited)

@@ -21,7 +21,7 @@ from privbench.audit.candidates import (
 from privbench.config import JSONObject, RunConfig, replace_checked
 from privbench.data.datasets import NodeData, load_dataset
 from privbench.engine.messages import MessageBus
-from privbench.engine.trainer import Context, provides
+from privbench.engine.trainer import Context, Trainer, provides
 from privbench.engine.truth import GroundTruth
 from privbench.errors import ConfigError, NotApplicable
 from privbench.plugins import load_plugins
@@ -172,20 +172,23 @@ def _input_canaries(run: RunConfig, data: NodeData, canaries: int, mislabel: boo
     return cx, cy
 
 
-def claimed_clip(cfg: Any) -> float:
-    """The defense's claimed per-sample clip bound: its largest finite `clip*` config field."""
-    values = [float(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
-              if f.name.startswith("clip") and isinstance(getattr(cfg, f.name), (int, float))
-              and math.isfinite(float(getattr(cfg, f.name)))]
-    if not values:
-        raise NotApplicable("the defense declares no clip bound: gradient canaries need one")
-    return max(values)
+def claimed_clip(trainer: Trainer) -> float:
+    """The per-sample clip bound the defense declares for its config (`Trainer.clip_bound`).
+
+    Raises:
+        NotApplicable: it declares none (with its reason): gradient canaries need one.
+    """
+    bound = type(trainer).clip_bound(trainer.cfg)
+    if bound.value is None:
+        raise NotApplicable(f"the defense declares no clip bound ({bound.reason}): gradient "
+                            "canaries need one")
+    return bound.value
 
 
-def _clip_or(cfg: Any, default: float) -> float:
-    """The claimed clip bound, or `default` (the canary norm) for defenses without one."""
+def clip_or(trainer: Trainer, default: float) -> float:
+    """The declared clip bound, or `default` (the canary norm) for defenses without one."""
     try:
-        return claimed_clip(cfg)
+        return claimed_clip(trainer)
     except NotApplicable:
         return default
 
@@ -204,7 +207,7 @@ def _gradient_canaries(base: Any, canaries: int, norm_factor: float, gen: torch.
         raise ConfigError(f"canary norm factor must be >= 1 (a canary at least as large as the "
                           f"clip bound), got {norm_factor}")
     coords = torch.randperm(d, generator=gen)[:canaries]
-    clip = _clip_or(base.trainer.cfg, 1.0)
+    clip = clip_or(base.trainer, 1.0)
     bank = GradientCanaries(coords, norm_factor * clip)
     data = base.ctx.data
     cx = torch.zeros(canaries, *data.x.shape[2:], dtype=data.x.dtype)

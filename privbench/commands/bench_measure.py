@@ -443,14 +443,21 @@ def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: fl
                 sample_rate: float = 16 / 180, plans: list[str] | None = None,
                 repeats: int = 1, composers: tuple[str, ...] = ("privbench",),
                 ) -> list[PlanRow]:
-    """Seconds to compose each registered privacy plan (`accounting.PRIVACY_PLANS`) for
+    """Seconds to compose each private defense's own privacy plan (`Trainer.privacy_plan`, its
+    default config and calibration; `plans`: defense names) for
     `rounds` rounds at every ε, per composer of the Gaussian PLDs: cold (empty on-disk
     accountant cache, in-memory memo cleared; `repeats` passes, composers interleaved in
     alternating order: median, min, max) and, for privbench's, warm (memo cleared, disk cache
     kept: what a later process pays). Default q = 16/180: the quick preset's batch of 16 over
     about 180 members per node."""
     from privbench.accounting import gaussian
-    from privbench.accounting.plans import PRIVACY_PLANS
+    from privbench.engine.privacy import PlanRequest
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
+
+    load_plugins()
+    own = [n for n in DEFENSES.names() if DEFENSES.get(n).private
+           and "privacy_plan" in vars(DEFENSES.get(n))]
 
     fns = {"privbench": gaussian.subsampled_gaussian_epsilon,
            "dp_accounting": gaussian.pld_accountant_epsilon}
@@ -462,7 +469,11 @@ def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: fl
     def compose(name: str, e: float) -> tuple[float, Any]:
         gaussian._epsilon_cached.cache_clear()
         start = time.perf_counter()
-        plan = PRIVACY_PLANS.get(name)(e, delta, rounds, sample_rate)
+        cls = DEFENSES.get(name)
+        cfg = cls.Config()
+        how = cls.calibration(cfg)
+        plan = cls.privacy_plan(cfg, PlanRequest(name, e, delta, rounds, sample_rate,
+                                                 how.accountant), how.default_mode)
         return time.perf_counter() - start, plan
 
     try:
@@ -470,7 +481,7 @@ def bench_plans(rounds: int = 60, eps: tuple[float, ...] = (1.0, 8.0), delta: fl
             order = composers if rep % 2 == 0 else composers[::-1]
             for composer in order:
                 gaussian.subsampled_gaussian_epsilon = fns[composer]
-                for name in plans or PRIVACY_PLANS.names():
+                for name in plans or own:
                     for e in eps:
                         with tempfile.TemporaryDirectory() as tmp:
                             os.environ["PRIVBENCH_CACHE_DIR"] = tmp

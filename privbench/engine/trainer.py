@@ -16,10 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench.accounting import PrivacyPlan
 from privbench.config import JSONObject, RunConfig
 from privbench.data.datasets import NodeData
 from privbench.engine.comm import Comm
 from privbench.engine.messages import MessageBus, MessageKind
+from privbench.engine.privacy import Calibration, ClipBound, PlanRequest, PlanSettings
 from privbench.engine.truth import GroundTruth
 from privbench.errors import NotApplicable
 from privbench.models import FlatModel
@@ -119,6 +121,11 @@ class Trainer(abc.ABC):
     | `mixing` | "column" | push-sum ("column") or gossip ("doubly") |
     | `private` | False | a DP defense: ε grid, calibration, the privacy verdicts |
     | `privacy()` | [] | per-node ε reports composed from the noise schedule it draws |
+    | `calibration(cfg)` | NotApplicable | private: its calibrations and default accountant |
+    | `plan_settings(cfg)` | none | private: what a plan request may set |
+    | `privacy_plan(cfg, req, mode)` | NotApplicable | private: the plan it draws its noise |
+    |  |  | from, for a `PlanRequest` (`privbench account`, the mechanism audit) |
+    | `clip_bound(cfg)` | none, why | the per-sample clip bound the canary audit scales to |
     | `default_topology` | "random_out" | the graph of a run with topology "auto" |
     | `samples_in(t)` | True | rounds that draw no data (the sampling contract) |
     | `structure(fm, cfg)` | sizes | what part of the model it sends (fingerprints) |
@@ -181,6 +188,37 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def models(self) -> Tensor:
         """(n, d) the nodes' current models as they would be evaluated (de-biased for push-sum)."""
+
+    @classmethod
+    def calibration(cls, cfg: Any) -> Calibration:
+        """How a private defense calibrates its noise (`privbench.engine.privacy.Calibration`).
+
+        Raises:
+            NotApplicable: the defense adds no noise (the default).
+        """
+        raise NotApplicable(f"{cls.__name__} adds no noise: it has no calibration")
+
+    @classmethod
+    def plan_settings(cls, cfg: Any) -> PlanSettings:
+        """What a `PlanRequest` may set of this defense's plan (default: nothing)."""
+        return PlanSettings()
+
+    @classmethod
+    def privacy_plan(cls, cfg: Any, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """The noise this defense draws for `req` and the epsilon both modes give it, with the
+        noise calibrated by `mode` (one of `calibration(cfg).modes`): the same plan its trainer
+        calibrates from, for the config `cfg`.
+
+        Raises:
+            NotApplicable: the defense adds no noise (the default).
+        """
+        raise NotApplicable(f"{cls.__name__} adds no noise: it has no privacy plan")
+
+    @classmethod
+    def clip_bound(cls, cfg: Any) -> ClipBound:
+        """The per-sample clip bound the defense claims for the config `cfg`, or why it has
+        none (the default: none)."""
+        return ClipBound(None, f"{cls.__name__} declares no clip bound")
 
     def privacy(self) -> list[JSONObject]:
         """Per-node ε reports (empty for non-private trainers): each an

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import gammaln, logsumexp
 
+from defenses.dpdl.privacy import dpdl_joint_ratio, dpdl_noise_ratios
 from privbench.accounting import (
-    PRIVACY_PLANS,
     TF_PRIVACY_RDP_ORDERS,
     AccountantOptions,
     ApproximateAccountingWarning,
@@ -45,8 +45,6 @@ from privbench.accounting import (
     bucket_terms,
     calibrate_noise_scale,
     clt_mu_total,
-    dpdl_joint_ratio,
-    dpdl_noise_ratios,
     dyn_d2p_growth,
     dyn_d2p_mu0,
     dyn_d2p_mu_bar,
@@ -55,7 +53,6 @@ from privbench.accounting import (
     gdp_delta,
     gdp_epsilon,
     gdp_mu,
-    make_plan,
     node_ledgers,
     per_release_epsilon,
     rr_epsilon,
@@ -64,6 +61,7 @@ from privbench.accounting import (
     solve_monotone,
 )
 from privbench.errors import ConfigError, UnknownNameError
+from tests.accounting.plan_functions import make_plan
 
 FAST = settings(max_examples=6, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -475,11 +473,16 @@ def test_report_to_dict() -> None:
 # ============================================================== plans
 
 
-def test_registry_lists_all_defenses() -> None:
-    assert set(PRIVACY_PLANS.names()) == {
-        "adp_vrsgp", "defl_vp", "dp_sgp", "dpdl", "dpps", "dyn_d2p", "partpsp", "pedfl"}
+def test_every_private_defense_declares_its_plan() -> None:
+    from privbench.engine.trainer import provides
+    from privbench.plugins import load_plugins
+    from privbench.registry import DEFENSES
+
+    load_plugins()
+    private = [DEFENSES.get(n) for n in DEFENSES.names() if DEFENSES.get(n).private]
+    assert private and all(provides(cls, "privacy_plan") for cls in private)
     with pytest.raises(UnknownNameError, match="known: adp_vrsgp"):
-        PRIVACY_PLANS.get("nope")
+        DEFENSES.get("nope")
 
 
 @pytest.mark.parametrize("name", ["adp_vrsgp", "defl_vp", "dp_sgp", "dpdl", "dpps", "dyn_d2p",
@@ -536,7 +539,7 @@ def test_dpdl_ratios_on_a_complete_graph() -> None:
 def test_dpdl_graph_accounting_reduces_to_the_uniform_closed_form(n, degree, alpha) -> None:
     """The per-node accounting the defense plans its graph with, on uniform weights 1/degree,
     is the closed form of the uniform plan (eqs. 40, 53), and the registry's plan is its own."""
-    from privbench.accounting.dpdl_plan import DPDLGraph, dpdl_node_parts, plan_dpdl_nodes
+    from defenses.dpdl.privacy import DPDLGraph, dpdl_node_parts, plan_dpdl_nodes
 
     graph = DPDLGraph.uniform(n, degree, alpha, 1.0)
     closed = dpdl_noise_ratios(n, degree, alpha)

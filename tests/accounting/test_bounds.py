@@ -104,7 +104,7 @@ def test_the_normal_range_keeps_the_asked_grid_and_the_extremes_say_so():
     """The noise of budgets up to 20 over up to 10^4 steps composes on the asked grid, as before
     (the pinned plans, tests/accounting/test_plans_pinned.py, are the bit-for-bit check); an extreme
     budget says how it departed. The papers' noise (RDP, CLT) is used: no calibration loop."""
-    from privbench.accounting.plans import make_plan
+    from tests.accounting.plan_functions import make_plan
 
     for name, eps, rounds, q in (("dp_sgp", 8.0, 4000, 0.0128), ("dp_sgp", 20.0, 3000, 0.01),
                                  ("dp_sgp", 0.1, 10_000, 0.01), ("dyn_d2p", 8.0, 4000, 0.0128),
@@ -127,7 +127,7 @@ def test_the_reported_out_of_memory_request_answers_within_the_bounds():
 def test_the_hanging_self_compositions_answer_within_the_bounds():
     """eps = 10^6 hung in one PLD self-composition at z ~ 0.004 (dp_sgp, dyn_d2p, adp_vrsgp)."""
     code = ("import json, warnings; warnings.simplefilter('ignore')\n"
-            "from privbench.accounting import make_plan\n"
+            "from tests.accounting.plan_functions import make_plan\n"
             "print(json.dumps([make_plan(n, 1e6, 1e-5, 60, 0.01, calibrate_with='calibrated')"
             ".report('calibrated').to_dict() for n in ('dp_sgp', 'dyn_d2p', 'adp_vrsgp')]))")
     start = time.monotonic()

@@ -44,12 +44,12 @@ from defenses.dpdl import DPDL
 from defenses.dpps import DPPS
 from defenses.dyn_d2p import DynD2P
 from defenses.muffliato import Muffliato
-from privbench.accounting import make_plan
 from privbench.config import RunConfig, replace_checked
 from privbench.engine.runner import build
 from privbench.pipeline.sweep import PRESETS
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
+from tests.accounting.plan_functions import make_plan
 
 load_plugins()
 EPSILONS = (1.0, 8.0)

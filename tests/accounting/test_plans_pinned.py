@@ -42,9 +42,9 @@ import torch
 
 from defenses._node_dp import RDP_OPTIONS, calibrate_sigmas
 from privbench.accounting import AccountantOptions, gaussian
-from privbench.accounting.plans import PRIVACY_PLANS, make_plan
 from privbench.device import machine_kind
 from privbench.errors import ConfigError
+from tests.accounting.plan_functions import PLANS, make_plan
 
 PINNED = Path(__file__).with_name("plans.json")
 REQUEST = {"delta": 1e-5, "rounds": 200, "sample_rate": 0.02}
@@ -80,7 +80,7 @@ def compute() -> dict[str, dict[str, float]]:
     with mock.patch.dict(os.environ, {"PRIVBENCH_CACHE_DIR": "off"}), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the paper modes' approximate-accounting warnings
-        for name in PRIVACY_PLANS.names():
+        for name in PLANS:
             for mode in MODES:
                 for eps in EPSILONS:
                     try:
@@ -145,7 +145,7 @@ def test_every_plan_calibrates_the_pinned_noise(pin):
 def test_the_pin_covers_every_plan_and_mode(pin, kind):
     pinned = pin["machines"][kind]["plans"]
     plans = {k: v for k, v in pinned.items() if not k.startswith("calibrate_sigmas/")}
-    assert {key.split("/")[0] for key in plans} == set(PRIVACY_PLANS.names())
+    assert {key.split("/")[0] for key in plans} == set(PLANS)
     assert {key.split("/")[1] for key in plans} == set(MODES)
     assert all(len(numbers) >= 8 for numbers in plans.values())
     assert len(pinned) - len(plans) == 2 * 2 * len(EPSILONS)  # rules x accountants

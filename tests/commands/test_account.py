@@ -123,11 +123,11 @@ def test_tiny_delta_is_refused_before_the_accountants_are_imported(defense: str)
 def test_default_block_and_accountant_follow_the_defense_config(capsys) -> None:
     from defenses.dpdl import DPDLConfig
     from defenses.dyn_d2p import DynD2PConfig
-    from privbench.commands.account import default_accountant, default_mode
+    from privbench.commands.account import calibration_of
 
-    assert default_mode("dyn_d2p") == DynD2PConfig().calibrate_with == "calibrated"
-    assert default_mode("dpdl") == DPDLConfig().calibration_mode == "calibrated"
-    assert default_accountant("dpdl") == DPDLConfig().accountant == "rdp"
+    assert calibration_of("dyn_d2p").default_mode == DynD2PConfig().calibrate_with
+    assert calibration_of("dpdl").default_mode == DPDLConfig().calibration_mode == "calibrated"
+    assert calibration_of("dpdl").accountant == DPDLConfig().accountant == "rdp"
     run_account(parse("--defense", "dyn_d2p", "--eps", "1", "--delta", "1e-5",
                       "--rounds", "20", "--sample-rate", "0.05", "-o", "rho_mu=1"))
     out = capsys.readouterr().out
@@ -183,6 +183,7 @@ def test_every_private_defense_has_a_plan(defense: str, capsys) -> None:
 
 def test_a_defense_without_noise_or_without_a_plan_is_refused(monkeypatch) -> None:
     from privbench.cli import main
+    from privbench.engine.trainer import Trainer
     from privbench.registry import DEFENSES
 
     args = ("--eps", "1", "--delta", "1e-5", "--rounds", "20")
@@ -190,11 +191,11 @@ def test_a_defense_without_noise_or_without_a_plan_is_refused(monkeypatch) -> No
         run_account(parse("--defense", "d_psgd", *args))
     assert "private defenses: adp_vrsgp," in str(err.value)
 
-    class Mine:  # a plugin's own private trainer, derived from no defense with a plan
+    class Mine(Trainer):  # a plugin's own private trainer that declares no plan
         private = True
 
     monkeypatch.setitem(DEFENSES._items, "mine", Mine)
-    with pytest.raises(ConfigError, match="mine has no privacy plan"):
+    with pytest.raises(ConfigError, match="mine declares no privacy plan"):
         run_account(parse("--defense", "mine", *args))
     assert main(["account", "--defense", "mine", *args]) == 2
 

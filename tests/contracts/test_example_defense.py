@@ -87,3 +87,26 @@ def test_an_unimportable_plugin_is_a_one_line_error(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "PRIVBENCH_PLUGINS" in lines[0] and "no_such_module_xyz" in lines[0]
+
+
+def test_the_example_is_accounted_through_its_contract(plugin_env):
+    # `privbench account` asks the plugin's declared plan: no code beyond the contract
+    proc = subprocess.run(
+        [sys.executable, "-m", "privbench", "account", "--defense", NAME, "--eps", "1",
+         "--delta", "1e-5", "--rounds", "20", "--sample-rate", "0.05", "--json"],
+        cwd=ROOT, env=plugin_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (plan,) = json.loads(proc.stdout)
+    assert plan["defense"] == NAME and plan["calibrated_with"] == "calibrated"
+    paper, calibrated = plan["reports"]
+    assert paper["accountant"] == "rdp" and 0.98 <= calibrated["epsilon"] <= 1.0
+    assert plan["noise"]["sigma"] > 0
+
+
+def test_the_example_declares_the_clip_bound_the_canary_audit_reads(plugin_env):
+    code = ("from privbench.plugins import load_plugins; from privbench.registry import DEFENSES\n"
+            "load_plugins(); cls = DEFENSES.get('my_dp_gossip')\n"
+            "print(cls.clip_bound(cls.Config(clip=0.5)).value)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=plugin_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "0.5", proc.stderr[-2000:]

@@ -15,19 +15,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
+import sys
 from collections.abc import Iterator
 
 import pytest
 import torch
 
 import defenses._node_dp as node_dp_module
-import defenses._plans as plans_module
 import defenses.dp_cga as dp_cga_module
 import defenses.dp_sgp as dp_sgp_module
 import defenses.dpdl as dpdl_module
-from privbench.accounting.plans import PRIVACY_PLANS
 from privbench.config import RunConfig
+from privbench.engine import planning as plans_module
 from privbench.engine.runner import build
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
@@ -39,13 +40,25 @@ PRIVATE = [n for n in DEFENSES.names() if DEFENSES.get(n).private]
 RR = {"defl_vp", "d_psgd_rr"}  # randomized response: the message scale follows the plan
 
 
+def _keyword(fn: object, name: str) -> bool:
+    """Whether `fn` takes `name` as a keyword-only argument (a plan function's setting)."""
+    param = inspect.signature(fn).parameters.get(name)
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
 @contextlib.contextmanager
 def plans_scaled(factor: float) -> Iterator[None]:
     """Every privacy plan's noise multiplied by `factor` after calibration."""
     with pytest.MonkeyPatch.context() as mp:
-        for name in PRIVACY_PLANS.names():
-            fn = PRIVACY_PLANS.get(name)
-            mp.setitem(PRIVACY_PLANS._items, name, functools.partial(fn, noise_factor=factor))
+        for module in [m for k, m in sys.modules.items() if k.startswith("defenses.")]:
+            for attr, fn in list(vars(module).items()):  # every plan function a trainer calls
+                if attr.startswith("plan_") and callable(fn) and _keyword(fn, "noise_factor"):
+                    mp.setattr(module, attr, functools.partial(fn, noise_factor=factor))
+            for attr in ("plan_function",):  # DPPS-family classes hold theirs
+                for cls in [c for c in vars(module).values() if isinstance(c, type)
+                            and attr in vars(c)]:
+                    fn = vars(cls)[attr].__func__
+                    mp.setattr(cls, attr, staticmethod(functools.partial(fn, noise_factor=factor)))
         real_plan = dpdl_module.plan_privacy
 
         def dpdl_plan(*a, **k):
@@ -128,7 +141,7 @@ def test_the_drawn_noise_and_the_reported_epsilon_follow_the_plan(name):
 def test_a_trainer_with_its_own_noise_copy_is_caught():
     # DP-SGP drawing a sigma of its own (the unchanged plan's, not its plan's schedule): the
     # reported ε follows the changed plan but the drawn noise does not, and the check sees it
-    from privbench.accounting.plans import plan_dp_sgp
+    from defenses.dp_sgp import plan_dp_sgp
 
     class OwnCopy(dp_sgp_module.DPSGP):
         def __init__(self, cfg, ctx) -> None:

@@ -17,7 +17,7 @@ from defenses._graph import cga_two_hub_weights, mixing_matrix
 from defenses._node_dp import RDP_OPTIONS
 from defenses.dp_dpsgd import DPDPSGD
 from defenses.dpdl import DPDL, calibration_weight, cross_coefficient
-from privbench.accounting import plan_dpdl
+from defenses.dpdl.privacy import plan_dpdl
 from privbench.config import RunConfig
 from privbench.engine.grads import batch_grads, clip_l2, per_sample_grads
 from privbench.engine.loop import train

@@ -519,9 +519,9 @@ def test_laplace_pld_composition_is_tight_and_an_upper_bound():
     composition is never above basic; randomized response is refused."""
     from dp_accounting.pld import privacy_loss_distribution as pld
 
-    from privbench.accounting import make_plan
     from privbench.accounting.pure import compose_pure, per_release_epsilon
     from privbench.errors import ConfigError
+    from tests.accounting.plan_functions import make_plan
 
     eps_pld = per_release_epsilon(1.0, 60, "laplace_pld", 1e-5)
     assert compose_pure([(eps_pld, 60)], "laplace_pld", 1e-5) <= 1.0

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from defenses._push_sum_schedule import real_sensitivity
-from privbench.accounting import make_plan
 from privbench.cli import main as cli_main
 from privbench.config import RunConfig
 from privbench.engine.grads import batch_grads
@@ -23,6 +22,7 @@ from privbench.engine.messages import RecordPolicy
 from privbench.engine.runner import build
 from privbench.errors import ConfigError, NotApplicable
 from privbench.threat.observation import Observation, ThreatModel
+from tests.accounting.plan_functions import make_plan
 
 torch.set_num_threads(1)
 

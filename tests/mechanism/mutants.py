@@ -443,7 +443,7 @@ MUTANTS: dict[str, Callable[[str], contextlib.AbstractContextManager[Any]]] = {
 }
 # ------------------------------------------------------------------ ledgers not held to the request
 
-_PLANNED = ("defenses._plans", "cached_plan")  # plans are memoised per request: cleared around
+_PLANNED = ("privbench.engine.planning", "cached_plan")  # memoised plans: cleared around
 
 
 @contextlib.contextmanager
@@ -469,7 +469,7 @@ def _calibrated(change: Callable[[tuple[Any, ...]], tuple[Any, ...]]
                     **kwargs: Any) -> float:
             return calibrate(*change((epsilon, delta, multipliers)), *args, **kwargs)
         return patched
-    return _replanned("privbench.accounting.plans", "calibrate_noise_scale", wrap)
+    return _replanned("defenses.dp_sgp", "calibrate_noise_scale", wrap)
 
 
 LOOSE_DELTA = 1e-3  # the δ the broken ledgers are calibrated or stated for (the run asks 1e-5)
@@ -494,7 +494,7 @@ def delta_ledger(defense: str) -> contextlib.AbstractContextManager[None]:
             eps, deltas = budgets(*args, **kwargs)
             return eps, [LOOSE_DELTA] * len(deltas)
         return patched
-    return _replanned("defenses._plans", "node_budgets", wrap)
+    return _replanned("privbench.engine.planning", "node_budgets", wrap)
 
 
 # each keeps the ledger honest about what it composed, or states it for another δ: only a gate

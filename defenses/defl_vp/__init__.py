@@ -95,17 +95,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
 
-from privbench.accounting import EpsilonReport, make_plan
+from defenses.defl_vp.plan import plan_defl_vp
+from privbench.accounting import EpsilonReport, PrivacyPlan
 from privbench.config import replace_checked
 from privbench.engine.grads import batch_grads
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import Mixer, gossip
+from privbench.engine.privacy import (
+    BOTH_MODES,
+    Calibration,
+    ClipBound,
+    PlanRequest,
+    PlanSettings,
+    Settings,
+    formula_plan,
+    formula_settings,
+)
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
@@ -303,6 +314,42 @@ class DeFLVP(Trainer):
     mixing = "doubly"
     private = True
 
+    @classmethod
+    def calibration(cls, cfg: DeFLVPConfig) -> Calibration:
+        """The keep probability from the run's epsilon composed over d T coordinate releases
+        (eps_mode per_run, `cfg.composition`) or read per coordinate (Alg. 3)."""
+        return Calibration(BOTH_MODES, "calibrated" if cfg.eps_mode == "per_run" else "paper",
+                           cfg.composition)
+
+    @staticmethod
+    def fixed_settings(cfg: DeFLVPConfig, mode: str) -> Settings:
+        """Without VR (D-PSGD+RR) no control variates are sent; with VR the order of VR and RR
+        is the config's under the calibration: its calibrated default (eps_mode per_run)
+        protects the control variates (rr_vr), the paper's Alg. 3 reading (eps_mode
+        per_coordinate) sends them in the clear (vr_rr)."""
+        if not cfg.vr:
+            return {"control_variates": False}
+        if mode == "paper" and cfg.eps_mode == "per_run":
+            cfg = replace(cfg, eps_mode="per_coordinate")
+        return {"order": cfg.order}
+
+    @classmethod
+    def plan_settings(cls, cfg: DeFLVPConfig) -> PlanSettings:
+        """`plan_defl_vp`'s settings (dim), less what the config fixes."""
+        return formula_settings(plan_defl_vp,
+                                cls.fixed_settings(cfg, cls.calibration(cfg).default_mode))
+
+    @classmethod
+    def privacy_plan(cls, cfg: DeFLVPConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """`plan_defl_vp` for the request with the config's order (or no control variates)."""
+        return formula_plan(plan_defl_vp, req, mode, cls.fixed_settings(cfg, mode))
+
+    @classmethod
+    def clip_bound(cls, cfg: DeFLVPConfig) -> ClipBound:
+        """None: randomized response bounds each coordinate's sign, whatever the gradient."""
+        return ClipBound(None, "randomized response on the sign of each coordinate bounds a "
+                               "message's likelihood ratio (node-level): no clip bound")
+
     def __init__(self, cfg: DeFLVPConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.kinds = message_kinds(cfg)  # per-instance coverage (what results.json reports)
@@ -422,7 +469,7 @@ class DeFLVP(Trainer):
         Corollary 2)."""
         run, cfg = self.ctx.run, self.cfg
         eps = run.epsilon / self.d if cfg.eps_mode == "per_vector" else run.epsilon
-        return make_plan("defl_vp", eps, run.delta, run.rounds, 1.0, cfg.composition, dim=self.d,
+        return plan_defl_vp(eps, run.delta, run.rounds, 1.0, cfg.composition, dim=self.d,
                          order=cfg.order, control_variates=cfg.vr,
                          calibrate_with="calibrated" if cfg.eps_mode == "per_run" else "paper")
 

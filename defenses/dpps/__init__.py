@@ -31,7 +31,7 @@ Sync (the "synchronization interval" of Sec. 3.3 and 5.2-5.3, absent from Algori
 in the code): when (t + 1) mod SP == 0 the round mixes over the complete graph
 (W = 11^T / N, every node sends its noisy s to all others); noise is still added first.
 
-Accounting (privbench.accounting plans `dpps` / `partpsp`): with `b` unset the per-round
+Accounting (`defenses.dpps.plan`: `plan_dpps`, `plan_partpsp`): with `b` unset the per-round
 epsilon is calibrated from the run's target epsilon (basic or advanced composition over the
 rounds; `calibrate_with="paper"` reads the target as the paper's per-round budget) and
 b(t) = epsilon_round * gamma_n(t). With `b` set (the paper's knob, e.g. 1, 2, 3 of Table 2) the
@@ -124,17 +124,28 @@ from defenses._dpps_mechanism import (
     sensitivity_step,
 )
 from defenses._push_sum_schedule import is_sync, mixing_into, rates, real_sensitivity
+from defenses.dpps.plan import plan_dpps
 from privbench.accounting import (
     EpsilonReport,
     LaplaceEvent,
     PrivacyLedger,
+    PrivacyPlan,
     account,
     dpps_round_epsilon,
-    make_plan,
 )
 from privbench.engine.grads import batch_grads, clip_l1
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import Mixer, push_sum
+from privbench.engine.privacy import (
+    BOTH_MODES,
+    Calibration,
+    ClipBound,
+    PlanFunction,
+    PlanRequest,
+    PlanSettings,
+    formula_plan,
+    formula_settings,
+)
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.models import FlatModel
@@ -253,7 +264,7 @@ class DPPS(Trainer):
     """DPPS on SGD with a local/shared split (Algorithm 2); key `dpps` shares all = SGP-DP."""
 
     Config = DPPSConfig
-    plan_name: ClassVar[str] = "dpps"
+    plan_function: ClassVar[PlanFunction] = staticmethod(plan_dpps)  # its accounting
     kinds = (
         MessageKind("shared", covered=True,
                     description="P_ji * s_i,noise^{t+1/2} = P_ji (s_i - gamma_s g_i,s + "
@@ -273,6 +284,28 @@ class DPPS(Trainer):
     def structure(cls, fm: FlatModel, cfg: DPPSConfig) -> dict[str, Any]:
         """The model's structure and the shared coordinates d_s (what is sent and noised)."""
         return {**super().structure(fm, cfg), "shared": int(shared_mask(fm, cfg).sum())}
+
+    @classmethod
+    def calibration(cls, cfg: DPPSConfig) -> Calibration:
+        """b from the run's epsilon composed over the rounds (`cfg.composition`) or read as the
+        per-round Theorem 1 budget (`cfg.calibrate_with`)."""
+        return Calibration(BOTH_MODES, cfg.calibrate_with, cfg.composition)
+
+    @classmethod
+    def plan_settings(cls, cfg: DPPSConfig) -> PlanSettings:
+        """The plan function's settings (gamma_n)."""
+        return formula_settings(cls.plan_function)
+
+    @classmethod
+    def privacy_plan(cls, cfg: DPPSConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """The plan function's plan for the request (with b unset: the knob it derives)."""
+        return formula_plan(cls.plan_function, req, mode)
+
+    @classmethod
+    def clip_bound(cls, cfg: DPPSConfig) -> ClipBound:
+        """None: the L1 clip CLIP (Eq. 24) bounds a node's shared gradient, not one sample's."""
+        return ClipBound(None, "the Laplace noise is scaled to a node's L1 sensitivity S(t) "
+                               "(node-level); CLIP bounds a node's shared gradient, not a sample's")
 
     def __init__(self, cfg: DPPSConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -318,9 +351,8 @@ class DPPS(Trainer):
         if self.cfg.b is not None:
             return None, float(self.cfg.b)
         run = self.ctx.run
-        plan = make_plan(self.plan_name, run.epsilon, run.delta, run.rounds, 1.0,
-                         self.cfg.composition, gamma_n=self.cfg.gamma_n,
-                         calibrate_with=self.cfg.calibrate_with)
+        plan = self.plan_function(run.epsilon, run.delta, run.rounds, 1.0, self.cfg.composition,
+                                  gamma_n=self.cfg.gamma_n, calibrate_with=self.cfg.calibrate_with)
         return plan.schedule, None  # what the plan's reports compose, round by round
 
     def b_at(self, t: int) -> float:

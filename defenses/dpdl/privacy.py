@@ -1,7 +1,7 @@
-"""DPDL's accounting per node of a graph (Yuan et al. 2026, Theorem 1; the strict, paper and full
-readings): the noise multipliers every node's releases carry, the calibration of the largest
-node's, and the registered plan `dpdl`. The defense (`defenses/dpdl.py`) and its baselines read
-it from here; `privbench.accounting.plans` holds the other plans and the lookup."""
+"""DPDL's accounting per node of a graph (Yuan et al. 2026, Sec. V-A, Appendix A, eqs. (39)-(55),
+Theorem 1; the strict, paper and full readings): the coefficient of eq. (17), the noise
+multipliers every node's releases carry, the calibration of the largest node's, the plan of
+uniform weights (`plan_dpdl`) and of a run's graph (`plan_dpdl_graph`)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,80 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from torch import Tensor
 
-from privbench.accounting.calibrate import calibrate_noise_scale
-from privbench.accounting.compose import account
-from privbench.accounting.events import GaussianEvent, PrivacyLedger
-from privbench.accounting.gaussian import DEFAULT_OPTIONS, AccountantOptions
-from privbench.accounting.papers import DPDL_READINGS, dpdl_joint_ratio
-from privbench.accounting.plans import (
-    DPDL_FULL_NOTE,
-    GAUSSIAN_PLAN_ACCOUNTANTS,
-    PRIVACY_PLANS,
-    PrivacyPlan,
-    _factor,
-    _plan,
-    _request,
-)
-from privbench.accounting.report import EpsilonReport
-from privbench.accounting.validation import (
+from privbench.accounting import (
+    DEFAULT_OPTIONS,
     SAMPLINGS,
-    check_choice,
-    check_count,
-    check_positive,
+    AccountantOptions,
+    EpsilonReport,
+    GaussianEvent,
+    PrivacyLedger,
+    PrivacyPlan,
+    account,
 )
+from privbench.accounting.calibrate import calibrate_max_node
+from privbench.accounting.plans import (
+    GAUSSIAN_PLAN_ACCOUNTANTS,
+    assemble_plan,
+    check_plan_request,
+    checked_factor,
+)
+from privbench.accounting.validation import check_choice, check_count, check_positive
 from privbench.errors import ConfigError
+
+DPDL_FULL_NOTE = (  # DPDL's `full` reading, in the plan and in the trainer's reports
+    "full reading: cross-gradients + broadcast, paper noise; approximate, not an upper "
+    "bound: it counts the neighbours' cross-gradient noise (eq. 40) as covering the "
+    "broadcast, but under its own premise an observer sees those cross-gradients and so knows "
+    "that noise (the strict reading counts the node's own noise only)")
+
+
+DPDL_READINGS: tuple[str, ...] = ("paper", "full", "strict")
+
+
+def dpdl_noise_ratios(
+    n_agents: int, degree: int, alpha: float = 1.0, kappa: float = 1.0
+) -> dict[str, float]:
+    """Per-unit-sigma noise multipliers of DPDL's two releases.
+
+    Uniform weights w_ij = 1/degree over the closed neighbourhood N_i (|N_i| = degree, self
+    included). With noise sigma * C per message:
+    - A (cross-gradients, n_i - 1 messages from one batch, jointly): z_A = sigma / sqrt(degree - 1).
+    - B (broadcast x~, v~ via g~^i): sensitivity C (1/(sqrt(w_ii) N) + alpha kappa) (eq. 53);
+      noise sigma C sqrt(sum_j 1/w_ij) / N (paper, eq. 40) or sigma C / (sqrt(w_ii) N) (strict:
+      only the node's own z^ii protects against an observer of all cross-gradients).
+
+    Returns:
+        {"A": z_A/sigma (inf without neighbours), "B_paper": ..., "B_strict": ...}.
+    """
+    n = check_count(n_agents, "n_agents")
+    deg = check_count(degree, "degree")
+    if deg > n:
+        raise ConfigError(f"degree must be <= n_agents={n}, got {deg}")
+    check_positive(alpha, "alpha"), check_positive(kappa, "kappa")
+    sens_b = math.sqrt(deg) / n + alpha * kappa  # 1/sqrt(w_ii) = sqrt(degree)
+    return {
+        "A": math.inf if deg == 1 else 1 / math.sqrt(deg - 1),
+        "B_paper": (deg / n) / sens_b,  # sqrt(sum_j 1/w_ij) = sqrt(deg * deg)
+        "B_strict": (math.sqrt(deg) / n) / sens_b,
+    }
+
+
+def dpdl_joint_ratio(ratios: dict[str, float], reading: str) -> float:
+    """Noise multiplier per unit sigma of the round's release under a reading.
+
+    `paper`: mechanism B only, paper noise (the object of the paper's proof, eqs. 39-55).
+    `full`: A and B, paper noise. `strict`: A and B, strict noise (privbench's honest reading).
+    A and B use the SAME Poisson batch and independent noise, so they form one subsampled
+    Gaussian with 1/z^2 = 1/z_A^2 + 1/z_B^2 (composing them as independently subsampled would
+    under-count: e^(a+b) - 1 >= (e^a - 1) + (e^b - 1)).
+    """
+    reading = check_choice(reading, "DPDL reading", DPDL_READINGS)
+    if reading == "paper":
+        return ratios["B_paper"]
+    b = ratios["B_paper"] if reading == "full" else ratios["B_strict"]
+    return 1 / math.sqrt(ratios["A"] ** -2 + b**-2)
 
 
 @dataclass(frozen=True)
@@ -80,9 +131,12 @@ class DPDLGraph:
         return cls((w,), alpha, kappa)
 
 
-def dpdl_cross_coefficient(w: np.ndarray, n: int, kind: str) -> np.ndarray:
-    """Coefficient of a received gradient in eq. (17): 1/(sqrt(w) N) (paper) or w (ablation)."""
-    return 1.0 / (np.sqrt(w) * n) if kind == "inv_sqrt_w_over_N" else w
+def cross_coefficient(w: Tensor | np.ndarray, n: int, kind: str) -> Tensor | np.ndarray:
+    """Coefficient of a received gradient in eq. (17): 1/(sqrt(w) N) (paper) or w (ablation),
+    of mixing weights w (a tensor in the round, an array in the accounting)."""
+    if kind != "inv_sqrt_w_over_N":
+        return w
+    return 1.0 / ((w.sqrt() if isinstance(w, Tensor) else np.sqrt(w)) * n)
 
 
 def dpdl_node_parts(graph: DPDLGraph, w: np.ndarray, sigma: np.ndarray,
@@ -104,8 +158,8 @@ def dpdl_node_parts(graph: DPDLGraph, w: np.ndarray, sigma: np.ndarray,
     out = []
     for i in range(n):
         sup = w[i] > 0
-        coef = dpdl_cross_coefficient(w[i][sup].astype(np.float64), n, graph.cross_coef)
-        own = float(dpdl_cross_coefficient(np.float64(w[i, i]), n, graph.cross_coef))
+        coef = cross_coefficient(w[i][sup].astype(np.float64), n, graph.cross_coef)
+        own = float(cross_coefficient(np.float64(w[i, i]), n, graph.cross_coef))
         sens = own + graph.alpha * kappa
         deg = int(sup.sum())
         out.append({"A": math.inf if deg == 1 else float(sig[i]) / math.sqrt(deg - 1),
@@ -121,21 +175,6 @@ def dpdl_multipliers(graph: DPDLGraph, sigma: np.ndarray,
     per = [[{r: dpdl_joint_ratio(p, r) for r in DPDL_READINGS}
             for p in dpdl_node_parts(graph, w, sigma, kappa)] for w in graph.ws]
     return [{r: min(p[i][r] for p in per) for r in DPDL_READINGS} for i in range(len(sigma))]
-
-
-def calibrate_max_node(epsilon: float, delta: float, rounds: int, rates: Sequence[float],
-                       ratios: Sequence[float], accountant: str, options: AccountantOptions,
-                       sampling: str = "poisson") -> float:
-    """Smallest sigma with eps(z = sigma * ratios[i], q = rates[i], T rounds) <= epsilon for
-    every node i: sigma = max_i z*(q_i) / r_i (eps_i falls with z and rises with q, so per
-    distinct ratio only the largest rate needs calibrating). `sampling`: an accounting
-    sampling model (`SAMPLINGS`)."""
-    worst: dict[float, float] = {}
-    for q, r in zip(rates, ratios, strict=True):
-        worst[r] = max(worst.get(r, 0.0), q)
-    return max(calibrate_noise_scale(epsilon, delta, np.ones(rounds), q, accountant, options,
-                                     sampling=sampling) / r
-               for r, q in worst.items())
 
 
 def plan_dpdl_nodes(graph: DPDLGraph, rates: Sequence[float], epsilon: float, delta: float,
@@ -207,7 +246,6 @@ def dpdl_report(z: float, q: float, rounds: int, delta: float, reading: str, acc
     return replace(rep, approximate=rep.approximate or bool(note) or reading == "full")
 
 
-@PRIVACY_PLANS.register("dpdl")
 def plan_dpdl(
     epsilon: float, delta: float, rounds: int, sample_rate: float, accountant: str = "pld", *,
     n_agents: int = 10, degree: int | None = None, alpha: float = 1.0, kappa: float = 1.0,
@@ -224,8 +262,8 @@ def plan_dpdl(
     a third report gives the `full` reading (cross-gradients + broadcast, paper noise), flagged
     approximate (`DPDL_FULL_NOTE`).
     """
-    req = _request(epsilon, delta, rounds, sample_rate, accountant, GAUSSIAN_PLAN_ACCOUNTANTS,
-                   calibrate_with)
+    req = check_plan_request(epsilon, delta, rounds, sample_rate, accountant,
+                             GAUSSIAN_PLAN_ACCOUNTANTS, calibrate_with)
     eps, delta, rounds, q, accountant = req
     sampling = check_choice(sampling, "sampling", SAMPLINGS)
     n, deg = check_count(n_agents, "n_agents"), check_count(
@@ -237,7 +275,7 @@ def plan_dpdl(
     reading, acc = ("strict", accountant) if calibrate_with == "calibrated" else ("paper", "rdp")
     sigma = plan_dpdl_nodes(graph, [q] * n, eps, delta, rounds, reading=reading,
                             accountant=acc, options=options, sampling=sampling).sigma[0]
-    sigma *= _factor(noise_factor)
+    sigma *= checked_factor(noise_factor)
     r = dpdl_multipliers(graph, np.ones(n))[0]
     parts = dpdl_node_parts(graph, graph.ws[0], np.ones(n))[0]
 
@@ -251,7 +289,7 @@ def plan_dpdl(
     noise = {"sigma": sigma, "z_cross_gradient": sigma * parts["A"],
              "z_broadcast_paper": sigma * parts["B_paper"],
              "z_broadcast_strict": sigma * parts["B_strict"]}
-    return _plan("dpdl", noise, reports, calibrate_with, req, (
+    return assemble_plan("dpdl", noise, reports, calibrate_with, req, (
         "one Poisson batch per round feeds all cross-gradients and the self-gradient",
     ), sigma, "noise multiplier sigma_t of every clipped sum (std sigma_t C)", noise_factor)
 

@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -105,23 +105,44 @@ from defenses._node_dp import (
     sample_round,
     sampling_rates,
 )
-from privbench.accounting import AccountantOptions
-from privbench.accounting.dpdl_plan import (
+from defenses.dpdl.privacy import (
+    DPDL_READINGS,
     DPDLGraph,
     DPDLPrivacy,
+    cross_coefficient,
     dpdl_multipliers,
     dpdl_report,
+    plan_dpdl,
     plan_dpdl_nodes,
 )
+from privbench.accounting import AccountantOptions, PrivacyPlan
 from privbench.config import check_choices
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
+from privbench.engine.planning import (
+    check_graph_request,
+    graph_note,
+    report_of,
+    request_graph,
+    worst_node,
+)
+from privbench.engine.privacy import (
+    BOTH_MODES,
+    Calibration,
+    ClipBound,
+    PlanRequest,
+    PlanSettings,
+    formula_plan,
+    formula_settings,
+)
 from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, Observation
 
-READINGS = ("paper", "full", "strict")
+READINGS = DPDL_READINGS
+MILLION = 10**6
+"""Local dataset size a request's graph plan assumes: q |D| = B exactly for rates with 6 digits."""
 
 
 @dataclass(frozen=True)
@@ -191,11 +212,6 @@ class DPDLConfig:
 # ------------------------------------------------------------ mixing (weights of the CGA code base)
 
 
-def cross_coefficient(w: Tensor, n: int, kind: str) -> Tensor:
-    """Coefficient of a received gradient in eq. (17): 1/(sqrt(w) N) (paper) or w (ablation)."""
-    return 1.0 / (w.sqrt() * n) if kind == "inv_sqrt_w_over_N" else w
-
-
 def calibration_weight(s: Tensor) -> Tensor:
     """Eq. (16): c = 1 / (1 + exp(S)) = sigmoid(-S), in [0.2689, 0.7311] for S in [-1, 1]."""
     return torch.sigmoid(-s)
@@ -217,7 +233,7 @@ def default_alpha(cfg: DPDLConfig, topology_name: str) -> float:
 
 
 def accounting_graph(cfg: DPDLConfig, ws: Sequence[Tensor], alpha: float) -> DPDLGraph:
-    """The mixing matrices and settings DPDL's accounting reads (`accounting.dpdl_plan`)."""
+    """The mixing matrices and settings DPDL's accounting reads (`defenses.dpdl.privacy`)."""
     return DPDLGraph(tuple(w.detach().cpu().double().numpy() for w in ws), alpha, cfg.kappa,
                      cfg.cross_coef)
 
@@ -225,7 +241,7 @@ def accounting_graph(cfg: DPDLConfig, ws: Sequence[Tensor], alpha: float) -> DPD
 def worst_multipliers(ws: Sequence[Tensor], sigma: np.ndarray, alpha: float, kappa: float,
                       cross_coef: str) -> list[dict[str, float]]:
     """Per node and reading, the release's noise multiplier, minimised over graph periods
-    (`privbench.accounting.dpdl_plan.dpdl_multipliers`)."""
+    (`defenses.dpdl.privacy.dpdl_multipliers`)."""
     graph = DPDLGraph(tuple(w.detach().cpu().double().numpy() for w in ws), alpha, kappa,
                       cross_coef)
     return dpdl_multipliers(graph, sigma)
@@ -234,7 +250,7 @@ def worst_multipliers(ws: Sequence[Tensor], sigma: np.ndarray, alpha: float, kap
 def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_size: int,
                  epsilon: float, delta: float, rounds: int, alpha: float) -> DPDLPrivacy:
     """The noise multipliers (unless fixed in cfg) meeting `epsilon` under `cfg.calibrate_with`
-    (`privbench.accounting.dpdl_plan.plan_dpdl_nodes`: the paper reading by RDP, the others by the
+    (`defenses.dpdl.privacy.plan_dpdl_nodes`: the paper reading by RDP, the others by the
     config's accountant)."""
     acc = "rdp" if cfg.calibrate_with == "paper" else cfg.accountant
     return plan_dpdl_nodes(accounting_graph(cfg, ws, alpha), sampling_rates(counts, batch_size),
@@ -250,7 +266,7 @@ def _options(accountant: str) -> AccountantOptions:
 def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
                     rounds: int) -> list[dict[str, Any]]:
     """Per node, one report per reading (paper, full, strict), each with node / reading keys
-    (`privbench.accounting.dpdl_plan.dpdl_report`)."""
+    (`defenses.dpdl.privacy.dpdl_report`)."""
     approx = ("" if cfg.self_weight == "clean" else
               "; approximate: the paper's noisy self-weight c^ii (eq. 15) makes the release a "
               "non-Gaussian function of the noise (Lemma 3, kappa taken as 1)")
@@ -291,6 +307,47 @@ class DPDL(Trainer):
     )
     mixing = "doubly"
     private = True
+
+    @classmethod
+    def calibration(cls, cfg: DPDLConfig) -> Calibration:
+        """sigma set by the strict (or full) reading with `cfg.accountant`, or by the paper
+        reading with RDP (`cfg.calibrate_with`)."""
+        return Calibration(BOTH_MODES, "paper" if cfg.calibrate_with == "paper" else "calibrated",
+                           cfg.accountant)
+
+    @classmethod
+    def plan_settings(cls, cfg: DPDLConfig) -> PlanSettings:
+        """`plan_dpdl`'s settings: setting any plans with uniform weights 1/degree instead of
+        the request's graph."""
+        return formula_settings(plan_dpdl)
+
+    @classmethod
+    def privacy_plan(cls, cfg: DPDLConfig, req: PlanRequest, mode: str) -> PrivacyPlan:
+        """The worst node of the request's graph, planned as the trainer plans (`plan_privacy`,
+        |D_i| = 10^6, B = q |D_i|); with settings, `plan_dpdl`'s uniform weights."""
+        if req.settings:
+            return formula_plan(plan_dpdl, req, mode)
+        check_graph_request(req)
+        run, topo = request_graph(req, cls)
+        cfg = replace(cfg, accountant=req.accountant,
+                      calibrate_with="strict" if mode == "calibrated" else "paper")
+        batch = max(1, round(req.sample_rate * MILLION))
+        ws = [g[0] for g in graph_periods(topo, cfg.weights, torch.device("cpu"))]
+        plan = plan_privacy(cfg, ws, [MILLION] * topo.n, batch, req.epsilon, req.delta,
+                            req.rounds, default_alpha(cfg, topo.name))
+        reports = privacy_reports(plan, cfg, req.delta, req.rounds)
+        worst = worst_node(reports, "strict")
+        mine = {r["reading"]: r for r in reports if r["node"] == worst}
+        return PrivacyPlan(
+            "dpdl", {"sigma": plan.sigma[worst], "node": worst, "nodes": topo.n},
+            tuple(report_of(mine[r]) for r in ("paper", "strict", "full")), mode, req.epsilon,
+            req.delta, req.rounds, batch / MILLION, req.accountant,
+            (graph_note(run, topo, f"weights {cfg.weights}; worst node {worst}"),))
+
+    @classmethod
+    def clip_bound(cls, cfg: DPDLConfig) -> ClipBound:
+        """The per-sample L2 clip bound C of every cross- and self-gradient."""
+        return ClipBound.of(cfg.clip)
 
     def __init__(self, cfg: DPDLConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
