@@ -87,6 +87,16 @@ def _package(module: str, known: dict[str, Path]) -> str:
     return module if known[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
+def _inside(mod: str, owner: str, private: str, known: dict[str, Path]) -> bool:
+    """Whether `mod` may import `owner`'s private part `private`: from the owner's own folder,
+    or, for a private module of a package, from anywhere under that package (a sub-package such
+    as `defenses/dpdl/` shares `defenses._graph` with the modules beside it)."""
+    if _package(owner, known) == _package(mod, known):
+        return True
+    is_module = known[owner].name == "__init__.py" and f"{owner}.{private}" in known
+    return is_module and mod.startswith(owner + ".")
+
+
 def private_imports(known: dict[str, Path]) -> list[str]:
     """Imports of a private name across packages ("importer -> name").
 
@@ -96,8 +106,9 @@ def private_imports(known: dict[str, Path]) -> list[str]:
     `privbench.progress._x`; dunder names such as `__version__` are public). The first private
     part belongs to the module or package just before it (`defenses` for `defenses._graph.f`,
     `privbench.progress` for `privbench.progress._x`); the import counts when the importing
-    module is not in that owner's package (`_package`): a private helper is shared inside its
-    own package only, so `defenses/dpdl.py` importing `defenses._graph` does not count and
+    module is not in that owner's package (`_package`; a private module of a package is shared
+    with the package's sub-packages too, `_inside`): a private helper is shared inside its own
+    package only, so `defenses/dpdl/` importing `defenses._graph` does not count and
     `privbench/commands/account.py` importing it does. Names outside the three packages
     (torch, the standard library) are not counted.
     """
@@ -109,7 +120,7 @@ def private_imports(known: dict[str, Path]) -> list[str]:
             if first is None or _resolve(name, known) in (None, mod):
                 continue
             owner = _resolve(".".join(parts[:first]), known)
-            if owner is not None and _package(owner, known) != _package(mod, known):
+            if owner is not None and not _inside(mod, owner, parts[first], known):
                 out.append(f"{mod} -> {name}")
     return out
 
