@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -61,6 +62,26 @@ def available_memory(meminfo: Path = MEMINFO) -> int | None:
 def auto_workers(cpus: int, memory: int | None) -> int:
     """One worker per CPU, as many as `memory` bytes hold at WORKER_MEMORY each (at least 1)."""
     return cpus if memory is None else max(1, min(cpus, memory // WORKER_MEMORY))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shuffle-seed", type=int, default=None, metavar="N",
+        help="run the collected tests in an order permuted by random.Random(N), to show that "
+             "no test depends on what an earlier one left behind (each seed is one order; "
+             "with -n the workers draw from the shuffled list)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--shuffle-seed N`: the collected tests in a seeded random order."""
+    seed = config.getoption("--shuffle-seed")
+    if seed is not None:
+        random.Random(seed).shuffle(items)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = config.getoption("--shuffle-seed")
+    return None if seed is None else f"test order shuffled with --shuffle-seed {seed}"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -134,22 +155,61 @@ def _restore(reg: Any, items: dict[str, Any], imported: set[str]) -> None:
     reg._items.update({**items, **by_import})
 
 
+def _caches() -> list[Any]:
+    """Every `functools` cache of a loaded module of privbench, the defenses or the attacks
+    (its keys may be registry names: a dataset's shape, a defense's privacy plan)."""
+    found: dict[int, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".", 1)[0] in PACKAGES and module is not None:
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)) and hasattr(value,
+                                                                            "cache_info"):
+                    found[id(value)] = value
+    return list(found.values())
+
+
+def _random_states() -> tuple[Any, ...]:
+    """The global generators' states: Python's `random`, numpy's legacy one, torch's CPU one
+    (the code draws from explicit generators; a test may still seed a global one)."""
+    import numpy as np
+
+    torch = sys.modules.get("torch")
+    return random.getstate(), np.random.get_state(), (torch.random.get_rng_state()
+                                                      if torch else None)
+
+
+def _set_random_states(states: tuple[Any, ...]) -> None:
+    import numpy as np
+
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch = sys.modules.get("torch")
+    if torch is not None and states[2] is not None:
+        torch.random.set_rng_state(states[2])
+
+
 @pytest.fixture(autouse=True)
 def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
     """After each test: every registry holds exactly its entries from before the test (a name a
     test or the code it ran registered is removed, one it replaced is put back; an import's
-    entries are kept), and the environment, the working folder and torch's thread count and
-    default dtype are restored, so that the suite passes in any order, serially and
-    distributed."""
+    entries are kept), the caches are emptied where a registry changed (they may hold what the
+    test's entry computed under a shared name), and the environment, the working folder,
+    `sys.path`, the global random generators and torch's thread count and default dtype are
+    restored, so that the suite passes in any order, serially and distributed."""
     saved = [(reg, dict(reg._items)) for reg in _registries()]
     modules = set(sys.modules)
-    env, cwd = dict(os.environ), os.getcwd()
+    env, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
+    states = _random_states()
     torch = sys.modules.get("torch")
     threads, dtype = (torch.get_num_threads(), torch.get_default_dtype()) if torch else (0, None)
     yield
     imported = set(sys.modules) - modules
+    changed = [reg for reg, items in saved if reg._items != items]
     for reg, items in saved:
         _restore(reg, items, imported)
+    if changed:
+        for cache in _caches():
+            cache.cache_clear()
     for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
         del os.environ[key]
     for key, value in env.items():
@@ -157,6 +217,9 @@ def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
             os.environ[key] = value
     if os.getcwd() != cwd:
         os.chdir(cwd)
+    if sys.path != path:
+        sys.path[:] = path
+    _set_random_states(states)
     if torch is not None:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
