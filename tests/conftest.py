@@ -3,9 +3,11 @@ the global state every test leaves as it found it (registries, environment, torc
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -188,40 +190,54 @@ def _set_random_states(states: tuple[Any, ...]) -> None:
         torch.random.set_rng_state(states[2])
 
 
-@pytest.fixture(autouse=True)
-def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
-    """After each test: every registry holds exactly its entries from before the test (a name a
-    test or the code it ran registered is removed, one it replaced is put back; an import's
-    entries are kept), the caches are emptied where a registry changed (they may hold what the
-    test's entry computed under a shared name), and the environment, the working folder,
-    `sys.path`, the global random generators and torch's thread count and default dtype are
-    restored, so that the suite passes in any order, serially and distributed."""
+@contextlib.contextmanager
+def restored_global_state() -> Iterator[None]:
+    """On leaving: every registry holds exactly its entries from before (a name registered
+    inside is removed, one replaced is put back; the entries of a module first imported inside
+    are kept, since an import happens once per process), the caches are emptied where a
+    registry changed (they may hold what the changed entry computed under a shared name), and
+    the environment, the working folder, `sys.path`, the SIGINT and SIGTERM handlers, the global
+    random generators and torch's thread count and default dtype are as they were."""
     saved = [(reg, dict(reg._items)) for reg in _registries()]
     modules = set(sys.modules)
     env, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     states = _random_states()
     torch = sys.modules.get("torch")
     threads, dtype = (torch.get_num_threads(), torch.get_default_dtype()) if torch else (0, None)
-    yield
-    imported = set(sys.modules) - modules
-    changed = [reg for reg, items in saved if reg._items != items]
-    for reg, items in saved:
-        _restore(reg, items, imported)
-    if changed:
-        for cache in _caches():
-            cache.cache_clear()
-    for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
-        del os.environ[key]
-    for key, value in env.items():
-        if os.environ.get(key) != value and key != "PYTEST_CURRENT_TEST":
-            os.environ[key] = value
-    if os.getcwd() != cwd:
-        os.chdir(cwd)
-    if sys.path != path:
-        sys.path[:] = path
-    _set_random_states(states)
-    if torch is not None:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-        if torch.get_default_dtype() != dtype:
-            torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        imported = set(sys.modules) - modules
+        changed = [reg for reg, items in saved if reg._items != items]
+        for reg, items in saved:
+            _restore(reg, items, imported)
+        if changed:
+            for cache in _caches():
+                cache.cache_clear()
+        for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value and key != "PYTEST_CURRENT_TEST":
+                os.environ[key] = value
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+        if sys.path != path:
+            sys.path[:] = path
+        for sig, handler in handlers.items():
+            if signal.getsignal(sig) != handler and handler is not None:
+                signal.signal(sig, handler)
+        _set_random_states(states)
+        if torch is not None:
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            if torch.get_default_dtype() != dtype:
+                torch.set_default_dtype(dtype)
+
+
+@pytest.fixture(autouse=True)
+def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
+    """Each test leaves the global state as it found it (`restored_global_state`), so that the
+    suite passes in any order, serially and distributed."""
+    with restored_global_state():
+        yield
