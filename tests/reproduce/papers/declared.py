@@ -52,3 +52,13 @@ def ordering_breaks(repro: Reproduction) -> list[tuple[str, str, float]]:
             if a and b and a[0] is not None and b[0] is not None and not a[0] > b[0]:
                 breaks.append((better, worse, value))
     return breaks
+
+
+def check_declaration(repro: Reproduction) -> None:
+    """`repro` is the registered reproduction of its name, every scale and row builds, and the
+    paper's numbers agree with the claimed orderings."""
+    assert declaration(repro.name) is repro
+    built = built_structures(repro)
+    assert {scale for scale, _, _ in built} == {s.name for s in repro.scales}
+    assert {label for _, label, _ in built} == {m.label for m in repro.methods}
+    assert ordering_breaks(repro) == []

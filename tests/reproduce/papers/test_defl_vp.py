@@ -5,19 +5,11 @@ the orderings the reproduction judges."""
 from __future__ import annotations
 
 from privbench.reproduce.papers import defl_vp
-from tests.reproduce.papers.declared import built_structures, declaration, ordering_breaks
+from tests.reproduce.papers.declared import check_declaration
 
 
-def test_every_job_of_every_scale_configures_and_builds() -> None:
-    repro = declaration("defl_vp")
-    assert repro is defl_vp.DEFL_VP
-    built = built_structures(repro)
-    assert {scale for scale, _, _ in built} == {s.name for s in repro.scales}
-    assert {label for _, label, _ in built} == {m.label for m in repro.methods}
-
-
-def test_the_papers_numbers_agree_with_the_claimed_orderings() -> None:
-    assert ordering_breaks(declaration("defl_vp")) == []
+def test_the_declaration_builds_and_agrees_with_the_papers_numbers() -> None:
+    check_declaration(defl_vp.DEFL_VP)
 
 
 def test_every_private_row_takes_the_papers_per_coordinate_epsilon() -> None:

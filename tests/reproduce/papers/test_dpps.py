@@ -5,16 +5,8 @@ reproduction judges."""
 from __future__ import annotations
 
 from privbench.reproduce.papers import dpps
-from tests.reproduce.papers.declared import built_structures, declaration, ordering_breaks
+from tests.reproduce.papers.declared import check_declaration
 
 
-def test_every_job_of_every_scale_configures_and_builds() -> None:
-    repro = declaration("dpps")
-    assert repro is dpps.DPPS
-    built = built_structures(repro)
-    assert {scale for scale, _, _ in built} == {s.name for s in repro.scales}
-    assert {label for _, label, _ in built} == {m.label for m in repro.methods}
-
-
-def test_the_papers_numbers_agree_with_the_claimed_orderings() -> None:
-    assert ordering_breaks(declaration("dpps")) == []
+def test_the_declaration_builds_and_agrees_with_the_papers_numbers() -> None:
+    check_declaration(dpps.DPPS)
