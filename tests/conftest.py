@@ -69,16 +69,26 @@ def auto_workers(cpus: int, memory: int | None) -> int:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--shuffle-seed", type=int, default=None, metavar="N",
-        help="run the collected tests in an order permuted by random.Random(N), to show that "
-             "no test depends on what an earlier one left behind (each seed is one order; "
-             "with -n the workers draw from the shuffled list)")
+        help="run the test files in an order permuted by random.Random(N), and each file's "
+             "tests in a permuted order too (a file's tests stay together, so its "
+             "module-scoped fixtures are built once), to show that no test depends on what an "
+             "earlier one left behind; with -n every worker permutes alike")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`--shuffle-seed N`: the collected tests in a seeded random order."""
+    """`--shuffle-seed N`: the test files in a seeded random order, and each file's tests."""
     seed = config.getoption("--shuffle-seed")
-    if seed is not None:
-        random.Random(seed).shuffle(items)
+    if seed is None:
+        return
+    rng = random.Random(seed)
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(str(item.path), []).append(item)
+    groups = list(files.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    items[:] = [item for group in groups for item in group]
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -4,17 +4,20 @@ registers when first imported stays, since it is imported once per process."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from privbench.engine import runner
 from privbench.registry import TOPOLOGIES
-from tests.conftest import restored_global_state
+from tests.conftest import pytest_collection_modifyitems, restored_global_state
 
 
 def _handler(signum, frame) -> None:  # pragma: no cover - never delivered
@@ -74,3 +77,20 @@ def test_what_a_first_import_registers_stays(tmp_path, monkeypatch) -> None:
     finally:  # the outer fixture would keep it too: this test's import is removed by hand
         TOPOLOGIES._items.pop("pb_imported", None)
         sys.modules.pop("pb_registers_on_import", None)
+
+
+def _shuffled(seed: int | None) -> list[tuple[str, int]]:
+    items = [SimpleNamespace(path=Path(f"tests/test_{f}.py"), n=n)
+             for f in "abcdef" for n in range(5)]
+    config = SimpleNamespace(getoption=lambda name: seed)
+    pytest_collection_modifyitems(config, items)
+    return [(item.path.stem, item.n) for item in items]
+
+
+def test_a_shuffle_seed_permutes_files_and_their_tests_keeping_each_file_together() -> None:
+    collected = _shuffled(None)
+    once, again, other = _shuffled(3), _shuffled(3), _shuffled(4)
+    assert once == again and sorted(once) == collected and once != collected != other != once
+    files = [stem for stem, _ in once]
+    assert all(files.count(stem) == 5 for stem in set(files))
+    assert sum(a != b for a, b in itertools.pairwise(files)) == 5  # contiguous
