@@ -3,8 +3,11 @@ the global state every test leaves as it found it (registries, environment, torc
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import random
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -61,6 +64,36 @@ def available_memory(meminfo: Path = MEMINFO) -> int | None:
 def auto_workers(cpus: int, memory: int | None) -> int:
     """One worker per CPU, as many as `memory` bytes hold at WORKER_MEMORY each (at least 1)."""
     return cpus if memory is None else max(1, min(cpus, memory // WORKER_MEMORY))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shuffle-seed", type=int, default=None, metavar="N",
+        help="run the test files in an order permuted by random.Random(N), and each file's "
+             "tests in a permuted order too (a file's tests stay together, so its "
+             "module-scoped fixtures are built once), to show that no test depends on what an "
+             "earlier one left behind; with -n every worker permutes alike")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--shuffle-seed N`: the test files in a seeded random order, and each file's tests."""
+    seed = config.getoption("--shuffle-seed")
+    if seed is None:
+        return
+    rng = random.Random(seed)
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(str(item.path), []).append(item)
+    groups = list(files.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    items[:] = [item for group in groups for item in group]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = config.getoption("--shuffle-seed")
+    return None if seed is None else f"test order shuffled with --shuffle-seed {seed}"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -134,31 +167,87 @@ def _restore(reg: Any, items: dict[str, Any], imported: set[str]) -> None:
     reg._items.update({**items, **by_import})
 
 
-@pytest.fixture(autouse=True)
-def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
-    """After each test: every registry holds exactly its entries from before the test (a name a
-    test or the code it ran registered is removed, one it replaced is put back; an import's
-    entries are kept), and the environment, the working folder and torch's thread count and
-    default dtype are restored, so that the suite passes in any order, serially and
-    distributed."""
+def _caches() -> list[Any]:
+    """Every `functools` cache of a loaded module of privbench, the defenses or the attacks
+    (its keys may be registry names: a dataset's shape, a defense's privacy plan)."""
+    found: dict[int, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".", 1)[0] in PACKAGES and module is not None:
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)) and hasattr(value,
+                                                                            "cache_info"):
+                    found[id(value)] = value
+    return list(found.values())
+
+
+def _random_states() -> tuple[Any, ...]:
+    """The global generators' states: Python's `random`, numpy's legacy one, torch's CPU one
+    (the code draws from explicit generators; a test may still seed a global one)."""
+    import numpy as np
+
+    torch = sys.modules.get("torch")
+    return random.getstate(), np.random.get_state(), (torch.random.get_rng_state()
+                                                      if torch else None)
+
+
+def _set_random_states(states: tuple[Any, ...]) -> None:
+    import numpy as np
+
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch = sys.modules.get("torch")
+    if torch is not None and states[2] is not None:
+        torch.random.set_rng_state(states[2])
+
+
+@contextlib.contextmanager
+def restored_global_state() -> Iterator[None]:
+    """On leaving: every registry holds exactly its entries from before (a name registered
+    inside is removed, one replaced is put back; the entries of a module first imported inside
+    are kept, since an import happens once per process), the caches are emptied where a
+    registry changed (they may hold what the changed entry computed under a shared name), and
+    the environment, the working folder, `sys.path`, the SIGINT and SIGTERM handlers, the global
+    random generators and torch's thread count and default dtype are as they were."""
     saved = [(reg, dict(reg._items)) for reg in _registries()]
     modules = set(sys.modules)
-    env, cwd = dict(os.environ), os.getcwd()
+    env, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    states = _random_states()
     torch = sys.modules.get("torch")
     threads, dtype = (torch.get_num_threads(), torch.get_default_dtype()) if torch else (0, None)
-    yield
-    imported = set(sys.modules) - modules
-    for reg, items in saved:
-        _restore(reg, items, imported)
-    for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
-        del os.environ[key]
-    for key, value in env.items():
-        if os.environ.get(key) != value and key != "PYTEST_CURRENT_TEST":
-            os.environ[key] = value
-    if os.getcwd() != cwd:
-        os.chdir(cwd)
-    if torch is not None:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-        if torch.get_default_dtype() != dtype:
-            torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        imported = set(sys.modules) - modules
+        changed = [reg for reg, items in saved if reg._items != items]
+        for reg, items in saved:
+            _restore(reg, items, imported)
+        if changed:
+            for cache in _caches():
+                cache.cache_clear()
+        for key in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:  # pytest's own marker
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value and key != "PYTEST_CURRENT_TEST":
+                os.environ[key] = value
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+        if sys.path != path:
+            sys.path[:] = path
+        for sig, handler in handlers.items():
+            if signal.getsignal(sig) != handler and handler is not None:
+                signal.signal(sig, handler)
+        _set_random_states(states)
+        if torch is not None:
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            if torch.get_default_dtype() != dtype:
+                torch.set_default_dtype(dtype)
+
+
+@pytest.fixture(autouse=True)
+def _restores_global_state(_plugins_loaded: None) -> Iterator[None]:
+    """Each test leaves the global state as it found it (`restored_global_state`), so that the
+    suite passes in any order, serially and distributed."""
+    with restored_global_state():
+        yield

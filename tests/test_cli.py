@@ -46,7 +46,7 @@ def test_train_writes_results_and_messages(tmp_path, capsys):
 def test_train_says_the_defaults_that_decide_what_it_means(argv, said, not_said, tmp_path,
                                                            capsys):
     """A run that trains the non-private default, or a private defense at the default ε, says
-    so before it trains."""
+    so before it trains (`privbench.commands.train`, `defaults_used`)."""
     code = main(["train", *argv, "--rounds", "2", "--nodes", "4", "--device", "cpu",
                  "--out", str(tmp_path / "run"), "--quiet", "--record", "none", "--untuned"])
     assert code == 0

@@ -188,7 +188,7 @@ def looped_batch_grads(fm: FlatModel, params: Tensor, x: Tensor, y: Tensor,
     FedAvg CNN's round of DeFL-VP's local epoch, 10 nodes, batch 64: reports/performance/README.md;
     `privbench bench engine --method floor,floor_vmap`). A row's step takes tens of
     milliseconds, so the loop's own cost is nothing. The same loss as `vmapped_batch_grads`,
-    equal to float rounding (tests/engine/test_engine.py); on a GPU the vmap stays. It returns plain
+    equal to float rounding (tests/engine/test_grads.py); on a GPU the vmap stays. It returns plain
     gradients, with no graph back to params or x (every caller takes them as a step).
     """
     cl = torch.channels_last

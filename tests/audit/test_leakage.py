@@ -192,6 +192,7 @@ def test_network_dp_falls_with_distance_and_equals_local_for_an_eavesdropper() -
 # ------------------------------------------------------------------------------ leakage map
 @pytest.mark.slow  # 20 s or more on 2 cores: .ci/run runs it in its slow step
 def test_leakage_command_writes_map_and_refuses_to_overwrite(tmp_path, capsys) -> None:
+    """`privbench leakage` (`privbench.commands.leakage`): the map written, then refused over."""
     out = tmp_path / "leak"
     args = ["leakage", "--defense", "d_psgd", "--distances", "2", "--sizes", "2", "--victims",
             "2", "--inversion-victims", "2", "--rounds", "6", "--members", "4", "--out", str(out),

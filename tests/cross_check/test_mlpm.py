@@ -62,7 +62,7 @@ def test_lira_variance_modes_match_ml_privacy_meter_on_identical_signals(k: int)
     from privbench.metrics.roc import paired_auc_difference
     from privbench.plugins import load_plugins
     from privbench.registry import ATTACKS
-    from tests.attacks.test_lira_variance import _signals
+    from tests.attacks.test_lira import _signals
     from tests.cross_check.mlpm import _load_aggregate_signals, mlpm_lira
 
     load_plugins()

@@ -1,4 +1,5 @@
-"""The HTML report renders from results JSON alone, is self-contained, and escapes every string."""
+"""The HTML report (privbench.report.render) renders from results JSON alone, is self-contained,
+and escapes every string."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`privbench attack` end to end on a tiny grid: files, summary table, resume, determinism."""
+"""`privbench attack` (`privbench.commands.attack`) end to end on a tiny grid: files, summary
+table, resume, determinism."""
 
 from __future__ import annotations
 

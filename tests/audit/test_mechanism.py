@@ -1,4 +1,5 @@
-"""The mechanism audit (`privbench.audit.mechanism`) and its gate rules, tried on broken defenses.
+"""The mechanism audit (`privbench.audit.mechanism`) and its gate rules
+(`privbench.report.gate_mechanism`), tried on broken defenses.
 
 A privacy check is trusted once it has caught a deliberately broken defense: each mutant of
 `tests/mechanism/mutants.py` keeps the ledger's claim while drawing less privacy, and must fail
