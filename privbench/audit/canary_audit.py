@@ -382,7 +382,7 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
         except NotApplicable as exc:
             return {"applicable": False, "reason": str(exc)}
         if not np.isfinite(scores).all():
-            return {"applicable": False,
+            return {"applicable": False, "non_finite": True,
                     "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
         per_node.append(_node_result(v, claims(privacy, v), scores, included[a].numpy(), kp,
                                      km, p_star, run.delta, scorer, built.ctx,

@@ -259,7 +259,7 @@ def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, InversionSummary]
         ("geiping" if type(built.trainer).private else "idlg")
     res = dispatch.run_attack(built, attack, ATTACKS_AS_DEFAULTS, cfg.seed,
                               mount=_mount(targets, source, cfg, lpips=False))
-    graded = res.detail.get("targets") or [{"status": res.status}] * len(targets)
+    graded = res.detail.get("targets") or [{"status": res.status.text}] * len(targets)
     out = {}
     for spec, reasons in refused.items():
         rows, sources, diag = [], set(), []
@@ -322,7 +322,7 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> MembershipSummar
                    cfg)
     res = dispatch.run_attack(built, "mia_message", ATTACKS_AS_DEFAULTS, cfg.seed, mount=mount)
     if not res.ok:
-        return {"status": res.status}
+        return {"status": res.status.text}
     m, ci = res.metrics, res.intervals or {}
     return {"status": "ok", "auc": m["auc"], "auc_ci": ci["auc"],
             "tpr_at_1%_fpr": m["tpr_at_1%_fpr"], "tpr_at_1%_fpr_ci": ci["tpr_at_1%_fpr"],

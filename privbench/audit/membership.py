@@ -393,6 +393,7 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
         return {**head, "applicable": False, "reason": str(exc), "claimed_epsilon": claimed}
     if graded is None:
         return {**head, "applicable": False, "claimed_epsilon": claimed, **info,
+                "non_finite": True,
                 "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
                           "model or messages are not finite (training diverged)"}
     by_stat = info.pop("scores_by_statistic", None)

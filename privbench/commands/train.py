@@ -176,7 +176,8 @@ def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
 
 
 def _print_train(res: TrainResult, result: TrainJSON, out: Path, comm: Any) -> None:
-    from privbench.results.store import diverged_text, noise_feedback_text, privacy_line
+    from privbench.results.outcome import diverged_in
+    from privbench.results.store import noise_feedback_text, privacy_line
 
     rounds = result["run"]["rounds"]
     if res.node_accuracy:
@@ -198,7 +199,7 @@ def _print_train(res: TrainResult, result: TrainJSON, out: Path, comm: Any) -> N
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
     if res.diverged_round is not None:
         why = noise_feedback_text(result["privacy"])
-        print(f"privbench: training diverged: {diverged_text(res.diverged_round, rounds)}"
+        print(f"privbench: training diverged: {diverged_in(res.diverged_round, rounds)}"
               + (f"; {why}" if why else ""), file=sys.stderr)
 
 

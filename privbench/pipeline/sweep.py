@@ -58,6 +58,8 @@ from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import fingerprint as fp
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.results.records import (
     AttackResult,
     AuditCell,
@@ -73,7 +75,6 @@ from privbench.results.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.results.store import (
     SCHEMA_VERSION,
     atomic_write_text,
-    diverged_text,
     dumps,
     read_results,
     remove_stale_temps,
@@ -411,7 +412,7 @@ class Sweep:
             measured["inversion_views_s"] = laps.lap()
         for attack in attacks:
             if not cell.ok and not trains_its_own_run(ATTACKS.get(attack)):
-                result = AttackResult(f"skipped: training {cell.status}")
+                result = AttackResult(status=outcome.skipped(f"training {cell.status}"))
             else:
                 with self.phase(f"attack {attack} ({attacks.index(attack) + 1} of "
                                 f"{len(attacks)})"):
@@ -424,7 +425,7 @@ class Sweep:
         return measured
 
     def _inversion_views(self, defense: str, run: RunConfig,
-                         overrides: Overrides) -> dict[int, Built | str] | None:
+                         overrides: Overrides) -> dict[int, Built | Status] | None:
         """Per batch size of the audit's inversion views: the defense run at that batch size
         (same ε, same configured rounds, so the same calibration) for the first rounds the
         inversion needs, or the reason there is none. None: invert the cell's own run."""
@@ -433,18 +434,18 @@ class Sweep:
         stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2 +
                    _placed_extra(run, self.audit))
         policy = RecordPolicy(rounds=frozenset(range(stop)))
-        views: dict[int, Built | str] = {}
+        views: dict[int, Built | Status] = {}
         for b in self.audit.inversion_batch_sizes:
             vrun = dataclasses.replace(run, batch_size=b)
             try:
                 built = build(vrun, defense, overrides, policy=policy)
             except ConfigError as exc:
-                views[b] = f"not applicable: {exc}"
+                views[b] = outcome.not_applicable(exc)
                 continue
             with self.phase(f"inversion view (batch {b})", stop, "round") as bar:
                 res = train(built.trainer, rounds=stop, progress=bar.update)
-            views[b] = (built if res.diverged_round is None else
-                        f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
+            views[b] = (built if res.diverged_round is None else outcome.skipped(
+                f"the batch-{b} run {outcome.diverged_in(res.diverged_round, stop)}"))
         return views
 
     def _tuned(self, defense: str, run: RunConfig, eps: float | None, setting: str | None,
@@ -472,12 +473,14 @@ class Sweep:
                 recording_sampling() as drawn:
             res = train(built.trainer, progress=bar.update)
         timing["train_s"] = laps.lap()
-        status = ("ok" if res.diverged_round is None
-                  else diverged_text(res.diverged_round, run.rounds))
+        status = (outcome.OK if res.diverged_round is None
+                  else outcome.diverged_in(res.diverged_round, run.rounds))
         full = train_result(built, res)
-        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None, status,
-                           res.average_accuracy, tuple(full["privacy"]), tuple(full["messages"]),
-                           {"node_accuracy": res.node_accuracy,
+        cell = TrainedCell(defense=defense,
+                           epsilon=run.epsilon if built.trainer.private else None, status=status,
+                           accuracy=res.average_accuracy, privacy=tuple(full["privacy"]),
+                           messages=tuple(full["messages"]),
+                           detail={"node_accuracy": res.node_accuracy,
                             "defense_config": full["defense_config"], "history": res.history,
                             "sampling_drawn": sorted(drawn), "seconds": res.seconds,
                             "eval_seconds": res.eval_seconds})
@@ -498,11 +501,13 @@ class Sweep:
         check_split(built, self.messages_dir)  # type: ignore[arg-type]
         privacy = saved.get("privacy", [])
         built.saved_privacy = privacy  # the claims the saved run made, read by the attacks
-        cell = TrainedCell(defense, run.epsilon if built.trainer.private else None,
-                           "ok" if saved.get("diverged_round") is None else "diverged",
-                           saved["accuracy"]["average_model"], tuple(privacy),
-                           tuple(saved["messages"]),
-                           {"node_accuracy": saved["accuracy"]["per_node"],
+        cell = TrainedCell(defense=defense,
+                           epsilon=run.epsilon if built.trainer.private else None,
+                           status=outcome.OK if saved.get("diverged_round") is None
+                           else outcome.diverged(),
+                           accuracy=saved["accuracy"]["average_model"], privacy=tuple(privacy),
+                           messages=tuple(saved["messages"]),
+                           detail={"node_accuracy": saved["accuracy"]["per_node"],
                             "defense_config": saved.get("defense_config", {}),
                             "history": saved.get("history", []),
                             "source": str(self.messages_dir)})

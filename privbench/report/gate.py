@@ -48,6 +48,7 @@ from privbench.config import read_toml
 from privbench.errors import ConfigError
 from privbench.report.gate_mechanism import DEFAULT_FACTOR, MECHANISM_RULES, Check
 from privbench.report.text import plain
+from privbench.results.outcome import Word
 from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
 from privbench.results.store import (
     attack_metric,
@@ -218,8 +219,8 @@ def _not_applicable(cell: AuditCell, metric: str) -> str | None:
     every release is a local epoch's update): each attack that reports it declared itself not
     applicable; None when one ran, failed, was skipped, or none reports it."""
     carriers = [a for a in cell.attacks.values() if metric in a.metrics]
-    if carriers and all(a.status.startswith("not applicable") for a in carriers):
-        return carriers[0].status
+    if carriers and all(a.status.word is Word.NOT_APPLICABLE for a in carriers):
+        return carriers[0].status.text
     return None
 
 
@@ -233,7 +234,7 @@ def _tpr_at(cell: AuditCell, fpr: float) -> tuple[float | None, bool]:
     """
     best, resolved = None, True
     for att in cell.attacks.values():
-        if not att.status.startswith("ok"):
+        if not att.status.measured:
             continue
         tpr, ok = _exact_tpr(att, fpr)
         resolved = resolved and ok

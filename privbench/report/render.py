@@ -37,6 +37,7 @@ from privbench.report.verdicts import (
     verdicts,
     where,
 )
+from privbench.results import outcome
 from privbench.results.records import (
     AttackResult,
     AuditCell,
@@ -206,7 +207,7 @@ def _roc_panels(results: AuditRun, colors: Mapping[str, Color]) -> list[RocPanel
         k = p.cells
         p.cells += 1
         rocs = [(a, att) for a, att in sorted(cell.attacks.items())
-                if (att.roc or {}).get("fpr") and att.status.startswith("ok")
+                if (att.roc or {}).get("fpr") and att.status.measured
                 and cell_state(cell)["kind"] != "diverged"]  # its attacks are not read
         eps, delta, which = claimed_for_audit(cell)
         bound = (bounds.eps_delta_tpr(GRID, eps, delta or 0.0)
@@ -282,8 +283,8 @@ def _missing_reason(cell: AuditCell, key: str, state: CellState) -> str:
     if not holders:
         return f"no attack in this audit measures {key}"
     for aname, att in sorted(holders.items()):
-        if att.status != "ok":
-            return att.status  # the same note as the attack table's status
+        if att.status != outcome.OK:
+            return att.status.text  # the same note as the attack table's status
         lpips_status = att.detail.get("lpips_status")
         if key == "lpips" and lpips_status not in (None, "ok"):
             return lpips_reason(str(lpips_status))
@@ -311,9 +312,9 @@ def mechanism_row(cell: AuditCell, notes: Notes) -> MechanismRow | None:
     att = cell.attacks.get("mechanism")
     if att is None:
         return None
-    mech = att.mechanism if att.status.startswith("ok") else None
+    mech = att.mechanism if att.status.measured else None
     if not mech:
-        return {"measured": notes.status(att.status), "findings": []}
+        return {"measured": notes.status(att.status.text), "findings": []}
     eps = mech.get("epsilon") or {}
     if eps.get("applicable"):
         lo, hi = eps["interval"]

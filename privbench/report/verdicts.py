@@ -120,7 +120,7 @@ def where(cell: AuditCell | Mapping[str, Json]) -> str:
 
 
 def _ok(att: AttackResult) -> bool:
-    return att.status.startswith("ok")
+    return att.status.measured
 
 
 def membership_findings(cell: AuditCell) -> list[MembershipFinding]:

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from privbench.results.outcome import OK, Status
+
 Json = Any  # a JSON value (strict: no NaN, written key-sorted by `privbench.results.store`)
 # A configuration value as TOML, the command line or a results file gives it.
 ConfigValue = bool | int | float | str | None | list["ConfigValue"] | dict[str, "ConfigValue"]
@@ -88,7 +90,8 @@ class AttackResult:
     """One attack's outcome on one cell.
 
     Attributes:
-        status: "ok", "not applicable: ...", "skipped: ...", or "failed: ..." (why, in words).
+        status: measured, not applicable, failed or inconclusive, with its reason
+            (`privbench.results.outcome`).
         uses: the data-dependent message kinds the attack's input was derived from.
         metrics: headline numbers by name (`auc`, `psnr`, `empirical_epsilon`, ...); a value
             that is not a finite number means "not measured".
@@ -99,7 +102,7 @@ class AttackResult:
         detail: everything else the attack reports, by key.
     """
 
-    status: str
+    status: Status
     uses: tuple[str, ...] = ()
     metrics: Mapping[str, Json] = field(default_factory=dict)
     kind: str | None = None
@@ -111,12 +114,12 @@ class AttackResult:
 
     @property
     def ok(self) -> bool:
-        """Whether the attack ran and was graded."""
-        return self.status == "ok"
+        """Whether the attack ran and was graded, with no note."""
+        return self.status == OK
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object of a cell file (optional fields written only when set)."""
-        out: dict[str, Json] = {"status": self.status, "uses": list(self.uses),
+        out: dict[str, Json] = {"status": self.status.text, "uses": list(self.uses),
                                 "metrics": dict(self.metrics)}
         for key in ("kind", "threat", "intervals"):
             if getattr(self, key) is not None:
@@ -127,7 +130,8 @@ class AttackResult:
     def from_json(cls, data: Mapping[str, Json]) -> AttackResult:
         """The record of a cell file's object (a `fingerprint` stays in `detail`)."""
         typed = {k: data[k] for k in cls.TYPED if k in data}
-        return cls(**{**typed, "uses": tuple(typed.get("uses", ()))},
+        return cls(**{**typed, "uses": tuple(typed.get("uses", ())),
+                      "status": Status.parse(typed["status"])},
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
 
     @property
@@ -188,7 +192,7 @@ class TrainedCell:
         defense: the defense's registry key.
         epsilon: the target ε the run was calibrated for (None: not private, or a fixed paper
             setting).
-        status: "ok", or how training ended otherwise ("diverged in round r ...").
+        status: measured ("ok"), or how training ended otherwise (diverged in round r).
         accuracy: the average model's test accuracy (None: not measured).
         privacy: the per-node ε reports (`privbench.accounting`), as written.
         messages: every message kind the defense sends, with its DP coverage.
@@ -197,7 +201,7 @@ class TrainedCell:
 
     defense: str
     epsilon: float | None
-    status: str
+    status: Status
     accuracy: float | None
     privacy: tuple[PrivacyReport, ...] = ()
     messages: tuple[MessageKind, ...] = ()
@@ -208,7 +212,7 @@ class TrainedCell:
     @property
     def ok(self) -> bool:
         """Whether training ended normally (attacks run on it)."""
-        return self.status == "ok"
+        return self.status == OK
 
     @property
     def setting(self) -> PaperSetting | None:
@@ -233,14 +237,15 @@ class TrainedCell:
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object of `train.json` (and of a results cell, without its attacks)."""
-        return {"defense": self.defense, "epsilon": self.epsilon, "status": self.status,
+        return {"defense": self.defense, "epsilon": self.epsilon, "status": self.status.text,
                 "accuracy": self.accuracy, "privacy": list(self.privacy),
                 "messages": list(self.messages), **self.detail}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Json]) -> TrainedCell:
         """The record of a `train.json` object."""
-        return cls(defense=data["defense"], epsilon=data["epsilon"], status=data["status"],
+        return cls(defense=data["defense"], epsilon=data["epsilon"],
+                   status=Status.parse(data["status"]),
                    accuracy=data["accuracy"], privacy=tuple(data.get("privacy", ())),
                    messages=tuple(data.get("messages", ())),
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
@@ -288,7 +293,7 @@ class AuditCell:
         return self.trained.epsilon
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         return self.trained.status
 
     @property

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
 from privbench.errors import DataError, PrivbenchError
+from privbench.results.outcome import Word
 from privbench.results.records import (
     AttackResult,
     AuditCell,
@@ -262,14 +262,10 @@ def eps_label(eps: float) -> str:
 LOWER_MEANS_LEAKIER = frozenset({"mse", "lpips"})
 
 
-def _graded(att: AttackResult) -> bool:
-    return att.status.startswith("ok")
-
-
 def attack_metric(cell: AuditCell | Mapping[str, Json], key: str) -> float | None:
     """The worst case (most leaking) value of a metric over a cell's attacks."""
     vals = [finite_or_none(a.metrics.get(key)) for a in as_cell(cell).attacks.values()
-            if _graded(a)]
+            if a.status.measured]
     found = [v for v in vals if v is not None]
     if not found:
         return None
@@ -284,7 +280,7 @@ def attack_interval(cell: AuditCell | Mapping[str, Json], key: str) -> list[floa
     if worst is None:
         return None
     for a in cell.attacks.values():
-        if _graded(a) and finite_or_none(a.metrics.get(key)) == worst:
+        if a.status.measured and finite_or_none(a.metrics.get(key)) == worst:
             ci = (a.intervals or {}).get(key)
             if ci is not None:
                 return [float(ci[0]), float(ci[1])]
@@ -340,21 +336,19 @@ def accuracy_interval(cell: AuditCell) -> list[float] | None:
 def _diverged_attacks(cell: AuditCell) -> list[str]:
     """Attacks that could not run because the run's model or messages were non-finite."""
     return sorted(a for a, att in cell.attacks.items()
-                  if att.status.startswith("not applicable") and "non-finite" in att.status)
+                  if att.status.not_applicable and att.status.non_finite)
 
 
 def cell_state(cell: AuditCell | Mapping[str, Json], classes: int | None = None) -> CellState:
     """What happened to a cell's training (`CellState`).
 
-    diverged: training stopped on a non-finite model (`status` "diverged ... in round r"), the
+    diverged: training stopped on a non-finite model (a diverged `status`, in round r), the
     accuracy is not finite, or an attack found the run's messages non-finite. uninformative:
     the accuracy's interval reaches chance (1 / `classes`). Otherwise trained.
     """
     cell = as_cell(cell)
-    status = str(cell.status)
-    if status.startswith("diverged"):
-        match = re.search(r"round (\d+)", status)
-        r = int(match.group(1)) if match else None
+    if cell.status.word is Word.DIVERGED:
+        r = cell.status.round
         return {"kind": "diverged", "round": r,
                 "text": f"diverged in round {r}" if r else "diverged"}
     bad = _diverged_attacks(cell)
@@ -442,12 +436,6 @@ def noise_feedback_text(reps: Sequence[PrivacyReport]) -> str | None:
             f"{loop['growth_per_round']:.3g}x per round, bounded only for a per-round ε "
             f"above {fmt_num(loop['stable_above_epsilon_round'], 0)} "
             f"({loop['shared_coordinates']} shared coordinates)")
-
-
-def diverged_text(round0: int, rounds: int) -> str:
-    """How a diverged run is described everywhere (`round0`: the 0-based round that went
-    non-finite, as `diverged_round` stores it)."""
-    return f"diverged (NaN/Inf) in round {round0 + 1} of {rounds}"
 
 
 def auc_interval(attack: AttackResult | Mapping[str, Json], z: float = 1.96
