@@ -82,12 +82,11 @@ from torch.func import functional_call, grad, grad_and_value, vmap
 
 from privbench import progress
 from privbench.audit.attack import Attack
-from privbench.models import FlatModel
+from privbench.models import FlatModel, Shape
 from privbench.results import outcome
 from privbench.results.outcome import Status
 from privbench.threat.observation import GradientView
 
-Shape = tuple[int, ...]
 COSTS = ("sim", "simlocal", "l2")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

@@ -28,7 +28,7 @@ import torch
 from privbench.audit.attack import trains_its_own_run
 from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
 from privbench.audit.dispatch import _audit_threat, is_inversion, run_attack
-from privbench.config import RunConfig, json_ready, replace_checked, to_dict
+from privbench.config import Overrides, RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
 from privbench.engine.loop import train
@@ -67,7 +67,6 @@ from privbench.results.records import (
     AuditSettings,
     ConfigValue,
     Fingerprint,
-    Overrides,
     TrainedCell,
     TunedSummary,
 )

@@ -43,7 +43,7 @@ from privbench.results.records import (
     AuditCell,
     AuditRun,
     Json,
-    MessageKind,
+    MessageRecord,
     as_run,
 )
 from privbench.results.store import (
@@ -93,7 +93,7 @@ class Pair(TypedDict):
     caption: list[str]
 
 
-class Gallery(TypedDict):
+class GalleryPanel(TypedDict):
     """One reconstruction gallery of the report."""
 
     defense: str
@@ -105,7 +105,7 @@ class Gallery(TypedDict):
     pairs: list[Pair]
 
 
-class MessageRow(MessageKind, total=False):
+class MessageRow(MessageRecord, total=False):
     """A row of the message map: a defense's message kind and the attacks that read it."""
 
     defense: str
@@ -237,8 +237,8 @@ def _roc_panels(results: AuditRun, colors: Mapping[str, Color]) -> list[RocPanel
             for name, p in panels.items() if p.curves]
 
 
-def _galleries(results: AuditRun) -> list[Gallery]:
-    out: list[Gallery] = []
+def _galleries(results: AuditRun) -> list[GalleryPanel]:
+    out: list[GalleryPanel] = []
     for cell in results.cells:
         for aname, att in sorted(cell.attacks.items()):
             for view in att.views or [att.detail]:
@@ -259,7 +259,7 @@ def _galleries(results: AuditRun) -> list[Gallery]:
 
 
 def _message_map(results: AuditRun) -> list[MessageRow]:
-    rows: dict[tuple[str, str], tuple[MessageKind, set[str]]] = {}
+    rows: dict[tuple[str, str], tuple[MessageRecord, set[str]]] = {}
     for cell in results.cells:
         for m in cell.messages:
             key = (cell.defense, m["name"])

@@ -25,14 +25,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from privbench.results.outcome import OK, Status
 
 Json = Any  # a JSON value (strict: no NaN, written key-sorted by `privbench.results.store`)
 # A configuration value as TOML, the command line or a results file gives it.
 ConfigValue = bool | int | float | str | None | list["ConfigValue"] | dict[str, "ConfigValue"]
-Overrides = dict[str, ConfigValue]  # config keys -> values (defense or run overrides)
 
 
 class Fingerprint(TypedDict):
@@ -64,7 +63,7 @@ class PrivacyReport(TypedDict, total=False):
     nodes: int  # a claims-table row (`claim_rows`): how many nodes report this reading
 
 
-class MessageKind(TypedDict, total=False):
+class MessageRecord(TypedDict, total=False):
     """One message kind a defense sends, with its DP coverage."""
 
     name: str
@@ -74,15 +73,15 @@ class MessageKind(TypedDict, total=False):
     description: str
 
 
-class PaperSetting(TypedDict, total=False):
-    """A paper cell's description: its name and label, the overrides it runs with, the ε it
-    composes to and (for a reading of the grid's ε) that ε."""
+class PaperSetting(TypedDict):
+    """A paper cell's `setting` in results.json: its name and label, the overrides it runs
+    with, the ε it composes to and (for a reading of the grid's ε) that ε."""
 
-    name: str
+    name: str  # the cell's key after "defense@"
     label: str
-    overrides: dict[str, Json]
-    composed_epsilon: float | None
-    epsilon: float
+    overrides: Mapping[str, object]  # the paper's defense values
+    composed_epsilon: float | str | None  # the calibrated ε the run composes to ("inf": infinite)
+    epsilon: NotRequired[float]  # the ε the paper reads the run as (none: a fixed setting)
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ class TrainedCell:
     status: Status
     accuracy: float | None
     privacy: tuple[PrivacyReport, ...] = ()
-    messages: tuple[MessageKind, ...] = ()
+    messages: tuple[MessageRecord, ...] = ()
     detail: Mapping[str, Json] = field(default_factory=dict)
 
     TYPED = ("defense", "epsilon", "status", "accuracy", "privacy", "messages")
@@ -305,7 +304,7 @@ class AuditCell:
         return self.trained.privacy
 
     @property
-    def messages(self) -> tuple[MessageKind, ...]:
+    def messages(self) -> tuple[MessageRecord, ...]:
         return self.trained.messages
 
     @property
