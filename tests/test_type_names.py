@@ -1,14 +1,21 @@
-"""Each type is named once across the packages.
+"""Each type is named once across the packages, and the untyped `Json` stays at the file boundary.
 
 Rule (type names): a class, or a type alias at module level (a capitalised name bound to a
 subscripted type, a union, or annotated `TypeAlias`), is defined in one module of `privbench`,
 `attacks` and `defenses`; a second module that needs it imports it. Two types of one name (two
 `MessageKind`s, two `Fingerprint`s) read alike in a signature and are not the same.
+
+Rule (`Json`): the name `Json` (the alias of a JSON value, `Any`) appears at most `JSON_LIMIT`
+times in the three packages, counted as identifier tokens in the source: records, their
+readers and the audits carry typed fields; only the file boundary (reading and writing a
+results file) handles untyped JSON.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections import defaultdict
 from pathlib import Path
 
@@ -53,3 +60,22 @@ def test_each_type_name_is_defined_once() -> None:
 def test_the_rule_reads_module_level_aliases() -> None:
     alias = ast.parse("Shape = tuple[int, ...]\nLIMIT = 3\nLabel = str | None\n").body
     assert [_is_alias(n) for n in alias] == ["Shape", None, "Label"]
+
+
+JSON_LIMIT = 15
+
+
+def json_uses() -> dict[str, int]:
+    """Module -> how many `Json` identifier tokens its source holds."""
+    out = {}
+    for f in sources():
+        toks = tokenize.generate_tokens(io.StringIO(f.read_text()).readline)
+        n = sum(1 for t in toks if t.type == tokenize.NAME and t.string == "Json")
+        if n:
+            out[str(f.relative_to(ROOT))] = n
+    return out
+
+
+def test_json_stays_at_the_file_boundary() -> None:
+    uses = json_uses()
+    assert sum(uses.values()) <= JSON_LIMIT, uses

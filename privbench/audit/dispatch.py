@@ -25,7 +25,7 @@ from privbench.errors import ConfigError, PrivbenchError
 from privbench.registry import ATTACKS
 from privbench.results import outcome
 from privbench.results.outcome import Status
-from privbench.results.records import AttackResult
+from privbench.results.records import AttackResult, ThreatRecord
 from privbench.threat.gossip_inversion import view_source
 from privbench.threat.observation import (
     Observation,
@@ -77,14 +77,6 @@ class Gallery(TypedDict):
     psnr: list[float]
     victim: int
     round: int
-
-
-class ThreatRecord(TypedDict, total=False):
-    """Who observed, as a result records it."""
-
-    kind: str
-    observers: list[int]
-    placement: str
 
 
 class InversionView(TypedDict, total=False):

@@ -37,7 +37,7 @@ from privbench.pipeline import tuning
 from privbench.pipeline.presets import PRESETS, TUNE_GRIDS
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
-from privbench.reproduce.line import Fingerprint
+from privbench.results.records import Fingerprint
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from privbench.errors import ConfigError
 from privbench.report.gate_mechanism import DEFAULT_FACTOR, MECHANISM_RULES, Check
 from privbench.report.text import plain
 from privbench.results.outcome import Word
-from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
+from privbench.results.records import AttackResult, AuditCell, AuditRun, JsonObject, as_cell, as_run
 from privbench.results.store import (
     attack_metric,
     cell_state,
@@ -154,7 +154,7 @@ def load_policy(path: str | Path) -> Policy:
     return policy  # type: ignore[return-value]  (checked above)
 
 
-def _check_inconclusive(path: str | Path, table: Json) -> None:
+def _check_inconclusive(path: str | Path, table: object) -> None:
     """`[inconclusive]`: action "fail" or "warn", factor a number > 1."""
     where = f"policy {path}: [inconclusive]"
     if not isinstance(table, dict):
@@ -169,11 +169,11 @@ def _check_inconclusive(path: str | Path, table: Json) -> None:
                               "factor a number > 1")
 
 
-def _is_number(v: Json) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_type(path: str | Path, i: int, key: str, value: Json) -> None:
+def _check_type(path: str | Path, i: int, key: str, value: object) -> None:
     where = f"policy {path}: bound #{i + 1} {key}"
     if key in SIMPLE_BOUNDS or key in ("max_empirical_ratio", "max_measured_ratio"):
         ok = _is_number(value)
@@ -257,7 +257,7 @@ def _exact_tpr(att: AttackResult, fpr: float) -> tuple[float | None, bool]:
     return (max(pts) if pts else None), ok
 
 
-def cell_label(cell: AuditCell | Mapping[str, Json]) -> str:
+def cell_label(cell: AuditCell | JsonObject) -> str:
     """defense@ε (or defense@no-DP, defense@paper at a fixed paper setting, defense@paper-eps8
     at the paper's reading of ε = 8)."""
     cell = as_cell(cell)
@@ -277,7 +277,7 @@ ATTACK_BOUNDS = frozenset(k for k, (m, _) in SIMPLE_BOUNDS.items() if m != "accu
 OWN_RUN_KINDS = frozenset({"canary", "mechanism"})
 
 
-def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
+def check_bound(bound: Bound, cell: AuditCell | JsonObject,
                 classes: int | None = None, factor: float = DEFAULT_FACTOR) -> list[Check]:
     """Evaluate one [[bound]] table on one cell (a record, or a results.json cell object). On
     a diverged cell (`results.cell_state`) every attack bound fails as not measured, except
@@ -358,7 +358,7 @@ def sampling_check(label: str, cell: AuditCell) -> Check:
     return Check(name, not wrong and (claimed == {"none"} or set(drawn) <= claimed), detail)
 
 
-def empirical_ratio_check(label: str, cell: AuditCell | Mapping[str, Json],
+def empirical_ratio_check(label: str, cell: AuditCell | JsonObject,
                           limit: float) -> Check:
     """empirical ε / claimed ε <= limit, and only where the audit could have failed it.
 
@@ -419,8 +419,8 @@ def compare_baseline(results: AuditRun, baseline: AuditRun, tolerances: Mapping[
     return out
 
 
-def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
-               baseline: AuditRun | Mapping[str, Json] | None = None,
+def run_checks(results: AuditRun | JsonObject, policy: Policy,
+               baseline: AuditRun | JsonObject | None = None,
                scale: float = 1.0) -> list[Check]:
     """Every check of a policy (and optional baseline) on an audit's results."""
     results = as_run(results)

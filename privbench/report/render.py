@@ -42,7 +42,7 @@ from privbench.results.records import (
     AttackResult,
     AuditCell,
     AuditRun,
-    Json,
+    JsonObject,
     MessageRecord,
     as_run,
 )
@@ -340,7 +340,7 @@ def _eps_reason(cell: AuditCell, mode: str) -> str:
     return f"the {mode} reading is not reported by this defense"
 
 
-def _config_shown(results: AuditRun | Mapping[str, Json]) -> Mapping[str, Json]:
+def _config_shown(results: AuditRun | JsonObject) -> JsonObject:
     """The configuration (results.json's `config`, arbitrary JSON as written) with the base
     run's ε replaced by the ε of each cell."""
     results = as_run(results)
@@ -357,7 +357,7 @@ def _json_text(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = None) -> str:
+def render_html(results: AuditRun | JsonObject, run_name: str | None = None) -> str:
     """The self-contained audit page for an audit (its record, or results.json's object).
 
     `run_name` (the output folder's name) titles the page; results.json does not hold it, so
@@ -417,7 +417,7 @@ def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = N
         GALLERIES_OPEN=GALLERIES_OPEN)
 
 
-def merge_results(items: list[AuditRun | Mapping[str, Json]]) -> AuditRun:
+def merge_results(items: list[AuditRun | JsonObject]) -> AuditRun:
     """Merge several audits into one (cells concatenated; later duplicates win); each one's
     `run_name` (in its `detail`) names it in the merged run's."""
     runs = [as_run(r) for r in items]

@@ -28,7 +28,7 @@ from privbench.results.records import (
     AttackResult,
     AuditCell,
     AuditRun,
-    Json,
+    JsonObject,
     PrivacyReport,
     TrainedCell,
     as_cell,
@@ -172,7 +172,7 @@ def write_audit(path: str | Path, run: AuditRun) -> None:
 # a results.json object given instead is read with `AuditCell.from_json` / `AuditRun.from_json`).
 
 
-def finite_or_none(x: Json) -> float | None:
+def finite_or_none(x: object) -> float | None:
     """x as a float when it is a finite number, else None."""
     return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
 
@@ -192,13 +192,13 @@ def headline_reports(privacy: Sequence[PrivacyReport], mode: str) -> dict[int, P
     return out
 
 
-def _privacy(cell: AuditCell | TrainedCell | Mapping[str, Json]) -> Sequence[PrivacyReport]:
+def _privacy(cell: AuditCell | TrainedCell | JsonObject) -> Sequence[PrivacyReport]:
     if isinstance(cell, (AuditCell, TrainedCell)):
         return cell.privacy
     return cell.get("privacy") or []
 
 
-def claimed_eps(cell: AuditCell | TrainedCell | Mapping[str, Json], mode: str) -> float | None:
+def claimed_eps(cell: AuditCell | TrainedCell | JsonObject, mode: str) -> float | None:
     """The largest over nodes of each node's headline ε in `mode` ("paper" or "calibrated").
 
     A defense may report several readings per mode (e.g. DeFL-VP's per-coordinate and
@@ -218,7 +218,7 @@ def claimed_eps(cell: AuditCell | TrainedCell | Mapping[str, Json], mode: str) -
     return max(values) if values else None
 
 
-def claim_rows(cell: AuditCell | TrainedCell | Mapping[str, Json]) -> list[PrivacyReport]:
+def claim_rows(cell: AuditCell | TrainedCell | JsonObject) -> list[PrivacyReport]:
     """The privacy-claims table's rows of a cell: one per reading (mode, reading, accountant,
     unit), in the ledger's order, with the largest ε and δ over the nodes that report it and
     the union of what they leave uncovered; `nodes` counts them.
@@ -262,7 +262,7 @@ def eps_label(eps: float) -> str:
 LOWER_MEANS_LEAKIER = frozenset({"mse", "lpips"})
 
 
-def attack_metric(cell: AuditCell | Mapping[str, Json], key: str) -> float | None:
+def attack_metric(cell: AuditCell | JsonObject, key: str) -> float | None:
     """The worst case (most leaking) value of a metric over a cell's attacks."""
     vals = [finite_or_none(a.metrics.get(key)) for a in as_cell(cell).attacks.values()
             if a.status.measured]
@@ -272,7 +272,7 @@ def attack_metric(cell: AuditCell | Mapping[str, Json], key: str) -> float | Non
     return min(found) if key in LOWER_MEANS_LEAKIER else max(found)
 
 
-def attack_interval(cell: AuditCell | Mapping[str, Json], key: str) -> list[float] | None:
+def attack_interval(cell: AuditCell | JsonObject, key: str) -> list[float] | None:
     """The 95 % interval stored with the attack whose `key` is the cell's worst case (the value
     `attack_metric` reports), or None when that attack stores none."""
     cell = as_cell(cell)
@@ -310,7 +310,7 @@ class CellState(TypedDict):
     round: int | None
 
 
-def dataset_classes(results: AuditRun | Mapping[str, Json]) -> int | None:
+def dataset_classes(results: AuditRun | JsonObject) -> int | None:
     """The number of labels of the audit's dataset (None when privbench does not know it)."""
     from privbench.data.files import IDX_DATASETS
 
@@ -339,7 +339,7 @@ def _diverged_attacks(cell: AuditCell) -> list[str]:
                   if att.status.not_applicable and att.status.non_finite)
 
 
-def cell_state(cell: AuditCell | Mapping[str, Json], classes: int | None = None) -> CellState:
+def cell_state(cell: AuditCell | JsonObject, classes: int | None = None) -> CellState:
     """What happened to a cell's training (`CellState`).
 
     diverged: training stopped on a non-finite model (a diverged `status`, in round r), the
@@ -370,7 +370,7 @@ SCIENTIFIC_FROM = 1e4
 SCIENTIFIC_BELOW = 1e-3
 
 
-def fmt_num(x: Json, digits: int = 3, missing: str = "–") -> str:
+def fmt_num(x: object, digits: int = 3, missing: str = "–") -> str:
     """A number for people, to `digits` significant digits: fixed point from 1e-3 to 1e4 in
     magnitude (85.0, 0.908, 5000), scientific notation outside it (1.03e+06, 3.17e-09: a tiny ε
     is not no ε), "0" for zero, "∞" / "-∞" for an infinite value and `missing` for anything
@@ -405,7 +405,7 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def eps_text(eps: Json) -> str:
+def eps_text(eps: object) -> str:
     """A target ε for people: "ε=1", "ε=1.03e+06", or "no DP" when there is none."""
     if not isinstance(eps, (int, float)):
         return "no DP"
@@ -438,7 +438,7 @@ def noise_feedback_text(reps: Sequence[PrivacyReport]) -> str | None:
             f"({loop['shared_coordinates']} shared coordinates)")
 
 
-def auc_interval(attack: AttackResult | Mapping[str, Json], z: float = 1.96
+def auc_interval(attack: AttackResult | JsonObject, z: float = 1.96
                  ) -> tuple[float, float] | None:
     """The AUC's 95% interval of one membership attack result.
 
@@ -465,7 +465,7 @@ def auc_interval(attack: AttackResult | Mapping[str, Json], z: float = 1.96
     return max(0.0, a - z * se), min(1.0, a + z * se)
 
 
-def claimed_for_audit(cell: AuditCell | Mapping[str, Json]
+def claimed_for_audit(cell: AuditCell | JsonObject
                       ) -> tuple[float | None, float | None, str]:
     """(ε, δ, which) the audit holds a cell to: the largest over nodes of a `realized` ε when the
     privacy report has one (the ε of the noise actually drawn, e.g. DPPS / PartPSP: a report
