@@ -21,7 +21,7 @@ from privbench.audit.config import AuditConfig
 from privbench.config import json_ready, to_dict
 from privbench.engine.messages import MessageLog
 from privbench.engine.runner import Built
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.errors import ConfigError, NotApplicable, PrivbenchError
 from privbench.registry import ATTACKS
 from privbench.results import outcome
 from privbench.results.outcome import Status
@@ -200,10 +200,6 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     victims = list(range(built.ctx.n)) if pooled else audit.victim
     res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
                          threat=threat, reference_models=audit.reference_models)
-    if not res.get("applicable", False):
-        return AttackResult(status=outcome.not_applicable(res.get("reason"),
-                                                          bool(res.get("non_finite"))),
-                            kind="membership")
     emp = res.get("empirical_epsilon")
     emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
     rates = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
@@ -246,10 +242,6 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                                 overrides=to_dict(built.trainer.cfg), gen=gen,
                                 threat=audit.threat, norm_factor=cfg.norm_factor,
                                 nodes=cfg.nodes, guess_fraction=cfg.guess_fraction)
-    if not res.get("applicable", False):
-        return AttackResult(status=outcome.not_applicable(res.get("reason"),
-                                                          bool(res.get("non_finite"))),
-                            kind="canary")
     worst, nodes = res["worst"], res["nodes"]
     top = max(nodes, key=lambda r: r["estimated_ratio"])
     metrics = {"empirical_epsilon": max(r["one_run"]["epsilon_lb"] for r in nodes),
@@ -272,8 +264,6 @@ def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> Attack
 
     res = audit_mechanism(built.ctx.run, built.defense, to_dict(built.trainer.cfg),
                           audit.attack_cfg(attack).settings())
-    if not res.get("applicable", False):
-        return AttackResult(status=outcome.not_applicable(res.get("reason")), kind="mechanism")
     eps = res["epsilon"]
     metrics = ({"measured_epsilon": eps["epsilon"], "measured_ratio": eps["ratio"],
                 "measured_ratio_low": eps["ratio_interval"][0]} if eps["applicable"] else {})
@@ -298,7 +288,6 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     victim's gradient views (message-level attacks) or its observed model (model-level),
     derived once more on a log that records which kinds are read."""
     from privbench.audit.candidates import observed_model
-    from privbench.errors import NotApplicable
 
     obs = observe(built, _audit_threat(built, audit))
     reading = ReadingLog(obs.log.records)
@@ -347,23 +336,18 @@ def run_mounted_membership(built: Built, attack: str, audit: AuditConfig, gen: t
     they are (`candidates.draw_sample`)."""
     from privbench.audit.candidates import claims
     from privbench.audit.membership import graded_membership
-    from privbench.errors import NotApplicable
 
     observations = {v: o for o, v, _ in mount.targets}
     if not observations:
         return AttackResult(status=outcome.not_applicable("no victim observed"),
                             kind="membership")
     claimed = claims(built.privacy(), next(iter(observations)))
-    try:
-        _, labels, info, g = graded_membership(
-            observations, built.ctx.data, attack, audit.attack_config.get(attack), gen,
-            built.ctx.device, claimed, built.ctx.run.delta, audit.reference_models,
-            source=mount.source)
-    except NotApplicable as exc:
-        return AttackResult(status=outcome.not_applicable(exc), kind="membership")
+    _, labels, info, g = graded_membership(
+        observations, built.ctx.data, attack, audit.attack_config.get(attack), gen,
+        built.ctx.device, claimed, built.ctx.run.delta, audit.reference_models,
+        source=mount.source)
     if g is None:
-        return AttackResult(status=outcome.not_applicable(
-            "non-finite scores (the run diverged)", non_finite=True), kind="membership")
+        raise NotApplicable("non-finite scores (the run diverged)", non_finite=True)
     emp = g.get("empirical_epsilon")
     metrics = {**{k: g.get(k) for k in MEMBERSHIP_RATES},
                "empirical_epsilon": emp.get("epsilon_lb") if isinstance(emp, dict) else emp}
@@ -419,6 +403,8 @@ def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
         if mount is not None:
             return MOUNTED[kind](built, attack, audit, gen, mount)
         return RUNNERS[kind](built, attack, audit, gen, views)
+    except NotApplicable as exc:
+        return AttackResult(status=outcome.not_applicable(exc, exc.non_finite), kind=kind)
     except PrivbenchError:
         raise
     except Exception as exc:

@@ -117,14 +117,22 @@ class MechanismReport(TypedDict, total=False):
     the rounds replayed, what they measured, the findings and the measured ε."""
 
     applicable: bool
-    reason: str
     rounds: list[int]
+    diverged_round: int | None
+    replay_exact: bool | None
+    noise: list[dict[str, object]]
+    coverage: list[dict[str, object]]
+    kinds: dict[str, object]
     freshness: dict[str, float | int | None]
+    probes: list[dict[str, object]]
     sampling: list[dict[str, object]]
+    sampling_findings: list[str]
     epsilon: MechanismEpsilon
+    sensitivity: dict[str, object] | None
     findings: list[str]
-    ledger_findings: list[str]
     request: dict[str, float | int | None]
+    ledger_findings: list[str]
+    settings: dict[str, object]
 
 
 class PaperSetting(TypedDict):
