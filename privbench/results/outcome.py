@@ -6,7 +6,7 @@ it needs did not train), failed (the reason: an exception, a divergence) or inco
 it resolved). Code decides on `Status.outcome`; the words are produced from it when a record is
 written (`Status.text`) and read back once, where a results file is read (`Status.parse`).
 
-The written words predate the four outcomes and are kept, so a results file is the same bytes:
+The written words (`Word`) are part of the results format, as stable as any field:
 "ok" (measured), "not applicable: why", "skipped: why" (not applicable: a run it needs did not
 train), "failed: why", "diverged ..." (failed: a non-finite model or loss), "inconclusive: what
 it resolved".
