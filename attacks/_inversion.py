@@ -93,10 +93,11 @@ from attacks._victim import (
 )
 from privbench import progress
 from privbench.audit.attack import Attack
-from privbench.models import FlatModel
+from privbench.models import FlatModel, Shape
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.threat.observation import GradientView
 
-Shape = tuple[int, ...]
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -108,7 +109,8 @@ class Reconstruction:
         images: (K, B, C, H, W) reconstructions in [0, 1].
         labels: (K, B) int64 recovered labels.
         loss: (K,) final gradient-matching cost of the kept restart (no prior term).
-        status: per target, "ok ..." or the reason it is not a reconstruction.
+        status: per target, measured (with how labels were recovered) or why it is not a
+            reconstruction (`privbench.results.outcome`).
         restart_losses: (K, R) final cost of every restart.
         seconds: wall time of the attack.
         info: attack name, config and label source, for results JSON.
@@ -117,7 +119,7 @@ class Reconstruction:
     images: Tensor
     labels: Tensor
     loss: Tensor
-    status: list[str]
+    status: list[Status]
     restart_losses: Tensor
     seconds: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -385,7 +387,7 @@ def adam_batched(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
 def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, learn: bool,
                  objective: Callable[..., tuple[Tensor, Tensor]], steps: int, lr: float,
                  max_iter: int, history: int, tol: float,
-                 boxed: bool) -> tuple[Tensor, Tensor, float, str]:
+                 boxed: bool) -> tuple[Tensor, Tensor, float, Status]:
     """One L-BFGS instance (PyTorch defaults otherwise: no line search), one problem (P = 1).
 
     Early stop (iDLG): the cost is checked every 10 steps against `tol`.
@@ -409,7 +411,7 @@ def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
         tot.backward()
         return tot.detach()
 
-    status = "ok"
+    status = outcome.OK
     last = (x.detach().clone(), ylog.detach().clone())
     for it in range(steps):
         progress.advance()
@@ -418,7 +420,7 @@ def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
             with torch.no_grad():
                 x.clamp_(0, 1)
         if not (torch.isfinite(x).all() and torch.isfinite(ylog).all()):
-            status = f"diverged at L-BFGS step {it} (kept the last finite iterate)"
+            status = outcome.diverged(f"at L-BFGS step {it} (kept the last finite iterate)")
             break
         last = (x.detach().clone(), ylog.detach().clone())
         if (it + 1) % 10 == 0 and tol > 0:
@@ -430,7 +432,7 @@ def lbfgs_single(fm: FlatModel, probs: Problems, x0: Tensor, onehot: Tensor, lea
     yprob = torch.where(lr_t, F.softmax(yl, -1), onehot)
     c = float(cost)
     if not math.isfinite(c):
-        status = "diverged (non-finite gradient-matching loss)"
+        status = outcome.diverged("(non-finite gradient-matching loss)")
     return xs, yprob, c, status
 
 
@@ -501,7 +503,8 @@ def run_batched_adam(fm: FlatModel, views: list[GradientView], input_shape: Shap
                                     make_objective(fm, cost, tv, release or batch_gradients(fm)),
                                     sched, batched=True)
     idx, table = select_restarts(cost_p, k, restarts)
-    status = [f"ok (labels: {s})" if math.isfinite(c) else "diverged (non-finite loss)"
+    status = [outcome.ok(f"(labels: {s})") if math.isfinite(c)
+              else outcome.diverged("(non-finite loss)")
               for s, c in zip(src, table.gather(1, (idx % restarts)[:, None])[:, 0].tolist(),
                               strict=True)]
     return Reconstruction(x[idx].clamp(0, 1).float(), yprob[idx].argmax(-1), cost_p[idx], status,
@@ -536,7 +539,7 @@ def run_lbfgs(fm: FlatModel, views: list[GradientView], input_shape: Shape, num_
     cost_p = torch.tensor(costs)
     idx, table = select_restarts(cost_p, k, restarts)
     x_all, y_all = torch.stack(xs), torch.stack(ys)
-    status = [f"{stats[j]} (labels: {src[i]})" for i, j in enumerate(idx.tolist())]
+    status = [stats[j].noted(f"(labels: {src[i]})") for i, j in enumerate(idx.tolist())]
     return Reconstruction(x_all[idx].clamp(0, 1).float(), y_all[idx].argmax(-1), cost_p[idx],
                           status, table, time.perf_counter() - start,
                           {"attack": name, "config": config_dict(cfg), "labels": src})

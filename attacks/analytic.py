@@ -42,6 +42,8 @@ from attacks._inversion import (
 )
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.threat.observation import GradientView
 
 
@@ -123,23 +125,23 @@ class Analytic(InversionAttack):
         images = torch.full((k, b, *input_shape), 0.5, dtype=torch.float64, device=device)
         loss = torch.full((k,), math.inf, dtype=torch.float64, device=device)
         labels, rules = _labels(fm, probs, num_classes)
-        status = []
+        status: list[Status] = []
         layer = first_layer(fm, input_shape)
         for i in range(k):
             reason = _not_applicable(layer, probs, i)
             if reason:
-                status.append(f"not applicable: {reason}")
+                status.append(outcome.not_applicable(reason))
                 continue
             ws, bs, h = layer  # type: ignore[misc]
             gw, gb = probs.target[i, ws].view(h, -1), probs.target[i, bs]  # (h, D), (h,)
             x = candidates(gw, gb, self.cfg.min_ratio)
             if x.shape[0] == 0:
-                status.append("not applicable: the first layer's bias gradient is zero")
+                status.append(outcome.not_applicable("the first layer's bias gradient is zero"))
                 continue
             pick = farthest(x, b)
             images[i] = x[pick].view(b, *input_shape)
             loss[i] = rank_one_residual(gw, gb, x[pick]).min()
-            status.append(f"ok (labels: {rules[i]}; {x.shape[0]} of {h} units usable)")
+            status.append(outcome.ok(f"(labels: {rules[i]}; {x.shape[0]} of {h} units usable)"))
         return Reconstruction(images.clamp(0, 1).float(), labels, loss.float(), status,
                               loss.float()[:, None], time.perf_counter() - start,
                               {"attack": self.name, "config": config_dict(self.cfg),

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attacks._inversion import InversionAttack, Reconstruction, Shape, run_lbfgs
-from privbench.models import FlatModel
+from attacks._inversion import InversionAttack, Reconstruction, run_lbfgs
+from privbench.models import FlatModel, Shape
 from privbench.registry import ATTACKS
 from privbench.threat.observation import GradientView
 

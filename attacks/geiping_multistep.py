@@ -56,6 +56,8 @@ from attacks._inversion import (
 from attacks._victim import BatchedRelease, Release, flat_gradients, flat_params
 from privbench.models import FlatModel
 from privbench.registry import ATTACKS
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.threat.observation import GradientView, LocalSteps
 
 
@@ -112,13 +114,13 @@ def unrolled_update(fm: FlatModel, local: LocalSteps) -> Release:
     return release
 
 
-def not_invertible(view: GradientView) -> str:
+def not_invertible(view: GradientView) -> Status:
     """Why a view without known local steps is not this attack's."""
     if view.local_epoch:
-        return ("not applicable: the update's local steps are not known to the attacker "
-                f"({view.source}), so they cannot be simulated")
-    return ("not applicable: one batch's gradient, not an update of several local steps (the "
-            "single-step attacks invert it)")
+        return outcome.not_applicable("the update's local steps are not known to the attacker "
+                                      f"({view.source}), so they cannot be simulated")
+    return outcome.not_applicable("one batch's gradient, not an update of several local steps "
+                                  "(the single-step attacks invert it)")
 
 
 @ATTACKS.register("geiping_multistep")
@@ -156,7 +158,7 @@ class GeipingMultistep(InversionAttack):
             images[ix], labels[ix] = rec.images.cpu(), rec.labels.cpu()
             loss[ix], table[ix] = rec.loss.float().cpu(), rec.restart_losses.float().cpu()
             for j, i in enumerate(idx):
-                status[i] = f"{rec.status[j]} ({len(local.steps)} local steps unrolled)"
+                status[i] = rec.status[j].noted(f"({len(local.steps)} local steps unrolled)")
             seconds += rec.seconds
             info = rec.info
         return Reconstruction(images, labels, loss, status, table, seconds, info)

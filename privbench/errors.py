@@ -59,4 +59,16 @@ def sigterm_raises() -> Iterator[None]:
 
 
 class NotApplicable(Exception):  # noqa: N818 - an outcome, not an error
-    """The threat model cannot derive what the attack needs; the message says why."""
+    """The attack or audit does not apply to this run (the threat model cannot derive what it
+    needs, the defense is not private, the run's messages are non-finite); the message says
+    why. The one way anything says "not applicable": the dispatch records it as the result's
+    status (`privbench.results.outcome`).
+
+    Attributes:
+        non_finite: whether the reason is that the run's messages or scores are non-finite
+            (the run diverged).
+    """
+
+    def __init__(self, reason: object = "", non_finite: bool = False) -> None:
+        super().__init__(reason)
+        self.non_finite = non_finite

@@ -255,10 +255,8 @@ class NodeCanaryResult(TypedDict):
 
 
 class GradientCanaryAudit(TypedDict):
-    """`gradient_canary_audit`'s JSON-ready result (only `reason` when not applicable)."""
+    """`gradient_canary_audit`'s JSON-ready result."""
 
-    applicable: bool
-    reason: NotRequired[str]
     canaries: NotRequired[int]
     canary_norm: NotRequired[float]
     nodes_audited: NotRequired[str]
@@ -336,8 +334,11 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
         guess_fraction: share of each node's canaries guessed (half "in", half "out").
 
     Returns:
-        JSON-ready dict: applicable (or the reason), nodes (per node: claimed, one_run, estimate,
-        ratio, sampling), the worst node's entries, cap, p_star.
+        JSON-ready dict: nodes (per node: claimed, one_run, estimate, ratio, sampling), the
+        worst node's entries, cap, p_star.
+
+    Raises:
+        NotApplicable: the canaries cannot be inserted or observed, or the run diverged.
     """
     from privbench.audit.candidates import claims
     from privbench.audit.input_canary import _gradient_canaries, _sample_rate, clip_or
@@ -360,11 +361,8 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
     included = (torch.rand(len(audited), canaries, generator=gen) < 0.5)  # (A, m)
     ids = torch.arange(total).reshape(len(audited), canaries)
     rows = {v: labels[ids[a][included[a]]] for a, v in enumerate(audited)}
-    try:
-        with inserted(bank):
-            built = _train(base, rows, gen)
-    except NotApplicable as exc:
-        return {"applicable": False, "reason": str(exc)}
+    with inserted(bank):
+        built = _train(base, rows, gen)
     privacy = built.trainer.privacy()
     clip = clip_or(built.trainer, norm_factor)
     background = torch.ones(base.ctx.fm.d, dtype=torch.bool)
@@ -376,21 +374,18 @@ def gradient_canary_audit(run: Any, defense: str, canaries: int = 1000,
         tm = threat_for(threat, built.ctx.topology, v)
         obs = observe(built, tm)
         rate = float(np.mean(built.ctx.rates.get(v, [0.0]) or [0.0]))
-        try:
-            scores, scorer = node_scores(obs, type(built.trainer), v, bank.coords[ids[a]],
-                                         background, clip, rate, bank)
-        except NotApplicable as exc:
-            return {"applicable": False, "reason": str(exc)}
+        scores, scorer = node_scores(obs, type(built.trainer), v, bank.coords[ids[a]],
+                                     background, clip, rate, bank)
         if not np.isfinite(scores).all():
-            return {"applicable": False,
-                    "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
+            raise NotApplicable("non-finite canary scores: the run diverged (non-finite "
+                                "messages)", non_finite=True)
         per_node.append(_node_result(v, claims(privacy, v), scores, included[a].numpy(), kp,
                                      km, p_star, run.delta, scorer, built.ctx,
                                      _sample_rate(privacy, v, built.ctx),
                                      {"kind": tm.kind, "observers": list(tm.observers)}))
     worst = max(per_node, key=lambda r: (r["ratio"], r["one_run"]["epsilon_lb"]))
     delta = worst["delta"]
-    return {"applicable": True, "canaries": canaries, "canary_norm": bank.norm,
+    return {"canaries": canaries, "canary_norm": bank.norm,
             "nodes_audited": nodes, "p_star": p_star, "guess_fraction": guess_fraction,
             "cap": one_run_cap(canaries, kp + km, delta, p_star), "nodes": per_node,
             "worst": worst, "threat": worst["threat"]}

@@ -21,9 +21,11 @@ from privbench.audit.config import AuditConfig
 from privbench.config import json_ready, to_dict
 from privbench.engine.messages import MessageLog
 from privbench.engine.runner import Built
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.errors import ConfigError, NotApplicable, PrivbenchError
 from privbench.registry import ATTACKS
-from privbench.results.records import AttackResult
+from privbench.results import outcome
+from privbench.results.outcome import Status
+from privbench.results.records import AttackResult, ThreatRecord
 from privbench.threat.gossip_inversion import view_source
 from privbench.threat.observation import (
     Observation,
@@ -77,18 +79,10 @@ class Gallery(TypedDict):
     round: int
 
 
-class ThreatRecord(TypedDict, total=False):
-    """Who observed, as a result records it."""
-
-    kind: str
-    observers: list[int]
-    placement: str
-
-
 class InversionView(TypedDict, total=False):
     """One view's inversion (`_invert_view`): status, grades, targets and gallery."""
 
-    status: str
+    status: Status
     threat: ThreatRecord
     uses: list[str]
     metrics: dict[str, float | None]
@@ -121,7 +115,7 @@ def _gallery(inv_run: Any, built: Built) -> Gallery | None:
 
 def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
                          gen: torch.Generator,
-                         views: dict[int, Built | str] | None = None) -> AttackResult:
+                         views: dict[int, Built | Status] | None = None) -> AttackResult:
     """One inversion attack on the victim's released gradients, graded against ground truth.
 
     Args:
@@ -135,12 +129,15 @@ def run_inversion_attack(built: Built, attack: str, audit: AuditConfig,
     views = views or {built.ctx.run.batch_size: built}
     out = []
     for b, run in sorted(views.items()):
-        res = (_invert_view(run, attack, audit, gen) if not isinstance(run, str)
+        res = (_invert_view(run, attack, audit, gen) if not isinstance(run, Status)
                else {"status": run, "metrics": {}, "gallery": None})
         out.append({"batch_size": b, **res})
-    head = next((v for v in out if v["status"] == "ok"), out[0])
-    return AttackResult.from_json({"kind": "inversion", "views": out,
-                                   **{k: v for k, v in head.items() if k != "gallery"}})
+    head = next((v for v in out if v["status"] == outcome.OK), out[0])
+    typed = {k: head[k] for k in ("uses", "metrics", "threat") if k in head}
+    return AttackResult(
+        status=head["status"], kind="inversion", **typed,
+        detail={"views": [{**v, "status": v["status"].text} for v in out],
+                **{k: v for k, v in head.items() if k not in ("gallery", "status", *typed)}})
 
 
 def _invert_view(built: Built, attack: str, audit: AuditConfig,
@@ -156,11 +153,10 @@ def _invert_view(built: Built, attack: str, audit: AuditConfig,
     inv, graded = graded_inversions(targets, view_source(type(built.trainer), obs), attack,
                                     audit.attack_config.get(attack), gen, built.ctx.data,
                                     built.ctx.truth, built.ctx.device)
-    statuses = [p["status"] for p in graded["per_target"]]
     ok = graded["n_graded"] > 0
     metrics = {k: graded.get(k) for k in ("mse", "psnr", "ssim", "lpips", "label_accuracy")}
     uses = sorted(reading.read & _data_kinds(built))  # the kinds the views were derived from
-    return {"status": "ok" if ok else statuses[0], "threat": _threat(threat),
+    return {"status": outcome.OK if ok else inv.status[0], "threat": _threat(threat),
             "uses": uses, "metrics": metrics, "lpips_status": graded.get("lpips_status"),
             "targets": [{k: v for k, v in p.items() if k not in ("true_labels",)}
                         for p in graded["per_target"]],
@@ -204,8 +200,6 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
     victims = list(range(built.ctx.n)) if pooled else audit.victim
     res = run_membership(built, victims, attack, audit.attack_config.get(attack), gen,
                          threat=threat, reference_models=audit.reference_models)
-    if not res.get("applicable", False):
-        return AttackResult(f"not applicable: {res.get('reason')}", kind="membership")
     emp = res.get("empirical_epsilon")
     emp_value = emp.get("epsilon_lb") if isinstance(emp, dict) else emp
     rates = ("auc", "tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "tpr_at_10%_fpr", "tpr_at_0_fpr")
@@ -213,9 +207,10 @@ def run_membership_attack(built: Built, attack: str, audit: AuditConfig,
                "empirical_epsilon_cap": _roc_cap(res)}
     roc = (res.get("roc") or {}).get("log") or (res.get("roc") or {}).get("linear")
     return AttackResult(
-        "ok", tuple(_membership_uses(built, attack, audit)), metrics, "membership",
-        res.get("threat"), {k: res.get(f"{k}_ci") for k in rates},
-        {"roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
+        status=outcome.OK, uses=tuple(_membership_uses(built, attack, audit)), metrics=metrics,
+        kind="membership", threat=res.get("threat"),
+        intervals={k: res.get(f"{k}_ci") for k in rates},
+        detail={"roc": roc, "roc_steps": res.get("roc_steps"), "tpr_at_fpr": res.get("tpr_at_fpr"),
          "empirical_epsilon_detail": emp,
          "n_members": res.get("n_members"), "n_nonmembers": res.get("n_nonmembers"),
          "tpr_at_0.1%_fpr_resolved": res.get("tpr_at_0.1%_fpr_resolved"),
@@ -247,8 +242,6 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                                 overrides=to_dict(built.trainer.cfg), gen=gen,
                                 threat=audit.threat, norm_factor=cfg.norm_factor,
                                 nodes=cfg.nodes, guess_fraction=cfg.guess_fraction)
-    if not res.get("applicable", False):
-        return AttackResult(f"not applicable: {res.get('reason')}", kind="canary")
     worst, nodes = res["worst"], res["nodes"]
     top = max(nodes, key=lambda r: r["estimated_ratio"])
     metrics = {"empirical_epsilon": max(r["one_run"]["epsilon_lb"] for r in nodes),
@@ -256,9 +249,10 @@ def run_canary_audit(built: Built, attack: str, audit: AuditConfig,
                "estimated_epsilon": top["estimate"]["epsilon"],
                "estimated_ratio": top["estimated_ratio"]}
     return AttackResult(
-        "ok", tuple(sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds()))), metrics,
-        "canary", res["threat"], {"estimated_epsilon": top["estimate"]["epsilon_interval"]},
-        {"canaries": res["canaries"], "canary_norm": res["canary_norm"],
+        status=outcome.OK, uses=tuple(sorted(_data_kinds(built) & set(built.ctx.bus.log.kinds()))),
+        metrics=metrics, kind="canary", threat=res["threat"],
+        intervals={"estimated_epsilon": top["estimate"]["epsilon_interval"]},
+        detail={"canaries": res["canaries"], "canary_norm": res["canary_norm"],
          "victim": worst["node"], "one_run": worst["one_run"],
          "claimed_epsilon": worst["claimed_epsilon"], "p_star": res["p_star"], "nodes": nodes})
 
@@ -270,13 +264,11 @@ def run_mechanism_audit(built: Built, attack: str, audit: AuditConfig) -> Attack
 
     res = audit_mechanism(built.ctx.run, built.defense, to_dict(built.trainer.cfg),
                           audit.attack_cfg(attack).settings())
-    if not res.get("applicable", False):
-        return AttackResult(f"not applicable: {res.get('reason')}", kind="mechanism")
     eps = res["epsilon"]
     metrics = ({"measured_epsilon": eps["epsilon"], "measured_ratio": eps["ratio"],
                 "measured_ratio_low": eps["ratio_interval"][0]} if eps["applicable"] else {})
-    return AttackResult("ok", tuple(sorted(_data_kinds(built))), metrics, "mechanism",
-                        detail={"mechanism": res})
+    return AttackResult(status=outcome.OK, uses=tuple(sorted(_data_kinds(built))),
+                        metrics=metrics, kind="mechanism", detail={"mechanism": res})
 
 
 def _roc_cap(res: dict[str, Any]) -> float | None:
@@ -296,7 +288,6 @@ def _membership_uses(built: Built, attack: str, audit: AuditConfig) -> list[str]
     victim's gradient views (message-level attacks) or its observed model (model-level),
     derived once more on a log that records which kinds are read."""
     from privbench.audit.candidates import observed_model
-    from privbench.errors import NotApplicable
 
     obs = observe(built, audit_threat(built, audit))
     reading = ReadingLog(obs.log.records)
@@ -327,13 +318,13 @@ def run_mounted_inversion(built: Built, attack: str, audit: AuditConfig, gen: to
     target's status, view source and metrics (its true labels left out)."""
     from privbench.audit.inversion import graded_inversions
 
-    _, graded = graded_inversions(list(mount.targets), mount.source, attack,
+    inv, graded = graded_inversions(list(mount.targets), mount.source, attack,
                                   audit.attack_config.get(attack), gen, built.ctx.data,
                                   built.ctx.truth, built.ctx.device, use_lpips=mount.lpips)
     per = [{k: v for k, v in p.items() if k != "true_labels"} for p in graded["per_target"]]
     ok = graded["n_graded"] > 0
-    return AttackResult("ok" if ok else str(per[0]["status"]), (),
-                        {k: graded.get(k) for k in INVERSION_METRICS}, "inversion",
+    return AttackResult(status=outcome.OK if ok else inv.status[0],
+                        metrics={k: graded.get(k) for k in INVERSION_METRICS}, kind="inversion",
                         detail={"targets": per, "lpips_status": graded.get("lpips_status"),
                                 "seconds": graded.get("seconds")})
 
@@ -345,28 +336,25 @@ def run_mounted_membership(built: Built, attack: str, audit: AuditConfig, gen: t
     they are (`candidates.draw_sample`)."""
     from privbench.audit.candidates import claims
     from privbench.audit.membership import graded_membership
-    from privbench.errors import NotApplicable
 
     observations = {v: o for o, v, _ in mount.targets}
     if not observations:
-        return AttackResult("not applicable: no victim observed", kind="membership")
-    claimed = claims(built.privacy(), next(iter(observations)))
-    try:
-        _, labels, info, g = graded_membership(
-            observations, built.ctx.data, attack, audit.attack_config.get(attack), gen,
-            built.ctx.device, claimed, built.ctx.run.delta, audit.reference_models,
-            source=mount.source)
-    except NotApplicable as exc:
-        return AttackResult(f"not applicable: {exc}", kind="membership")
-    if g is None:
-        return AttackResult("not applicable: non-finite scores (the run diverged)",
+        return AttackResult(status=outcome.not_applicable("no victim observed"),
                             kind="membership")
+    claimed = claims(built.privacy(), next(iter(observations)))
+    _, labels, info, g = graded_membership(
+        observations, built.ctx.data, attack, audit.attack_config.get(attack), gen,
+        built.ctx.device, claimed, built.ctx.run.delta, audit.reference_models,
+        source=mount.source)
+    if g is None:
+        raise NotApplicable("non-finite scores (the run diverged)", non_finite=True)
     emp = g.get("empirical_epsilon")
     metrics = {**{k: g.get(k) for k in MEMBERSHIP_RATES},
                "empirical_epsilon": emp.get("epsilon_lb") if isinstance(emp, dict) else emp}
     return AttackResult(
-        "ok", (), metrics, "membership", None, {k: g.get(f"{k}_ci") for k in MEMBERSHIP_RATES},
-        {"statistic": info.get("statistic"), "n_members": int(labels.sum()),
+        status=outcome.OK, metrics=metrics, kind="membership",
+        intervals={k: g.get(f"{k}_ci") for k in MEMBERSHIP_RATES},
+        detail={"statistic": info.get("statistic"), "n_members": int(labels.sum()),
          "n_nonmembers": int((~labels).sum()), "victims": len(observations),
          "sample": info.get("sample"),
          **{k: info[k] for k in ("variance", "variance_rule") if k in info}})
@@ -392,7 +380,7 @@ RUNNERS: dict[str, Callable[..., AttackResult]] = {
 
 
 def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
-               views: dict[int, Built | str] | None = None,
+               views: dict[int, Built | Status] | None = None,
                mount: Mount | None = None) -> AttackResult:
     """Run one attack by its kind; a diverging or crashing attack is recorded as failed with
     its reason.
@@ -415,9 +403,12 @@ def run_attack(built: Built, attack: str, audit: AuditConfig, seed: int,
         if mount is not None:
             return MOUNTED[kind](built, attack, audit, gen, mount)
         return RUNNERS[kind](built, attack, audit, gen, views)
+    except NotApplicable as exc:
+        return AttackResult(status=outcome.not_applicable(exc, exc.non_finite), kind=kind)
     except PrivbenchError:
         raise
     except Exception as exc:
         last = traceback.extract_tb(exc.__traceback__)[-1]
         where = f"{Path(last.filename).name}:{last.lineno}"
-        return AttackResult(f"failed: {type(exc).__name__}: {exc} ({where})".replace("\n", " "))
+        return AttackResult(status=outcome.failed(
+            f"{type(exc).__name__}: {exc} ({where})".replace("\n", " ")))

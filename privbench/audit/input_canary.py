@@ -62,8 +62,6 @@ class InputCanaryAudit(TypedDict):
     defense: str
     victim: int
     canaries: int
-    applicable: NotRequired[bool]  # set on every return; absent only while it is built
-    reason: NotRequired[str]  # why not applicable
     attack: NotRequired[str]
     included: NotRequired[int]
     mislabelled: NotRequired[bool]
@@ -96,10 +94,12 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     mia_threshold or mia_message).
 
     Returns:
-        JSON-ready dict: applicable, one_run (`one_run_audit` result), one_run_sweep (best over a
-        (k+, k-) grid; optimistic), cap (the bound a perfect guesser certifies with these m, k+,
-        k- and delta), claimed_epsilon, canaries, included, attack, threat (or applicable False
-        with the reason when the run diverged or canaries cannot be inserted).
+        JSON-ready dict: one_run (`one_run_audit` result), one_run_sweep (best over a (k+, k-)
+        grid; optimistic), cap (the bound a perfect guesser certifies with these m, k+, k- and
+        delta), claimed_epsilon, canaries, included, attack, threat.
+
+    Raises:
+        NotApplicable: the run diverged or the canaries cannot be inserted.
     """
     from privbench.engine.runner import build
     from privbench.metrics.audit import one_run_audit, one_run_audit_sweep, one_run_cap
@@ -114,11 +114,7 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
     cx, cy = _input_canaries(run, ctx.data, canaries, mislabel, gen)
     included = (torch.rand(canaries, generator=gen) < 0.5).numpy()
     inc = torch.from_numpy(included)
-    try:
-        built = _train_with_members(base, victim, cx[inc], cy[inc])
-    except NotApplicable as exc:
-        return {"kind": kind, "defense": defense, "victim": victim, "canaries": canaries,
-                "applicable": False, "reason": str(exc)}
+    built = _train_with_members(base, victim, cx[inc], cy[inc])
     threat = threat or threat_for("neighbour", built.ctx.topology, victim)
     obs = observe(built, threat)
     privacy = built.trainer.privacy()  # the canary run's reports, composed once
@@ -134,9 +130,9 @@ def canary_audit(run: RunConfig, defense: str, victim: int, canaries: int = 200,
             "claimed_epsilon": claimed,
             "cap": one_run_cap(canaries, kp + km, delta)}
     if not np.isfinite(scores).all():
-        return {**head, "applicable": False,
-                "reason": "non-finite canary scores: the run diverged (non-finite messages)"}
-    return {**head, "applicable": True,
+        raise NotApplicable("non-finite canary scores: the run diverged (non-finite messages)",
+                            non_finite=True)
+    return {**head,
             "one_run": one_run_audit(scores, included, kp, km, delta),
             "one_run_sweep": one_run_audit_sweep(scores, included, delta)}
 

@@ -34,6 +34,8 @@ from privbench.metrics import image as im
 from privbench.models import FlatModel
 from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.threat.observation import GradientView, LocalSteps, Observation
 
 
@@ -95,7 +97,7 @@ class InversionRun:
         attack: attack registry key; config: its config as a dict; defense: defense key.
         targets: per target {"victim", "round", and when a view exists "kind", "source",
             "exact", "batch_size"}.
-        status: per target: "ok ...", "not applicable: <reason>" or a failure reason.
+        status: per target: measured (with a note), not applicable or failed, with why.
         images: per target (B, C, H, W) in [0, 1], or None.
         labels: per target (B,) int64, or None.
         loss: per target final gradient-matching loss, or None.
@@ -107,7 +109,7 @@ class InversionRun:
     config: dict[str, Any]
     defense: str
     targets: list[Target] = field(default_factory=list)
-    status: list[str] = field(default_factory=list)
+    status: list[Status] = field(default_factory=list)
     images: list[Tensor | None] = field(default_factory=list)
     labels: list[Tensor | None] = field(default_factory=list)
     loss: list[float | None] = field(default_factory=list)
@@ -172,10 +174,10 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
             if view.local is not None:
                 run.targets[-1].update(local_steps=len(view.local.steps),
                                        samples=view.local.samples)
-            run.status.append("pending")
+            run.status.append(outcome.inconclusive("pending"))
         except NotApplicable as exc:
             view = None
-            run.status.append(f"not applicable: {exc}")
+            run.status.append(outcome.not_applicable(exc))
         views.append(view)
     n = len(views)
     run.images, run.labels, run.loss = [None] * n, [None] * n, [None] * n
@@ -191,7 +193,7 @@ def invert_many(targets: list[tuple[Observation, int, int]], defense_cls: Any, a
                               shape, _num_classes(obs), device, gen)
         for j, i in enumerate(idx):
             run.status[i] = rec.status[j]
-            if rec.status[j].startswith("not applicable"):
+            if rec.status[j].not_applicable:
                 continue  # the attack cannot read this view: nothing to grade
             run.images[i] = rec.images[j].cpu()
             run.labels[i] = rec.labels[j].cpu()
@@ -239,23 +241,29 @@ def grade(run: InversionRun, data: NodeData, truth: GroundTruth,
 
     Per target: optimal one-to-one MSE matching of the B reconstructions to the true batch, then
     MSE, PSNR, SSIM (and LPIPS) per matched pair, averaged; label accuracy as the multiset overlap
-    of recovered and true labels. Summary values are means over graded targets.
+    of recovered and true labels. Summary values are means over graded targets. A target that
+    could not be graded has its `run.status` noted with why.
     """
     per: list[GradedTarget] = []
+    statuses: list[Status] = []  # run.status, each noted with why it was not graded
     lp_ok, lp_status = im.lpips_status() if use_lpips else (False, "LPIPS not requested")
     for tgt, st, x, y, loss in zip(run.targets, run.status, run.images, run.labels, run.loss,
                                    strict=True):
-        row: GradedTarget = {**tgt, "status": st, "gradient_loss": loss}
+        row: GradedTarget = {**tgt, "status": st.text, "gradient_loss": loss}
         tb = true_batch(data, truth, tgt["victim"], tgt["round"])
         if x is None or y is None or tb is None:
             if tb is None and x is not None:
-                row["status"] = f"{st}; not graded: round {tgt['round']} ground truth not recorded"
-            per.append(row)
+                st = st.noted(f"not graded: round {tgt['round']} ground truth not recorded",
+                              "; ")
+            per.append({**row, "status": st.text})
+            statuses.append(st)
             continue
         tx, ty = tb
         if len(ty) == 0:  # e.g. an empty Poisson batch: nothing to reconstruct
-            row.update(n_true=0, status=f"{st}; not graded: the true batch is empty")
+            st = st.noted("not graded: the true batch is empty", "; ")
+            row.update(n_true=0, status=st.text)
             per.append(row)
+            statuses.append(st)
             continue
         r, c = im.match(x, tx)
         pairs = list(zip(r.tolist(), c.tolist(), strict=True))
@@ -271,6 +279,8 @@ def grade(run: InversionRun, data: NodeData, truth: GroundTruth,
                    lpips=lp, label_accuracy=im.label_accuracy(y, ty),
                    true_labels=ty.tolist(), recovered_labels=y.tolist())
         per.append(row)
+        statuses.append(st)
+    run.status = statuses
     graded = [p for p in per if "mse" in p]
 
     def mean(key: str) -> float | None:

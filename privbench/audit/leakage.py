@@ -42,6 +42,7 @@ from privbench.errors import ConfigError, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
+from privbench.results import outcome
 from privbench.threat.gossip_inversion import BestViews, GossipDiagnostics
 from privbench.threat.observation import (
     Observation,
@@ -259,7 +260,7 @@ def _inversions(built: Built, cfg: LeakageConfig) -> dict[str, InversionSummary]
         ("geiping" if type(built.trainer).private else "idlg")
     res = dispatch.run_attack(built, attack, ATTACKS_AS_DEFAULTS, cfg.seed,
                               mount=_mount(targets, source, cfg, lpips=False))
-    graded = res.detail.get("targets") or [{"status": res.status}] * len(targets)
+    graded = res.detail.get("targets") or [{"status": res.status.text}] * len(targets)
     out = {}
     for spec, reasons in refused.items():
         rows, sources, diag = [], set(), []
@@ -292,9 +293,9 @@ def _diagnostics(source: BestViews, obs: Observation, victim: int) -> GossipDiag
 def _summary(rows: list[dict[str, float | None]], reasons: list[str], sources: set[str],
              diag: list[GossipDiagnostics | None], keys: tuple[str, ...]) -> InversionSummary:
     if not rows:
-        return {"status": f"not applicable: {reasons[0] if reasons else 'no victim'}",
+        return {"status": outcome.not_applicable(reasons[0] if reasons else "no victim").text,
                 "victims": 0}
-    out: InversionSummary = {"status": "ok", "victims": len(rows),
+    out: InversionSummary = {"status": outcome.OK.text, "victims": len(rows),
                            "not_applicable": len(reasons)}
     for k in keys:
         vals = [r[k] for r in rows if r.get(k) is not None]
@@ -317,14 +318,14 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> MembershipSummar
         except ConfigError as exc:
             reasons.append(str(exc))
     if not observations:
-        return {"status": f"not applicable: {reasons[0]}"}
+        return {"status": outcome.not_applicable(reasons[0]).text}
     mount = _mount([(o, v, 0) for v, o in observations.items()], BestViews(type(built.trainer)),
                    cfg)
     res = dispatch.run_attack(built, "mia_message", ATTACKS_AS_DEFAULTS, cfg.seed, mount=mount)
     if not res.ok:
-        return {"status": res.status}
+        return {"status": res.status.text}
     m, ci = res.metrics, res.intervals or {}
-    return {"status": "ok", "auc": m["auc"], "auc_ci": ci["auc"],
+    return {"status": outcome.OK.text, "auc": m["auc"], "auc_ci": ci["auc"],
             "tpr_at_1%_fpr": m["tpr_at_1%_fpr"], "tpr_at_1%_fpr_ci": ci["tpr_at_1%_fpr"],
             "tpr_at_10%_fpr": m["tpr_at_10%_fpr"], "statistic": res.detail["statistic"],
             "empirical_epsilon": m["empirical_epsilon"],

@@ -42,8 +42,8 @@ plan: for a defense that declares its per-release noise multipliers (`Trainer.re
 measured z / ledger z of its probed rounds and composed at its measured sampling rate with
 dp_accounting's PLD accountant (Poisson-subsampled or sampled-without-replacement Gaussian), at
 the run's δ; with its interval (the ends of the noise and rate intervals). Where a defense's
-mechanism cannot be recomposed the result says "not applicable" with the reason; the other
-measurements still stand.
+mechanism cannot be recomposed the measured ε says "not applicable" with the reason; the other
+measurements still stand. A defense that is not private raises `NotApplicable`.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ from privbench.audit.mechanism_replay import (
 )
 from privbench.config import RunConfig
 from privbench.engine.messages import RecordPolicy
+from privbench.errors import NotApplicable
+from privbench.results.records import MechanismReport
 
 
 def _std_interval(sq_sum: float, d: int, level: float) -> tuple[float, float]:
@@ -312,7 +314,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
-                    settings: MechanismSettings | None = None) -> dict[str, Any]:
+                    settings: MechanismSettings | None = None) -> MechanismReport:
     """Train the run again to its last audited round, replaying each audited round; the
     measurements, findings and measured ε (see the module docstring)."""
     from privbench.engine import train
@@ -323,8 +325,7 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     built = build(run, defense, overrides, policy=RecordPolicy(rounds=frozenset(rounds)))
     trainer = built.trainer
     if not trainer.private:
-        return {"applicable": False, "reason": "the defense is not private: no ledger to "
-                                               "measure against"}
+        raise NotApplicable("the defense is not private: no ledger to measure against")
     rec = Recorder(built, rounds, settings)
     draws = OutsideDraws(built.ctx.streams)
 

@@ -357,7 +357,7 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
     out-neighbour (each victim is attacked by its own neighbour). Pooling victims scores each
     candidate against its own node's observed model and concatenates, which buys enough
     non-members to resolve low FPRs. When the threat model cannot observe what the attack needs
-    the result says {"applicable": False, "reason": ...}.
+    it raises `NotApplicable` with why.
 
     Returns:
         JSON-ready dict: auc, tpr_at_0.1%_fpr / tpr_at_1%_fpr (None when unresolved) with
@@ -385,21 +385,18 @@ def run_membership(built: Any, victims: int | list[int], attack: str,
             "threat": [{"victim": v, "kind": th.kind, "observers": list(th.observers)}
                        for v, th in threats.items()],
             "claimed_per_victim": per_victim}
-    try:
-        scores, labels, info, graded = graded_membership(
-            observations, ctx.data, attack, attack_cfg, gen, ctx.device, claimed, ctx.run.delta,
-            reference_models)
-    except NotApplicable as exc:
-        return {**head, "applicable": False, "reason": str(exc), "claimed_epsilon": claimed}
+    scores, labels, info, graded = graded_membership(
+        observations, ctx.data, attack, attack_cfg, gen, ctx.device, claimed, ctx.run.delta,
+        reference_models)
     if graded is None:
-        return {**head, "applicable": False, "claimed_epsilon": claimed, **info,
-                "reason": f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
-                          "model or messages are not finite (training diverged)"}
+        raise NotApplicable(f"{int((~np.isfinite(scores)).sum())} non-finite scores: the observed "
+                            "model or messages are not finite (training diverged)",
+                            non_finite=True)
     by_stat = info.pop("scores_by_statistic", None)
     level = ci_level(info.get("selected_of", 1))
     if by_stat is not None and len(by_stat) > 1:
         info["statistics"] = {k: _brief(v, labels, level) for k, v in by_stat.items()}
-    return {**head, "applicable": True, **info, **graded}
+    return {**head, **info, **graded}
 
 
 BRIEF_KEYS = ("auc", "auc_ci", "tpr_at_0.1%_fpr", "tpr_at_0.1%_fpr_ci", "tpr_at_1%_fpr",

@@ -20,8 +20,9 @@ from privbench.commands.common import (
 )
 
 if TYPE_CHECKING:
+    from privbench.config import Overrides
     from privbench.pipeline.sweep import Sweep
-    from privbench.results.records import AuditRun, Overrides
+    from privbench.results.records import AuditRun
 
 
 def cmd_attack(args: argparse.Namespace) -> int:

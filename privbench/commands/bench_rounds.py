@@ -212,7 +212,7 @@ def round_opacus_ghost(inp: RoundInputs) -> Tensor:
 
 
 @dataclass(frozen=True)
-class Method:
+class RoundMethod:
     """A way to run the round: label, function, and why it cannot run here (None: it can)."""
 
     label: str
@@ -220,17 +220,17 @@ class Method:
     missing: Callable[[], str | None] = lambda: None
 
 
-METHODS: dict[str, Method] = {
-    "privbench": Method("privbench (all nodes, no per-sample grads)", round_privbench),
-    "opacus_hooks": Method("Opacus hooks, per node", round_opacus_hooks, opacus_missing),
-    "opacus_functorch": Method("Opacus functorch, per node", round_opacus_functorch,
+METHODS: dict[str, RoundMethod] = {
+    "privbench": RoundMethod("privbench (all nodes, no per-sample grads)", round_privbench),
+    "opacus_hooks": RoundMethod("Opacus hooks, per node", round_opacus_hooks, opacus_missing),
+    "opacus_functorch": RoundMethod("Opacus functorch, per node", round_opacus_functorch,
                                opacus_missing),
-    "opacus_ew": Method("Opacus ExpandedWeights, per node", round_opacus_ew, opacus_missing),
-    "opacus_ghost": Method("Opacus ghost clipping, per node", round_opacus_ghost,
+    "opacus_ew": RoundMethod("Opacus ExpandedWeights, per node", round_opacus_ew, opacus_missing),
+    "opacus_ghost": RoundMethod("Opacus ghost clipping, per node", round_opacus_ghost,
                            opacus_missing),
-    "func_per_node": Method("torch.func, per node", round_func_per_node),
-    "floor": Method("non-private floor", round_floor),
-    "floor_vmap": Method("non-private floor, one vmap", round_floor_vmap),
-    "naive_loop": Method("naive loop (reference only)", round_naive_loop),
+    "func_per_node": RoundMethod("torch.func, per node", round_func_per_node),
+    "floor": RoundMethod("non-private floor", round_floor),
+    "floor_vmap": RoundMethod("non-private floor, one vmap", round_floor_vmap),
+    "naive_loop": RoundMethod("naive loop (reference only)", round_naive_loop),
 }
 OPACUS_METHODS = ("opacus_hooks", "opacus_functorch", "opacus_ew", "opacus_ghost")

@@ -179,7 +179,8 @@ def _train_fingerprint(args: argparse.Namespace, built: Any) -> str:
 def _print_train(built: Built, res: TrainResult, cell: TrainedCell, out: Path,
                  comm: Any) -> None:
     from privbench.device import device_description
-    from privbench.results.store import diverged_text, noise_feedback_text, privacy_line
+    from privbench.results.outcome import diverged_in
+    from privbench.results.store import noise_feedback_text, privacy_line
 
     run = built.ctx.run
     if res.node_accuracy:
@@ -201,7 +202,7 @@ def _print_train(built: Built, res: TrainResult, cell: TrainedCell, out: Path,
     print(f"wrote {out / 'results.json'}, models.safetensors and {what}")
     if res.diverged_round is not None:
         why = noise_feedback_text(cell.privacy)
-        print(f"privbench: training diverged: {diverged_text(res.diverged_round, run.rounds)}"
+        print(f"privbench: training diverged: {diverged_in(res.diverged_round, run.rounds)}"
               + (f"; {why}" if why else ""), file=sys.stderr)
 
 

@@ -45,7 +45,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vjp, vmap
 
-Shape = tuple[int, ...]
+from privbench.models import Shape
+
 # One layer's contribution: (m, B) squared norms and, given the (m, B) clip weights, the
 # clipped sums {parameter name: (m, *shape)}.
 Contribution = tuple[Tensor, Callable[[Tensor], dict[str, Tensor]]]

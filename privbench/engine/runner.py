@@ -27,9 +27,10 @@ from privbench.errors import ConfigError, PrivbenchError
 from privbench.models import build_model
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
+from privbench.results import outcome
 from privbench.results.provenance import code_provenance
 from privbench.results.records import TrainedCell
-from privbench.results.store import SCHEMA_VERSION, diverged_text, write_json
+from privbench.results.store import SCHEMA_VERSION, write_json
 from privbench.seeding import Streams, derive_seed
 from privbench.topology import build_topology
 
@@ -166,8 +167,8 @@ def environment(device: torch.device) -> dict[str, str]:
 def train_result(built: Built, res: TrainResult) -> TrainedCell:
     """The record of a training run (`run_file` is its results.json)."""
     trainer, ctx = built.trainer, built.ctx
-    status = ("ok" if res.diverged_round is None
-              else diverged_text(res.diverged_round, ctx.run.rounds))
+    status = (outcome.OK if res.diverged_round is None
+              else outcome.diverged_in(res.diverged_round, ctx.run.rounds))
     detail = {"node_accuracy": res.node_accuracy, "defense_config": to_dict(trainer.cfg),
               "history": res.history, "run": to_dict(ctx.run), "data_source": built.data_source,
               "diverged_round": res.diverged_round,
@@ -204,7 +205,7 @@ def run_file(cell: TrainedCell) -> JSONObject:
 
 def from_run_file(data: JSONObject, epsilon: float | None) -> TrainedCell:
     """The record of a trained run's results.json (`run_file`), calibrated for `epsilon` (None:
-    not private); its status "ok", or "diverged". Keys an older file lacks read as empty."""
+    not private); its status measured, or diverged. Keys an older file lacks read as empty."""
     detail = {"node_accuracy": data["accuracy"]["per_node"],
               "defense_config": data.get("defense_config", {}),
               "history": data.get("history", []),
@@ -213,7 +214,7 @@ def from_run_file(data: JSONObject, epsilon: float | None) -> TrainedCell:
     if "timing" in data:
         detail["eval_seconds"] = data["timing"]["eval_seconds"]
     return TrainedCell(data["defense"], epsilon,
-                       "ok" if data.get("diverged_round") is None else "diverged",
+                       outcome.OK if data.get("diverged_round") is None else outcome.diverged(),
                        data["accuracy"]["average_model"], tuple(data.get("privacy", [])),
                        tuple(data["messages"]), detail)
 

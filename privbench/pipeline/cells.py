@@ -7,18 +7,19 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 import torch
 
 from privbench.audit.attack import reads_messages
 from privbench.audit.config import AuditConfig
-from privbench.config import JSONObject, JSONValue, RunConfig, json_ready
+from privbench.config import JSONObject, RunConfig, json_ready
 from privbench.device import resolve_device
 from privbench.engine.messages import RecordPolicy
 from privbench.engine.runner import Built
 from privbench.errors import DataError
 from privbench.registry import ATTACKS, DEFENSES
+from privbench.results.records import PaperSetting
 from privbench.results.store import (
     eps_label,
     eps_text,
@@ -81,16 +82,6 @@ class SensitivityTrace(TypedDict):
     S_est: list[float | None]
     S_real: list[float | None]
     sync: list[bool]
-
-
-class PaperSetting(TypedDict):
-    """A paper cell's `setting` in results.json (`paper_setting`)."""
-
-    name: str  # the cell's key after "defense@"
-    label: str
-    overrides: Mapping[str, object]  # the paper's defense values
-    composed_epsilon: JSONValue  # the calibrated ε the run composes to ("inf" when infinite)
-    epsilon: NotRequired[float]  # the ε the paper reads the run as (none: a fixed setting)
 
 
 def sensitivity_trace(built: Built) -> SensitivityTrace | None:

@@ -35,7 +35,7 @@ Todo = tuple[int, Cell, list[str], dict[str, "Fingerprint"]]
 POLL_SECONDS = 0.2
 
 
-class Sweep(Protocol):
+class WorkerSweep(Protocol):
     """What the workers need of the audit's sweep (`privbench.pipeline.sweep.Sweep`, a frozen
     dataclass whose module imports this one)."""
 
@@ -83,7 +83,7 @@ def _init_worker(threads: int) -> None:
     apply(threads)
 
 
-def _compute(sweep: Sweep, cell: Cell, todo: list[str], prints: dict[str, Fingerprint]
+def _compute(sweep: WorkerSweep, cell: Cell, todo: list[str], prints: dict[str, Fingerprint]
              ) -> tuple[float, float]:
     """One cell in a worker: its files written; returns (seconds, seconds of evaluation)."""
     laps = Laps()
@@ -91,7 +91,8 @@ def _compute(sweep: Sweep, cell: Cell, todo: list[str], prints: dict[str, Finger
     return laps.total(), sweep.eval_seconds.get(sweep.cell_dir(*cell).name, 0.0)
 
 
-def run_parallel(sweep: Sweep, cells: list[Todo], jobs: int, threads: int, total: int) -> None:
+def run_parallel(sweep: WorkerSweep, cells: list[Todo], jobs: int, threads: int,
+                 total: int) -> None:
     """Compute `cells` (index in the grid of `total`, cell, files to write, fingerprints) in
     `jobs` worker processes of `threads` threads each; counts each finished cell in
     `sweep.finished` as it ends."""
@@ -148,7 +149,7 @@ def earlier_seconds(folder: Path, todo: list[str], prints: dict[str, Fingerprint
     return None
 
 
-def announce(sweep: Sweep, cells: list[Todo], jobs: int, threads: int) -> None:
+def announce(sweep: WorkerSweep, cells: list[Todo], jobs: int, threads: int) -> None:
     """Before the first cell trains: how many cells, on how many processes, and about how long,
     from the same cells computed earlier on this machine where there are any."""
     if not sweep.progress or not cells:

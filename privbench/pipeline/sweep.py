@@ -28,7 +28,7 @@ import torch
 from privbench.audit.attack import trains_its_own_run
 from privbench.audit.config import DEFAULT_DEFENSES, AuditConfig
 from privbench.audit.dispatch import audit_threat, is_inversion, run_attack
-from privbench.config import RunConfig, json_ready, replace_checked, to_dict
+from privbench.config import Overrides, RunConfig, json_ready, replace_checked, to_dict
 from privbench.data.datasets import recording_sampling
 from privbench.device import machine_kind
 from privbench.engine.loop import train
@@ -68,6 +68,8 @@ from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import fingerprint as fp
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.results.records import (
     AttackResult,
     AuditCell,
@@ -75,7 +77,6 @@ from privbench.results.records import (
     AuditSettings,
     ConfigValue,
     Fingerprint,
-    Overrides,
     TrainedCell,
     TunedSummary,
 )
@@ -83,7 +84,6 @@ from privbench.results.schema import ATTACK_FILE, TRAIN_FILE
 from privbench.results.store import (
     SCHEMA_VERSION,
     atomic_write_text,
-    diverged_text,
     dumps,
     read_results,
     remove_stale_temps,
@@ -423,7 +423,7 @@ class Sweep:
             measured["inversion_views_s"] = laps.lap()
         for attack in attacks:
             if not cell.ok and not trains_its_own_run(ATTACKS.get(attack)):
-                result = AttackResult(f"skipped: training {cell.status}")
+                result = AttackResult(status=outcome.skipped(f"training {cell.status}"))
             else:
                 with self.phase(f"attack {attack} ({attacks.index(attack) + 1} of "
                                 f"{len(attacks)})"):
@@ -436,7 +436,7 @@ class Sweep:
         return measured
 
     def _inversion_views(self, defense: str, run: RunConfig,
-                         overrides: Overrides) -> dict[int, Built | str] | None:
+                         overrides: Overrides) -> dict[int, Built | Status] | None:
         """Per batch size of the audit's inversion views: the defense run at that batch size
         (same ε, same configured rounds, so the same calibration) for the first rounds the
         inversion needs, or the reason there is none. None: invert the cell's own run."""
@@ -445,18 +445,18 @@ class Sweep:
         stop = min(run.rounds, max(self.audit.inversion_rounds, default=0) + 2 +
                    placed_extra(run, self.audit))
         policy = RecordPolicy(rounds=frozenset(range(stop)))
-        views: dict[int, Built | str] = {}
+        views: dict[int, Built | Status] = {}
         for b in self.audit.inversion_batch_sizes:
             vrun = dataclasses.replace(run, batch_size=b)
             try:
                 built = build(vrun, defense, overrides, policy=policy)
             except ConfigError as exc:
-                views[b] = f"not applicable: {exc}"
+                views[b] = outcome.not_applicable(exc)
                 continue
             with self.phase(f"inversion view (batch {b})", stop, "round") as bar:
                 res = train(built.trainer, rounds=stop, progress=bar.update)
-            views[b] = (built if res.diverged_round is None else
-                        f"skipped: the batch-{b} run {diverged_text(res.diverged_round, stop)}")
+            views[b] = (built if res.diverged_round is None else outcome.skipped(
+                f"the batch-{b} run {outcome.diverged_in(res.diverged_round, stop)}"))
         return views
 
     def _tuned(self, defense: str, run: RunConfig, eps: float | None, setting: str | None,

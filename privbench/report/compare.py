@@ -4,13 +4,12 @@ much, and whether the move is clear of the metrics' 95 % intervals (`privbench r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
 from privbench.report.gate import BASELINE_METRICS, cell_label
-from privbench.results.records import AuditRun, Json, as_run
+from privbench.results.records import AuditRun, JsonObject, as_run
 from privbench.results.store import attack_interval, attack_metric, finite_or_none, fmt_num
 
 # a move is shown "within noise" unless both intervals exist and are disjoint
@@ -67,8 +66,8 @@ def _value(cell: object, metric: str) -> tuple[float | None, tuple[float, float]
     return attack_metric(cell, metric), None if ci is None else (ci[0], ci[1])  # type: ignore[arg-type]
 
 
-def compare_runs(before: AuditRun | Mapping[str, Json],
-                 after: AuditRun | Mapping[str, Json]) -> Comparison:
+def compare_runs(before: AuditRun | JsonObject,
+                 after: AuditRun | JsonObject) -> Comparison:
     """Compare two audits cell by cell (a cell is its defense and ε, `gate.cell_label`)."""
     old = {cell_label(c): c for c in as_run(before).cells}
     new = {cell_label(c): c for c in as_run(after).cells}

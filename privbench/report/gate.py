@@ -48,7 +48,8 @@ from privbench.config import read_toml
 from privbench.errors import ConfigError
 from privbench.report.gate_mechanism import DEFAULT_FACTOR, MECHANISM_RULES, Check
 from privbench.report.text import plain
-from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
+from privbench.results.outcome import Word
+from privbench.results.records import AttackResult, AuditCell, AuditRun, JsonObject, as_cell, as_run
 from privbench.results.store import (
     attack_metric,
     cell_state,
@@ -153,7 +154,7 @@ def load_policy(path: str | Path) -> Policy:
     return policy  # type: ignore[return-value]  (checked above)
 
 
-def _check_inconclusive(path: str | Path, table: Json) -> None:
+def _check_inconclusive(path: str | Path, table: object) -> None:
     """`[inconclusive]`: action "fail" or "warn", factor a number > 1."""
     where = f"policy {path}: [inconclusive]"
     if not isinstance(table, dict):
@@ -168,11 +169,11 @@ def _check_inconclusive(path: str | Path, table: Json) -> None:
                               "factor a number > 1")
 
 
-def _is_number(v: Json) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_type(path: str | Path, i: int, key: str, value: Json) -> None:
+def _check_type(path: str | Path, i: int, key: str, value: object) -> None:
     where = f"policy {path}: bound #{i + 1} {key}"
     if key in SIMPLE_BOUNDS or key in ("max_empirical_ratio", "max_measured_ratio"):
         ok = _is_number(value)
@@ -218,8 +219,8 @@ def _not_applicable(cell: AuditCell, metric: str) -> str | None:
     every release is a local epoch's update): each attack that reports it declared itself not
     applicable; None when one ran, failed, was skipped, or none reports it."""
     carriers = [a for a in cell.attacks.values() if metric in a.metrics]
-    if carriers and all(a.status.startswith("not applicable") for a in carriers):
-        return carriers[0].status
+    if carriers and all(a.status.word is Word.NOT_APPLICABLE for a in carriers):
+        return carriers[0].status.text
     return None
 
 
@@ -233,7 +234,7 @@ def _tpr_at(cell: AuditCell, fpr: float) -> tuple[float | None, bool]:
     """
     best, resolved = None, True
     for att in cell.attacks.values():
-        if not att.status.startswith("ok"):
+        if not att.status.measured:
             continue
         tpr, ok = _exact_tpr(att, fpr)
         resolved = resolved and ok
@@ -256,7 +257,7 @@ def _exact_tpr(att: AttackResult, fpr: float) -> tuple[float | None, bool]:
     return (max(pts) if pts else None), ok
 
 
-def cell_label(cell: AuditCell | Mapping[str, Json]) -> str:
+def cell_label(cell: AuditCell | JsonObject) -> str:
     """defense@ε (or defense@no-DP, defense@paper at a fixed paper setting, defense@paper-eps8
     at the paper's reading of ε = 8)."""
     cell = as_cell(cell)
@@ -276,7 +277,7 @@ ATTACK_BOUNDS = frozenset(k for k, (m, _) in SIMPLE_BOUNDS.items() if m != "accu
 OWN_RUN_KINDS = frozenset({"canary", "mechanism"})
 
 
-def check_bound(bound: Bound, cell: AuditCell | Mapping[str, Json],
+def check_bound(bound: Bound, cell: AuditCell | JsonObject,
                 classes: int | None = None, factor: float = DEFAULT_FACTOR) -> list[Check]:
     """Evaluate one [[bound]] table on one cell (a record, or a results.json cell object). On
     a diverged cell (`results.cell_state`) every attack bound fails as not measured, except
@@ -357,7 +358,7 @@ def sampling_check(label: str, cell: AuditCell) -> Check:
     return Check(name, not wrong and (claimed == {"none"} or set(drawn) <= claimed), detail)
 
 
-def empirical_ratio_check(label: str, cell: AuditCell | Mapping[str, Json],
+def empirical_ratio_check(label: str, cell: AuditCell | JsonObject,
                           limit: float) -> Check:
     """empirical ε / claimed ε <= limit, and only where the audit could have failed it.
 
@@ -418,8 +419,8 @@ def compare_baseline(results: AuditRun, baseline: AuditRun, tolerances: Mapping[
     return out
 
 
-def run_checks(results: AuditRun | Mapping[str, Json], policy: Policy,
-               baseline: AuditRun | Mapping[str, Json] | None = None,
+def run_checks(results: AuditRun | JsonObject, policy: Policy,
+               baseline: AuditRun | JsonObject | None = None,
                scale: float = 1.0) -> list[Check]:
     """Every check of a policy (and optional baseline) on an audit's results."""
     results = as_run(results)

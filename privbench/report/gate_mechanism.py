@@ -16,10 +16,9 @@ resolved and what would resolve it, and the policy decides whether that fails or
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from privbench.results.records import AuditCell, Json
+from privbench.results.records import AuditCell, MechanismEpsilon, MechanismReport
 
 # How far above the bound a check's interval may reach before it is INCONCLUSIVE: a factor of 2
 # is the smallest overspend the mutation classes make (halved noise doubles a pure ε and more
@@ -46,17 +45,17 @@ class Check:
     inconclusive: bool = False
 
 
-def num(x: Json) -> str:
+def num(x: object) -> str:
     """A number for a check's detail (3 significant digits, ∞, n/a)."""
     return "n/a" if x is None else "∞" if x == float("inf") else f"{float(x):.3g}"
 
 
-def _mechanism(cell: AuditCell) -> tuple[Mapping[str, Json] | None, str]:
+def _mechanism(cell: AuditCell) -> tuple[MechanismReport | None, str]:
     """The cell's mechanism audit, or None with why there is none."""
     att = cell.attacks.get("mechanism")
     if att is None:
         return None, "the cell has no mechanism audit (add `mechanism` to the audit's attacks)"
-    if not att.status.startswith("ok"):
+    if not att.status.measured:
         return None, f"the mechanism audit did not run: {att.status}"
     if att.mechanism is None:
         raise KeyError("mechanism")
@@ -69,7 +68,7 @@ def requested_epsilon(cell: AuditCell) -> float | None:
     return None if cell.setting else cell.epsilon
 
 
-def request_findings(cell: AuditCell, mech: Mapping[str, Json]) -> list[str]:
+def request_findings(cell: AuditCell, mech: MechanismReport) -> list[str]:
     """Where the ledger is not held to the request: the audit's ledger findings (another δ or
     round count than the run's) and a claim above the requested ε."""
     found = list(mech.get("ledger_findings") or [])
@@ -81,13 +80,13 @@ def request_findings(cell: AuditCell, mech: Mapping[str, Json]) -> list[str]:
     return found
 
 
-def held_epsilon(cell: AuditCell, eps: Mapping[str, Json]) -> float:
+def held_epsilon(cell: AuditCell, eps: MechanismEpsilon) -> float:
     """The ε a measured ε is held to: the smaller of the claim and the request."""
     claimed, asked = float(eps["claimed"]), requested_epsilon(cell)
     return claimed if asked is None else min(claimed, asked)
 
 
-def resolution(eps: Mapping[str, Json], held: float, limit: float, factor: float
+def resolution(eps: MechanismEpsilon, held: float, limit: float, factor: float
                ) -> tuple[str, str]:
     """("fail" | "inconclusive" | "pass", what the measured ε's interval resolved) against
     `held` (the ε the run is held to) and the bound `limit` on measured / held."""
@@ -101,7 +100,7 @@ def resolution(eps: Mapping[str, Json], held: float, limit: float, factor: float
     return "pass", f"no evidence of overspend; rules out more than {num(hi)}x"
 
 
-def _what_resolves(eps: Mapping[str, Json], factor: float) -> str:
+def _what_resolves(eps: MechanismEpsilon, factor: float) -> str:
     """What would narrow the interval enough: for randomized response the pooled coordinates
     needed (the flip rate's half-width shrinks as 1 / sqrt(coordinates)), else more rounds."""
     trials, interval = eps.get("flip_trials"), eps.get("flip_interval")
@@ -149,7 +148,7 @@ def measured_ratio_check(label: str, cell: AuditCell, limit: float,
     return Check(name, state != "fail", f"{text}; {what}", inconclusive=state == "inconclusive")
 
 
-def _basis(eps: Mapping[str, Json]) -> str:
+def _basis(eps: MechanismEpsilon) -> str:
     """What the measured ε was recomposed from."""
     if "z_ratio" in eps:
         return (f"noise multiplier x{num(eps['z_ratio'])}, sampling rate {num(eps['rate'])} vs "
@@ -160,7 +159,7 @@ def _basis(eps: Mapping[str, Json]) -> str:
     return str(eps.get("basis", ""))
 
 
-def mechanism_check(label: str, cell: AuditCell, _: Json, factor: float = DEFAULT_FACTOR
+def mechanism_check(label: str, cell: AuditCell, _: object, factor: float = DEFAULT_FACTOR
                     ) -> Check:
     """The mechanism audit ran and found nothing (coverage, freshness, bounded contributions,
     an exact replay)."""
@@ -177,7 +176,7 @@ def mechanism_check(label: str, cell: AuditCell, _: Json, factor: float = DEFAUL
                  f"over {len(mech['rounds'])} replayed rounds")
 
 
-def sampling_rate_check(label: str, cell: AuditCell, _: Json,
+def sampling_rate_check(label: str, cell: AuditCell, _: object,
                         factor: float = DEFAULT_FACTOR) -> Check:
     """Every node's realised sampling is consistent with its ledger's scheme and rate; a pass
     says how far above the ledger's rate the interval reaches."""

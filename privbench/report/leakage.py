@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +17,8 @@ import numpy as np
 from privbench.report.plots import palette, plt, png_uri, shade_of
 from privbench.report.text import Notes, no_paths, prose
 from privbench.report.verdicts import PSNR_LEAK_DB
+from privbench.results import outcome
+from privbench.results.outcome import Status
 from privbench.results.store import eps_text, fmt_num
 
 if TYPE_CHECKING:  # the map's JSON as `run_leakage` writes it
@@ -41,6 +44,11 @@ def _fmt(x: Any) -> str:
     if isinstance(x, str) and x not in ("inf", "-inf", "nan"):
         return html.escape(x)
     return fmt_num(x)
+
+
+def _measured(part: Mapping[str, object]) -> bool:
+    """Whether a section of a leakage.json row was measured (its status read once, typed)."""
+    return Status.parse(str(part.get("status"))) == outcome.OK
 
 
 def status_text(status: Any) -> str:
@@ -154,7 +162,7 @@ def _worst(cells: list[LeakageCell]) -> dict[str, float]:
                                  ("membership", "empirical_epsilon")):
                 part = row.get(section) or {}
                 v = part.get(key)
-                if part.get("status") == "ok" and isinstance(v, (int, float)) \
+                if _measured(part) and isinstance(v, (int, float)) \
                         and math.isfinite(v):
                     out[key] = max(out.get(key, -math.inf), float(v))
     return out
@@ -181,13 +189,13 @@ def _row_html(cell: LeakageCell, row: LeakageRow, notes: Notes,
     inv_cells = ([_flag(inv.get("psnr"), "psnr", worst, private), _fmt(inv.get("ssim")),
                   _fmt(inv.get("label_accuracy")), html.escape(inv.get("via", "")),
                   _fmt(ident.get("condition")) if ident else notes.mark(NO_SYSTEM)]
-                 if inv["status"] == "ok" else [_na(inv["status"], 5, notes)])
+                 if _measured(inv) else [_na(inv["status"], 5, notes)])
     ci = mia.get("auc_ci")
     mia_cells = ([_flag(mia.get("auc"), "auc", worst, private),
                   f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else notes.mark(NO_INTERVAL),
                   _fmt(mia.get("tpr_at_1%_fpr")),
                   _flag(mia.get("empirical_epsilon"), "empirical_epsilon", worst, private)]
-                 if mia.get("status") == "ok" else [_na(mia.get("status"), 4, notes)])
+                 if _measured(mia) else [_na(mia.get("status"), 4, notes)])
     claimed = cell.get("claimed_epsilon") or {}
     paper, cal = (_fmt(claimed.get(k)) if private else notes.mark(NO_CLAIM)
                   for k in ("paper", "calibrated"))
@@ -318,7 +326,7 @@ def terminal_summary(results: LeakageMap) -> str:
 
 def _cell_value(row: LeakageRow | None, section: str, key: str) -> str:
     part = (row or {}).get(section) or {}
-    if section != "network_dp" and part.get("status") != "ok":
+    if section != "network_dp" and not _measured(part):
         return "n/a" if part else "–"
     return _fmt(part.get(key))
 
@@ -333,13 +341,13 @@ def markdown(results: LeakageMap) -> str:
         for row in cell["rows"]:
             inv, mia = row["inversion"], row["membership"]
             net = row.get("network_dp") or {}
-            if inv["status"] == "ok":
+            if _measured(inv):
                 inv_part = [inv.get("via", ""), _fmt(inv.get("psnr")),
                             _fmt(inv.get("label_accuracy"))]
             else:
                 inv_part = [_short(inv["status"]), "–", "–"]
             mia_part = ([_fmt(mia.get("auc")), _fmt(mia.get("tpr_at_1%_fpr")),
-                         _fmt(mia.get("empirical_epsilon"))] if mia.get("status") == "ok"
+                         _fmt(mia.get("empirical_epsilon"))] if _measured(mia)
                         else [_short(str(mia.get("status"))), "–", "–"])
             claimed = cell.get("claimed_epsilon") or {}
             net_part = [_fmt(net.get("network_epsilon")), _fmt(claimed.get("paper")),

@@ -37,12 +37,13 @@ from privbench.report.verdicts import (
     verdicts,
     where,
 )
+from privbench.results import outcome
 from privbench.results.records import (
     AttackResult,
     AuditCell,
     AuditRun,
-    Json,
-    MessageKind,
+    JsonObject,
+    MessageRecord,
     as_run,
 )
 from privbench.results.store import (
@@ -92,7 +93,7 @@ class Pair(TypedDict):
     caption: list[str]
 
 
-class Gallery(TypedDict):
+class GalleryPanel(TypedDict):
     """One reconstruction gallery of the report."""
 
     defense: str
@@ -104,7 +105,7 @@ class Gallery(TypedDict):
     pairs: list[Pair]
 
 
-class MessageRow(MessageKind, total=False):
+class MessageRow(MessageRecord, total=False):
     """A row of the message map: a defense's message kind and the attacks that read it."""
 
     defense: str
@@ -206,7 +207,7 @@ def _roc_panels(results: AuditRun, colors: Mapping[str, Color]) -> list[RocPanel
         k = p.cells
         p.cells += 1
         rocs = [(a, att) for a, att in sorted(cell.attacks.items())
-                if (att.roc or {}).get("fpr") and att.status.startswith("ok")
+                if (att.roc or {}).get("fpr") and att.status.measured
                 and cell_state(cell)["kind"] != "diverged"]  # its attacks are not read
         eps, delta, which = claimed_for_audit(cell)
         bound = (bounds.eps_delta_tpr(GRID, eps, delta or 0.0)
@@ -236,8 +237,8 @@ def _roc_panels(results: AuditRun, colors: Mapping[str, Color]) -> list[RocPanel
             for name, p in panels.items() if p.curves]
 
 
-def _galleries(results: AuditRun) -> list[Gallery]:
-    out: list[Gallery] = []
+def _galleries(results: AuditRun) -> list[GalleryPanel]:
+    out: list[GalleryPanel] = []
     for cell in results.cells:
         for aname, att in sorted(cell.attacks.items()):
             for view in att.views or [att.detail]:
@@ -258,7 +259,7 @@ def _galleries(results: AuditRun) -> list[Gallery]:
 
 
 def _message_map(results: AuditRun) -> list[MessageRow]:
-    rows: dict[tuple[str, str], tuple[MessageKind, set[str]]] = {}
+    rows: dict[tuple[str, str], tuple[MessageRecord, set[str]]] = {}
     for cell in results.cells:
         for m in cell.messages:
             key = (cell.defense, m["name"])
@@ -282,8 +283,8 @@ def _missing_reason(cell: AuditCell, key: str, state: CellState) -> str:
     if not holders:
         return f"no attack in this audit measures {key}"
     for aname, att in sorted(holders.items()):
-        if att.status != "ok":
-            return att.status  # the same note as the attack table's status
+        if att.status != outcome.OK:
+            return att.status.text  # the same note as the attack table's status
         lpips_status = att.detail.get("lpips_status")
         if key == "lpips" and lpips_status not in (None, "ok"):
             return lpips_reason(str(lpips_status))
@@ -311,9 +312,9 @@ def mechanism_row(cell: AuditCell, notes: Notes) -> MechanismRow | None:
     att = cell.attacks.get("mechanism")
     if att is None:
         return None
-    mech = att.mechanism if att.status.startswith("ok") else None
+    mech = att.mechanism if att.status.measured else None
     if not mech:
-        return {"measured": notes.status(att.status), "findings": []}
+        return {"measured": notes.status(att.status.text), "findings": []}
     eps = mech.get("epsilon") or {}
     if eps.get("applicable"):
         lo, hi = eps["interval"]
@@ -339,7 +340,7 @@ def _eps_reason(cell: AuditCell, mode: str) -> str:
     return f"the {mode} reading is not reported by this defense"
 
 
-def _config_shown(results: AuditRun | Mapping[str, Json]) -> Mapping[str, Json]:
+def _config_shown(results: AuditRun | JsonObject) -> JsonObject:
     """The configuration (results.json's `config`, arbitrary JSON as written) with the base
     run's ε replaced by the ε of each cell."""
     results = as_run(results)
@@ -356,7 +357,7 @@ def _json_text(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = None) -> str:
+def render_html(results: AuditRun | JsonObject, run_name: str | None = None) -> str:
     """The self-contained audit page for an audit (its record, or results.json's object).
 
     `run_name` (the output folder's name) titles the page; results.json does not hold it, so
@@ -416,7 +417,7 @@ def render_html(results: AuditRun | Mapping[str, Json], run_name: str | None = N
         GALLERIES_OPEN=GALLERIES_OPEN)
 
 
-def merge_results(items: list[AuditRun | Mapping[str, Json]]) -> AuditRun:
+def merge_results(items: list[AuditRun | JsonObject]) -> AuditRun:
     """Merge several audits into one (cells concatenated; later duplicates win); each one's
     `run_name` (in its `detail`) names it in the merged run's."""
     runs = [as_run(r) for r in items]

@@ -6,10 +6,9 @@ from __future__ import annotations
 import csv
 import io
 import textwrap
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from privbench.results.records import AuditCell, AuditRun, Json, as_run
+from privbench.results.records import AuditCell, AuditRun, JsonObject, as_run
 
 # the widest table the default view may print (a terminal, a CI log)
 COLUMNS = 100
@@ -49,7 +48,7 @@ class SummaryRow:
     training: str
 
 
-def summary_rows(results: AuditRun | Mapping[str, Json]) -> list[SummaryRow]:
+def summary_rows(results: AuditRun | JsonObject) -> list[SummaryRow]:
     """The rows of every cell, in the audit's order, with the cell's verdict (the report's)."""
     from privbench.report.verdicts import verdicts
     from privbench.results.store import attack_interval, attack_metric, claimed_eps
@@ -88,7 +87,7 @@ def _ci(low: float | None, high: float | None) -> str:
     return "-" if low is None or high is None else f"[{_f(low)},{_f(high)}]"
 
 
-def summary_table(results: AuditRun | Mapping[str, Json], wide: bool = False) -> str:
+def summary_table(results: AuditRun | JsonObject, wide: bool = False) -> str:
     """The terminal summary in the report's number format. The default fits `COLUMNS` columns:
     accuracy, the inversion's PSNR / SSIM, the membership AUC with its 95 % interval, TPR at
     1 % FPR, the calibrated and empirical ε and the verdict, with a note under the table for
@@ -129,7 +128,7 @@ def _wide(rows: list[SummaryRow]) -> str:
     return "\n".join(lines)
 
 
-def summary_csv(results: AuditRun | Mapping[str, Json]) -> str:
+def summary_csv(results: AuditRun | JsonObject) -> str:
     """The rows as CSV, one header line of `SummaryRow`'s field names, numbers at full precision
     (an empty field: not measured), ε infinite as "inf"."""
     buf = io.StringIO()

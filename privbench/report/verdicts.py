@@ -36,7 +36,7 @@ from typing import TypedDict
 from privbench.metrics.roc import clear_of_chance
 from privbench.report import bounds
 from privbench.report.gate_mechanism import held_epsilon, request_findings
-from privbench.results.records import AttackResult, AuditCell, AuditRun, Json, as_cell, as_run
+from privbench.results.records import AttackResult, AuditCell, AuditRun, JsonObject, as_cell, as_run
 from privbench.results.store import (
     CellState,
     attack_metric,
@@ -111,7 +111,7 @@ def severity(level: str) -> int:
     return LEVELS.index(level) if level in LEVELS else len(LEVELS)
 
 
-def where(cell: AuditCell | Mapping[str, Json]) -> str:
+def where(cell: AuditCell | JsonObject) -> str:
     """How a cell is named to people: "ε=1", "no DP", or its setting's label."""
     cell = as_cell(cell)
     if cell.setting:
@@ -120,7 +120,7 @@ def where(cell: AuditCell | Mapping[str, Json]) -> str:
 
 
 def _ok(att: AttackResult) -> bool:
-    return att.status.startswith("ok")
+    return att.status.measured
 
 
 def membership_findings(cell: AuditCell) -> list[MembershipFinding]:
@@ -162,7 +162,7 @@ def _inversion_hits(cell: AuditCell) -> list[tuple[str, float, list[str]]]:
     return sorted(hits, key=lambda h: -h[1])  # the strongest first
 
 
-def realized_overspend(cell: AuditCell | Mapping[str, Json]) -> str | None:
+def realized_overspend(cell: AuditCell | JsonObject) -> str | None:
     """A sentence when a defense's realized ε (DPPS / PartPSP: the noise drawn w.r.t. the true
     sensitivity) exceeds the ε it assumed, else None."""
     cell = as_cell(cell)
@@ -196,7 +196,7 @@ def realized_overspend(cell: AuditCell | Mapping[str, Json]) -> str | None:
     return f"realized ε {fmt_num(worst)} exceeds the assumed ε {claim_text} ({why})"
 
 
-def _rounds(check: Mapping[str, Json], key: str) -> str:
+def _rounds(check: Mapping[str, object], key: str) -> str:
     """'1 round', 'N rounds', or '? rounds' when the privacy report lacks the count."""
     n = check.get(key, "?")
     return f"{n} round" if n == 1 else f"{n} rounds"
@@ -305,7 +305,7 @@ def _attack_findings(cell: AuditCell, here: str) -> list[Finding]:
     return findings
 
 
-def cell_verdict(cell: AuditCell | Mapping[str, Json], classes: int | None = None
+def cell_verdict(cell: AuditCell | JsonObject, classes: int | None = None
                  ) -> CellVerdict:
     """The verdict of one (defense, ε) cell: level, findings (level, evidence, fix) and the
     cell's training state (`results.cell_state`; `classes` sets chance accuracy).
@@ -351,7 +351,7 @@ def _title(level: str, per: list[CellVerdict]) -> str:
     return title
 
 
-def verdicts(results: AuditRun | Mapping[str, Json]) -> dict[str, DefenseVerdict]:
+def verdicts(results: AuditRun | JsonObject) -> dict[str, DefenseVerdict]:
     """Per defense: the worst cell's level over its ε grid, with every cell's verdict, ordered
     by severity (then name), the non-private references last.
 
@@ -392,7 +392,7 @@ def _with_fixes(found: list[Finding]) -> list[str]:
     return out
 
 
-def verdict_summary(results: AuditRun | Mapping[str, Json]) -> str:
+def verdict_summary(results: AuditRun | JsonObject) -> str:
     """The terminal's verdict block: one line per defense, its level and the finding that set
     it (the most severe, with its fix), and how many more findings the report lists."""
     lines = ["verdicts (per defense, its most severe cell; every finding in index.html):"]

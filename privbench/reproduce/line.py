@@ -19,13 +19,6 @@ class CodeRecord(TypedDict):
     sha256: str
 
 
-class Fingerprint(TypedDict):
-    """`privbench.results.fingerprint.fingerprint`'s result: the hash and what it hashes."""
-
-    sha256: str
-    fields: JSONObject  # the flattened fields
-
-
 class LineConfig(TypedDict):
     """A line's full configuration: the run (`config.to_dict`) and the defense overrides."""
 

@@ -53,7 +53,7 @@ from privbench.engine.checkpoint import prepare
 from privbench.engine.hostmem import keep_freed_memory
 from privbench.engine.messages import RecordPolicy
 from privbench.errors import PrivbenchError, sigterm_raises
-from privbench.reproduce.line import Fingerprint, RunLine
+from privbench.reproduce.line import RunLine
 from privbench.reproduce.spec import Method, Reproduction, Scale
 from privbench.results.fingerprint import (
     dataset_identity,
@@ -62,6 +62,7 @@ from privbench.results.fingerprint import (
     folder_lock,
 )
 from privbench.results.provenance import code_provenance
+from privbench.results.records import Fingerprint
 from privbench.results.store import claimed_eps, counted, duration, strict, unstrict
 
 if TYPE_CHECKING:

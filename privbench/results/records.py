@@ -25,12 +25,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
+
+from privbench.results.outcome import OK, Status
 
 Json = Any  # a JSON value (strict: no NaN, written key-sorted by `privbench.results.store`)
+# A results file's object as read, before `from_json` makes it a record (the file boundary).
+JsonObject = Mapping[str, Json]
+Metrics = Mapping[str, float | None]  # headline numbers by name; None: not measured
+Interval = list[float]  # [low, high] of a confidence interval
 # A configuration value as TOML, the command line or a results file gives it.
 ConfigValue = bool | int | float | str | None | list["ConfigValue"] | dict[str, "ConfigValue"]
-Overrides = dict[str, ConfigValue]  # config keys -> values (defense or run overrides)
 
 
 class Fingerprint(TypedDict):
@@ -57,12 +62,12 @@ class PrivacyReport(TypedDict, total=False):
     mu: float
     approximate: bool
     epsilon_round: float
-    sensitivity_check: dict[str, Json]
-    noise_feedback: dict[str, Json]
+    sensitivity_check: dict[str, float | bool | list[int] | None]
+    noise_feedback: dict[str, float | int]
     nodes: int  # a claims-table row (`claim_rows`): how many nodes report this reading
 
 
-class MessageKind(TypedDict, total=False):
+class MessageRecord(TypedDict, total=False):
     """One message kind a defense sends, with its DP coverage."""
 
     name: str
@@ -72,15 +77,73 @@ class MessageKind(TypedDict, total=False):
     description: str
 
 
-class PaperSetting(TypedDict, total=False):
-    """A paper cell's description: its name and label, the overrides it runs with, the ε it
-    composes to and (for a reading of the grid's ε) that ε."""
+class ThreatRecord(TypedDict, total=False):
+    """Who observed, as a result records it (one per victim for pooled membership)."""
 
-    name: str
-    label: str
-    overrides: dict[str, Json]
-    composed_epsilon: float | None
+    kind: str
+    observers: list[int]
+    placement: str
+    victim: int
+
+
+class MechanismEpsilon(TypedDict, total=False):
+    """The mechanism audit's measured ε against the claim (`privbench.audit.mechanism_epsilon`):
+    measured (`applicable`) or why not, with what it rests on."""
+
+    applicable: bool
+    reason: str
+    node: int
     epsilon: float
+    interval: Interval
+    claimed: float
+    ratio: float
+    ratio_interval: Interval
+    basis: str
+    note: str
+    resolved: bool
+    delta: float
+    composed_rounds: int
+    z_ratio: float
+    rate: float
+    ledger_rate: float
+    flip_rate: float
+    flip_trials: int
+    flip_interval: Interval
+    ledger_flip_rate: float
+
+
+class MechanismReport(TypedDict, total=False):
+    """The mechanism audit of a run (`privbench.audit.mechanism.audit_mechanism`), as written:
+    the rounds replayed, what they measured, the findings and the measured ε."""
+
+    applicable: bool
+    rounds: list[int]
+    diverged_round: int | None
+    replay_exact: bool | None
+    noise: list[dict[str, object]]
+    coverage: list[dict[str, object]]
+    kinds: dict[str, object]
+    freshness: dict[str, float | int | None]
+    probes: list[dict[str, object]]
+    sampling: list[dict[str, object]]
+    sampling_findings: list[str]
+    epsilon: MechanismEpsilon
+    sensitivity: dict[str, object] | None
+    findings: list[str]
+    request: dict[str, float | int | None]
+    ledger_findings: list[str]
+    settings: dict[str, object]
+
+
+class PaperSetting(TypedDict):
+    """A paper cell's `setting` in results.json: its name and label, the overrides it runs
+    with, the ε it composes to and (for a reading of the grid's ε) that ε."""
+
+    name: str  # the cell's key after "defense@"
+    label: str
+    overrides: Mapping[str, object]  # the paper's defense values
+    composed_epsilon: float | str | None  # the calibrated ε the run composes to ("inf": infinite)
+    epsilon: NotRequired[float]  # the ε the paper reads the run as (none: a fixed setting)
 
 
 @dataclass(frozen=True)
@@ -88,7 +151,8 @@ class AttackResult:
     """One attack's outcome on one cell.
 
     Attributes:
-        status: "ok", "not applicable: ...", "skipped: ...", or "failed: ..." (why, in words).
+        status: measured, not applicable, failed or inconclusive, with its reason
+            (`privbench.results.outcome`).
         uses: the data-dependent message kinds the attack's input was derived from.
         metrics: headline numbers by name (`auc`, `psnr`, `empirical_epsilon`, ...); a value
             that is not a finite number means "not measured".
@@ -99,24 +163,24 @@ class AttackResult:
         detail: everything else the attack reports, by key.
     """
 
-    status: str
+    status: Status
     uses: tuple[str, ...] = ()
-    metrics: Mapping[str, Json] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=dict)
     kind: str | None = None
-    threat: Json = None
-    intervals: Mapping[str, Json] | None = None
-    detail: Mapping[str, Json] = field(default_factory=dict)
+    threat: ThreatRecord | list[ThreatRecord] | None = None
+    intervals: Mapping[str, Interval | None] | None = None
+    detail: Mapping[str, object] = field(default_factory=dict)
 
     TYPED = ("status", "uses", "metrics", "kind", "threat", "intervals")
 
     @property
     def ok(self) -> bool:
-        """Whether the attack ran and was graded."""
-        return self.status == "ok"
+        """Whether the attack ran and was graded, with no note."""
+        return self.status == OK
 
-    def to_json(self) -> dict[str, Json]:
+    def to_json(self) -> JsonObject:
         """The JSON object of a cell file (optional fields written only when set)."""
-        out: dict[str, Json] = {"status": self.status, "uses": list(self.uses),
+        out: dict[str, object] = {"status": self.status.text, "uses": list(self.uses),
                                 "metrics": dict(self.metrics)}
         for key in ("kind", "threat", "intervals"):
             if getattr(self, key) is not None:
@@ -124,10 +188,11 @@ class AttackResult:
         return {**out, **self.detail}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Json]) -> AttackResult:
+    def from_json(cls, data: JsonObject) -> AttackResult:
         """The record of a cell file's object (a `fingerprint` stays in `detail`)."""
         typed = {k: data[k] for k in cls.TYPED if k in data}
-        return cls(**{**typed, "uses": tuple(typed.get("uses", ()))},
+        return cls(**{**typed, "uses": tuple(typed.get("uses", ())),
+                      "status": Status.parse(typed["status"])},
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
 
     @property
@@ -151,22 +216,22 @@ class AttackResult:
         return self.detail.get("roc_steps")
 
     @property
-    def tpr_at_fpr(self) -> list[Mapping[str, Json]]:
+    def tpr_at_fpr(self) -> list[Mapping[str, float | bool]]:
         """Exact TPR readings ({fpr, tpr, resolved}) at fixed FPRs, if stored."""
         return self.detail.get("tpr_at_fpr") or []
 
     @property
-    def views(self) -> list[Mapping[str, Json]] | None:
+    def views(self) -> list[Mapping[str, object]] | None:
         """An inversion's results per batch-size view (None: the cell's own run only)."""
         return self.detail.get("views")
 
     @property
-    def gallery(self) -> Mapping[str, Json] | None:
+    def gallery(self) -> Mapping[str, object] | None:
         """True and reconstructed images of an inversion, if any."""
         return self.detail.get("gallery")
 
     @property
-    def mechanism(self) -> Mapping[str, Json] | None:
+    def mechanism(self) -> MechanismReport | None:
         """The mechanism audit's report (`privbench.audit.mechanism`), if this is one."""
         return self.detail.get("mechanism")
 
@@ -189,7 +254,7 @@ class TrainedCell:
         defense: the defense's registry key.
         epsilon: the target ε the run was calibrated for (None: not private, or a fixed paper
             setting).
-        status: "ok", or how training ended otherwise ("diverged in round r ...").
+        status: measured ("ok"), or how training ended otherwise (diverged in round r).
         accuracy: the average model's test accuracy (None: not measured).
         privacy: the per-node ε reports (`privbench.accounting`), as written.
         messages: every message kind the defense sends, with its DP coverage.
@@ -198,18 +263,18 @@ class TrainedCell:
 
     defense: str
     epsilon: float | None
-    status: str
+    status: Status
     accuracy: float | None
     privacy: tuple[PrivacyReport, ...] = ()
-    messages: tuple[MessageKind, ...] = ()
-    detail: Mapping[str, Json] = field(default_factory=dict)
+    messages: tuple[MessageRecord, ...] = ()
+    detail: Mapping[str, object] = field(default_factory=dict)
 
     TYPED = ("defense", "epsilon", "status", "accuracy", "privacy", "messages")
 
     @property
     def ok(self) -> bool:
         """Whether training ended normally (attacks run on it)."""
-        return self.status == "ok"
+        return self.status == OK
 
     @property
     def setting(self) -> PaperSetting | None:
@@ -218,7 +283,7 @@ class TrainedCell:
         return self.detail.get("setting") or None
 
     @property
-    def history(self) -> list[Mapping[str, Json]]:
+    def history(self) -> list[Mapping[str, float | int | None]]:
         """The evaluations during training (round, accuracy, test_samples, ...)."""
         return self.detail.get("history") or []
 
@@ -228,25 +293,26 @@ class TrainedCell:
         return self.detail.get("sampling_drawn")
 
     @property
-    def sensitivity_trace(self) -> Mapping[str, Json] | None:
+    def sensitivity_trace(self) -> Mapping[str, list[float | bool | None]] | None:
         """Per round, the estimated and the real sensitivity (DPPS-style defenses)."""
         return self.detail.get("sensitivity_trace") or None
 
-    def to_json(self) -> dict[str, Json]:
+    def to_json(self) -> JsonObject:
         """The JSON object of `train.json` (and of a results cell, without its attacks)."""
-        return {"defense": self.defense, "epsilon": self.epsilon, "status": self.status,
+        return {"defense": self.defense, "epsilon": self.epsilon, "status": self.status.text,
                 "accuracy": self.accuracy, "privacy": list(self.privacy),
                 "messages": list(self.messages), **self.detail}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Json]) -> TrainedCell:
+    def from_json(cls, data: JsonObject) -> TrainedCell:
         """The record of a `train.json` object."""
-        return cls(defense=data["defense"], epsilon=data["epsilon"], status=data["status"],
+        return cls(defense=data["defense"], epsilon=data["epsilon"],
+                   status=Status.parse(data["status"]),
                    accuracy=data["accuracy"], privacy=tuple(data.get("privacy", ())),
                    messages=tuple(data.get("messages", ())),
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
 
-    def with_detail(self, **more: Json) -> TrainedCell:
+    def with_detail(self, **more: object) -> TrainedCell:
         """The record with these detail keys set (added or replaced)."""
         return dataclasses.replace(self, detail={**self.detail, **more})
 
@@ -267,8 +333,8 @@ class TunedSummary(TypedDict, total=False):
     """Per cell, the tuned entry it ran with (`cells`) or why none applied (`missing`)."""
 
     source: str
-    cells: dict[str, dict[str, Json]]
-    missing: dict[str, dict[str, Json]]
+    cells: dict[str, dict[str, ConfigValue]]
+    missing: dict[str, dict[str, ConfigValue]]
     privacy_note: str
 
 
@@ -289,7 +355,7 @@ class AuditCell:
         return self.trained.epsilon
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         return self.trained.status
 
     @property
@@ -301,20 +367,20 @@ class AuditCell:
         return self.trained.privacy
 
     @property
-    def messages(self) -> tuple[MessageKind, ...]:
+    def messages(self) -> tuple[MessageRecord, ...]:
         return self.trained.messages
 
     @property
     def setting(self) -> PaperSetting | None:
         return self.trained.setting
 
-    def to_json(self) -> dict[str, Json]:
+    def to_json(self) -> JsonObject:
         """The cell's object in results.json."""
         return {**self.trained.to_json(),
                 "attacks": {name: att.to_json() for name, att in self.attacks.items()}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Json]) -> AuditCell:
+    def from_json(cls, data: JsonObject) -> AuditCell:
         """The record of a results.json cell. Only `defense` and `attacks` are required there
         (results merged or written by other tools): a missing name reads as "", a missing ε
         or accuracy as None, a missing status as "ok", a missing attack status as "" (not
@@ -332,24 +398,24 @@ class AuditSettings:
     overrides as written, the audit's config, the threat model, the fingerprint of every cell
     file, the threads, and the tuned values used (if any); `detail`: any other key."""
 
-    run: Mapping[str, Json] | None = None
-    defense_overrides: Mapping[str, Json] | None = None
-    audit: Mapping[str, Json] | None = None
+    run: Mapping[str, ConfigValue] | None = None
+    defense_overrides: Mapping[str, ConfigValue] | None = None
+    audit: Mapping[str, ConfigValue] | None = None
     threat: str | None = None
     fingerprint: str | None = None
     threads: int | None = None
     tuned: TunedSummary | None = None
-    detail: Mapping[str, Json] = field(default_factory=dict)
+    detail: Mapping[str, object] = field(default_factory=dict)
 
     TYPED = ("run", "defense_overrides", "audit", "threat", "fingerprint", "threads", "tuned")
 
-    def to_json(self) -> dict[str, Json]:
+    def to_json(self) -> JsonObject:
         """results.json's `config` object (a field written only when set)."""
         typed = {k: getattr(self, k) for k in self.TYPED if getattr(self, k) is not None}
         return {**typed, **self.detail}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Json]) -> AuditSettings:
+    def from_json(cls, data: JsonObject) -> AuditSettings:
         """The record of results.json's `config` object."""
         typed = {k: data[k] for k in cls.TYPED if data.get(k) is not None}
         return cls(**typed, detail={k: v for k, v in data.items() if k not in cls.TYPED})
@@ -374,8 +440,8 @@ class AuditRun:
     kind: str = "audit"
     command: str | None = None
     config: AuditSettings | None = None
-    environment: Mapping[str, Json] | None = None
-    detail: Mapping[str, Json] = field(default_factory=dict)
+    environment: Mapping[str, ConfigValue] | None = None
+    detail: Mapping[str, object] = field(default_factory=dict)
 
     TYPED = ("cells", "schema_version", "kind", "command", "config", "environment")
 
@@ -385,9 +451,9 @@ class AuditRun:
         run = (self.config.run if self.config else None) or {}
         return str(run.get("dataset", ""))
 
-    def to_json(self) -> dict[str, Json]:
+    def to_json(self) -> JsonObject:
         """results.json's object (written key-sorted, strict, by `privbench.results.store`)."""
-        out: dict[str, Json] = {"schema_version": self.schema_version, "kind": self.kind}
+        out: dict[str, object] = {"schema_version": self.schema_version, "kind": self.kind}
         if self.command is not None:
             out["command"] = self.command
         if self.config is not None:
@@ -397,7 +463,7 @@ class AuditRun:
         return {**out, "cells": [c.to_json() for c in self.cells], **self.detail}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Json]) -> AuditRun:
+    def from_json(cls, data: JsonObject) -> AuditRun:
         """The record of results.json's object (checked against the schema by the reader)."""
         config = data.get("config")
         return cls(tuple(AuditCell.from_json(c) for c in data.get("cells") or ()),
@@ -408,11 +474,11 @@ class AuditRun:
                    detail={k: v for k, v in data.items() if k not in cls.TYPED})
 
 
-def as_run(results: AuditRun | Mapping[str, Json]) -> AuditRun:
+def as_run(results: AuditRun | JsonObject) -> AuditRun:
     """The record of an audit run, or of its results.json object."""
     return results if isinstance(results, AuditRun) else AuditRun.from_json(results)
 
 
-def as_cell(cell: AuditCell | Mapping[str, Json]) -> AuditCell:
+def as_cell(cell: AuditCell | JsonObject) -> AuditCell:
     """The record of an audit cell, or of its results.json object."""
     return cell if isinstance(cell, AuditCell) else AuditCell.from_json(cell)

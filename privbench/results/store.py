@@ -17,18 +17,18 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
 from privbench.errors import DataError, PrivbenchError
+from privbench.results.outcome import Word
 from privbench.results.records import (
     AttackResult,
     AuditCell,
     AuditRun,
-    Json,
+    JsonObject,
     PrivacyReport,
     TrainedCell,
     as_cell,
@@ -172,7 +172,7 @@ def write_audit(path: str | Path, run: AuditRun) -> None:
 # a results.json object given instead is read with `AuditCell.from_json` / `AuditRun.from_json`).
 
 
-def finite_or_none(x: Json) -> float | None:
+def finite_or_none(x: object) -> float | None:
     """x as a float when it is a finite number, else None."""
     return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
 
@@ -192,13 +192,13 @@ def headline_reports(privacy: Sequence[PrivacyReport], mode: str) -> dict[int, P
     return out
 
 
-def _privacy(cell: AuditCell | TrainedCell | Mapping[str, Json]) -> Sequence[PrivacyReport]:
+def _privacy(cell: AuditCell | TrainedCell | JsonObject) -> Sequence[PrivacyReport]:
     if isinstance(cell, (AuditCell, TrainedCell)):
         return cell.privacy
     return cell.get("privacy") or []
 
 
-def claimed_eps(cell: AuditCell | TrainedCell | Mapping[str, Json], mode: str) -> float | None:
+def claimed_eps(cell: AuditCell | TrainedCell | JsonObject, mode: str) -> float | None:
     """The largest over nodes of each node's headline ε in `mode` ("paper" or "calibrated").
 
     A defense may report several readings per mode (e.g. DeFL-VP's per-coordinate and
@@ -218,7 +218,7 @@ def claimed_eps(cell: AuditCell | TrainedCell | Mapping[str, Json], mode: str) -
     return max(values) if values else None
 
 
-def claim_rows(cell: AuditCell | TrainedCell | Mapping[str, Json]) -> list[PrivacyReport]:
+def claim_rows(cell: AuditCell | TrainedCell | JsonObject) -> list[PrivacyReport]:
     """The privacy-claims table's rows of a cell: one per reading (mode, reading, accountant,
     unit), in the ledger's order, with the largest ε and δ over the nodes that report it and
     the union of what they leave uncovered; `nodes` counts them.
@@ -262,21 +262,17 @@ def eps_label(eps: float) -> str:
 LOWER_MEANS_LEAKIER = frozenset({"mse", "lpips"})
 
 
-def _graded(att: AttackResult) -> bool:
-    return att.status.startswith("ok")
-
-
-def attack_metric(cell: AuditCell | Mapping[str, Json], key: str) -> float | None:
+def attack_metric(cell: AuditCell | JsonObject, key: str) -> float | None:
     """The worst case (most leaking) value of a metric over a cell's attacks."""
     vals = [finite_or_none(a.metrics.get(key)) for a in as_cell(cell).attacks.values()
-            if _graded(a)]
+            if a.status.measured]
     found = [v for v in vals if v is not None]
     if not found:
         return None
     return min(found) if key in LOWER_MEANS_LEAKIER else max(found)
 
 
-def attack_interval(cell: AuditCell | Mapping[str, Json], key: str) -> list[float] | None:
+def attack_interval(cell: AuditCell | JsonObject, key: str) -> list[float] | None:
     """The 95 % interval stored with the attack whose `key` is the cell's worst case (the value
     `attack_metric` reports), or None when that attack stores none."""
     cell = as_cell(cell)
@@ -284,7 +280,7 @@ def attack_interval(cell: AuditCell | Mapping[str, Json], key: str) -> list[floa
     if worst is None:
         return None
     for a in cell.attacks.values():
-        if _graded(a) and finite_or_none(a.metrics.get(key)) == worst:
+        if a.status.measured and finite_or_none(a.metrics.get(key)) == worst:
             ci = (a.intervals or {}).get(key)
             if ci is not None:
                 return [float(ci[0]), float(ci[1])]
@@ -314,7 +310,7 @@ class CellState(TypedDict):
     round: int | None
 
 
-def dataset_classes(results: AuditRun | Mapping[str, Json]) -> int | None:
+def dataset_classes(results: AuditRun | JsonObject) -> int | None:
     """The number of labels of the audit's dataset (None when privbench does not know it)."""
     from privbench.data.files import IDX_DATASETS
 
@@ -340,21 +336,19 @@ def accuracy_interval(cell: AuditCell) -> list[float] | None:
 def _diverged_attacks(cell: AuditCell) -> list[str]:
     """Attacks that could not run because the run's model or messages were non-finite."""
     return sorted(a for a, att in cell.attacks.items()
-                  if att.status.startswith("not applicable") and "non-finite" in att.status)
+                  if att.status.not_applicable and att.status.non_finite)
 
 
-def cell_state(cell: AuditCell | Mapping[str, Json], classes: int | None = None) -> CellState:
+def cell_state(cell: AuditCell | JsonObject, classes: int | None = None) -> CellState:
     """What happened to a cell's training (`CellState`).
 
-    diverged: training stopped on a non-finite model (`status` "diverged ... in round r"), the
+    diverged: training stopped on a non-finite model (a diverged `status`, in round r), the
     accuracy is not finite, or an attack found the run's messages non-finite. uninformative:
     the accuracy's interval reaches chance (1 / `classes`). Otherwise trained.
     """
     cell = as_cell(cell)
-    status = str(cell.status)
-    if status.startswith("diverged"):
-        match = re.search(r"round (\d+)", status)
-        r = int(match.group(1)) if match else None
+    if cell.status.word is Word.DIVERGED:
+        r = cell.status.round
         return {"kind": "diverged", "round": r,
                 "text": f"diverged in round {r}" if r else "diverged"}
     bad = _diverged_attacks(cell)
@@ -376,7 +370,7 @@ SCIENTIFIC_FROM = 1e4
 SCIENTIFIC_BELOW = 1e-3
 
 
-def fmt_num(x: Json, digits: int = 3, missing: str = "–") -> str:
+def fmt_num(x: object, digits: int = 3, missing: str = "–") -> str:
     """A number for people, to `digits` significant digits: fixed point from 1e-3 to 1e4 in
     magnitude (85.0, 0.908, 5000), scientific notation outside it (1.03e+06, 3.17e-09: a tiny ε
     is not no ε), "0" for zero, "∞" / "-∞" for an infinite value and `missing` for anything
@@ -411,7 +405,7 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def eps_text(eps: Json) -> str:
+def eps_text(eps: object) -> str:
     """A target ε for people: "ε=1", "ε=1.03e+06", or "no DP" when there is none."""
     if not isinstance(eps, (int, float)):
         return "no DP"
@@ -444,13 +438,7 @@ def noise_feedback_text(reps: Sequence[PrivacyReport]) -> str | None:
             f"({loop['shared_coordinates']} shared coordinates)")
 
 
-def diverged_text(round0: int, rounds: int) -> str:
-    """How a diverged run is described everywhere (`round0`: the 0-based round that went
-    non-finite, as `diverged_round` stores it)."""
-    return f"diverged (NaN/Inf) in round {round0 + 1} of {rounds}"
-
-
-def auc_interval(attack: AttackResult | Mapping[str, Json], z: float = 1.96
+def auc_interval(attack: AttackResult | JsonObject, z: float = 1.96
                  ) -> tuple[float, float] | None:
     """The AUC's 95% interval of one membership attack result.
 
@@ -477,7 +465,7 @@ def auc_interval(attack: AttackResult | Mapping[str, Json], z: float = 1.96
     return max(0.0, a - z * se), min(1.0, a + z * se)
 
 
-def claimed_for_audit(cell: AuditCell | Mapping[str, Json]
+def claimed_for_audit(cell: AuditCell | JsonObject
                       ) -> tuple[float | None, float | None, str]:
     """(ε, δ, which) the audit holds a cell to: the largest over nodes of a `realized` ε when the
     privacy report has one (the ε of the noise actually drawn, e.g. DPPS / PartPSP: a report

@@ -31,7 +31,7 @@ def test_a_batch_1_first_layer_gradient_gives_the_image_exactly() -> None:
     assert all(p >= 60 for p in _psnr(rec, x)), _psnr(rec, x)
     assert float(rec.loss.max()) < 1e-8  # one sample explains the whole first layer
     assert torch.equal(rec.labels, y)
-    assert all(s.startswith("ok (labels: idlg") for s in rec.status)
+    assert all(s.measured and s.reason.startswith("(labels: idlg") for s in rec.status)
     # the first layer alone (a PartPSP-1 view) is enough; labels are then not observed
     w, b = fm.specs[0], fm.specs[1]
     mask = torch.zeros(fm.d, dtype=torch.bool)
@@ -40,7 +40,7 @@ def test_a_batch_1_first_layer_gradient_gives_the_image_exactly() -> None:
                                 gradient=torch.where(mask, v.gradient, 0.0)) for v in views]
     rec = ATTACKS.get("analytic")().reconstruct(part, fm, (1, 8, 8), 10, CPU, torch.Generator())
     assert all(p >= 60 for p in _psnr(rec, x))
-    assert all("labels: not observed" in s for s in rec.status)
+    assert all("labels: not observed" in s.reason for s in rec.status)
 
 
 def test_noise_on_the_gradient_defeats_it() -> None:
@@ -57,13 +57,14 @@ def test_noise_on_the_gradient_defeats_it() -> None:
 def test_views_it_cannot_read_are_not_applicable() -> None:
     views, fm, _, _ = synthetic_views(2, 1, seed=0, model="lenet")  # conv first layer
     rec = ATTACKS.get("analytic")().reconstruct(views, fm, (1, 8, 8), 10, CPU, torch.Generator())
-    assert all("not a fully connected layer" in s for s in rec.status)
+    assert all(s.not_applicable and "not a fully connected layer" in s.reason for s in rec.status)
     views, fm, _, _ = synthetic_views(2, 1, seed=0, model="mlp")
     signs = [dataclasses.replace(v, kind="sign") for v in views]
     rec = ATTACKS.get("analytic")().reconstruct(signs, fm, (1, 8, 8), 10, CPU, torch.Generator())
-    assert all("sign-only" in s for s in rec.status)
+    assert all(s.not_applicable and "sign-only" in s.reason for s in rec.status)
     last = torch.zeros(fm.d, dtype=torch.bool)
     last[fm.specs[-2].start:] = True  # only the last layer shared
     part = [dataclasses.replace(v, kind="partial", mask=last) for v in views]
     rec = ATTACKS.get("analytic")().reconstruct(part, fm, (1, 8, 8), 10, CPU, torch.Generator())
-    assert all("does not observe the whole first layer" in s for s in rec.status)
+    assert all(s.not_applicable and "does not observe the whole first layer" in s.reason
+               for s in rec.status)

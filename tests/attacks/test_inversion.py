@@ -129,7 +129,7 @@ def test_geiping_reconstructs_synthetic_digits() -> None:
         views, fm, (1, 8, 8), 10, CPU, torch.Generator().manual_seed(0))
     assert rec.images.shape == (2, 1, 1, 8, 8) and rec.labels.shape == (2, 1)
     assert torch.equal(rec.labels, y)
-    assert all(s.startswith("ok") for s in rec.status)
+    assert all(s.measured for s in rec.status)
     assert rec.restart_losses.shape == (2, 1)
     for k in range(2):
         assert _grade(rec.images[k], x[k]) > 20.0
@@ -168,7 +168,7 @@ def test_sign_and_partial_views() -> None:
     cls = ATTACKS.get("geiping")
     rec = cls(cls.Config(steps=5)).reconstruct([sign, part], fm, (1, 8, 8), 10, CPU,
                                                torch.Generator().manual_seed(0))
-    assert "idlg" in rec.status[0] and "joint" in rec.status[1]
+    assert "idlg" in rec.status[0].reason and "joint" in rec.status[1].reason
     assert torch.isfinite(rec.images).all()
 
 
@@ -198,7 +198,7 @@ def test_sgp_glue_and_grading() -> None:
     obs = observe(built)
     res = invert(obs, DEFENSES.get("sgp"), [0, 1], [0, 1], "idlg", {"adam_steps": 150},
                  torch.Generator().manual_seed(0), "cpu", input_shape=(1, 8, 8))
-    assert len(res.targets) == 4 and all(s.startswith("ok") for s in res.status)
+    assert len(res.targets) == 4 and all(s.measured for s in res.status)
     g = grade(res, built.ctx.data, built.ctx.truth)
     json.dumps(g)  # JSON-ready
     assert g["n_targets"] == 4 and g["n_graded"] == 4
@@ -210,7 +210,7 @@ def test_sgp_glue_and_grading() -> None:
     obs.x0 = None
     res0 = invert(obs, DEFENSES.get("sgp"), [0], [0], "geiping", {"steps": 2},
                   torch.Generator().manual_seed(0), "cpu", input_shape=(1, 8, 8))
-    assert res0.status[0].startswith("not applicable") and res0.images[0] is None
+    assert res0.status[0].not_applicable and res0.images[0] is None
     g0 = grade(res0, built.ctx.data, built.ctx.truth)
     assert g0["n_graded"] == 0 and g0["psnr"] is None
 
@@ -284,8 +284,8 @@ def test_a_local_epoch_pseudo_gradient_is_not_inverted_as_one_batch() -> None:
         built.trainer.round(t)
     res = invert(observe(built), DEFENSES.get("defl_vp"), [0, 1], [0], "idlg",
                  {"adam_steps": 5}, torch.Generator().manual_seed(0), "cpu")
-    assert all(s.startswith("not applicable") and "several local steps" in s
-               and "geiping_multistep" in s for s in res.status)
+    assert all(s.not_applicable and "several local steps" in s.reason
+               and "geiping_multistep" in s.reason for s in res.status)
     assert all(img is None for img in res.images)
     assert grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)["n_graded"] == 0
     # the multi-step inversion simulates the epoch: every member reconstructed and graded
@@ -313,6 +313,7 @@ def test_a_view_the_attack_cannot_read_is_not_graded() -> None:
     for t in range(2):
         built.trainer.round(t)
     res = invert(observe(built), DEFENSES.get("d_psgd_rr"), [0, 1], [0], "analytic")
-    assert all(s.startswith("not applicable: a sign-only view") for s in res.status)
+    assert all(s.not_applicable and s.reason.startswith("a sign-only view")
+               for s in res.status)
     assert all(img is None for img in res.images)
     assert grade(res, built.ctx.data, built.ctx.truth, use_lpips=False)["n_graded"] == 0

@@ -13,6 +13,7 @@ from privbench.config import replace_checked
 from privbench.errors import ConfigError
 from privbench.plugins import load_plugins
 from privbench.registry import ATTACKS
+from privbench.results import outcome
 
 
 def _lira(**cfg: object) -> object:
@@ -116,7 +117,7 @@ def test_the_audit_record_says_which_variance_was_used_and_why(cfg: dict, varian
 
     audit = AuditConfig(attacks=("lira",), reference_models=2, attack_config={"lira": cfg})
     res = run_attack(_tiny("sgp"), "lira", audit, seed=0)
-    assert res.status == "ok", res.status
+    assert res.status == outcome.OK, res.status
     assert (res.detail["variance"], res.detail["reference_models"]) == (variance, 2)
     rule = res.detail["variance_rule"]
     assert rule.startswith("configured" if "variance" in cfg else "auto: 2 reference models")

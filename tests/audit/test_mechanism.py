@@ -32,7 +32,7 @@ from privbench.audit.mechanism_coverage import blocks
 from privbench.audit.mechanism_epsilon import gaussian_epsilon, observed_share
 from privbench.audit.mechanism_replay import MechanismSettings, audited_rounds
 from privbench.engine.trainer import Context
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
 from privbench.report import gate
 from privbench.seeding import Streams, noise_off
@@ -371,8 +371,8 @@ def test_an_unbounded_contribution_voids_the_claim():
 
 
 def test_a_non_private_defense_has_no_ledger_to_measure():
-    res = audit_mechanism(quick_run(1.0), "sgp", {})
-    assert not res["applicable"] and "not private" in res["reason"]
+    with pytest.raises(NotApplicable, match="not private"):
+        audit_mechanism(quick_run(1.0), "sgp", {})
 
 
 def test_a_cell_without_the_audit_fails_the_rules_saying_why():

@@ -8,7 +8,7 @@ import gzip
 import json
 from pathlib import Path
 
-from privbench.results import schema
+from privbench.results import outcome, schema
 from privbench.results.records import AttackResult, TrainedCell, required_fields
 
 DEFAULT_AUDIT = Path(__file__).parents[2] / "reports" / "default-audit" / "results.json.gz"
@@ -37,7 +37,8 @@ def test_every_committed_result_round_trips() -> None:
 
 
 def test_without_drops_a_timing_from_the_result_and_its_views() -> None:
-    res = AttackResult("ok", ("model",), {"psnr": 20.0}, "inversion",
+    res = AttackResult(status=outcome.OK, uses=("model",), metrics={"psnr": 20.0},
+                       kind="inversion",
                        detail={"seconds": 3.0, "views": [{"batch_size": 1, "seconds": 1.0}]})
     out = res.without("seconds").to_json()
     assert out == {"status": "ok", "uses": ["model"], "metrics": {"psnr": 20.0},
