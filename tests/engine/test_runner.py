@@ -8,6 +8,7 @@ import json
 from privbench.config import RunConfig, replace_checked
 from privbench.engine.loop import EvalPoint, train
 from privbench.engine.runner import RUN_ONLY, build, from_run_file, run_file, save_run
+from privbench.results import outcome
 from privbench.results.store import dumps
 from privbench.testing import TINY_RUN
 
@@ -27,7 +28,7 @@ def test_results_json_is_the_run_record_and_reads_back(tmp_path):
     assert set(result["timing"]) == {"train_seconds", "eval_seconds"}
     assert len(result["history"]) == 2
     assert all(set(h) == set(EvalPoint.__annotations__) for h in result["history"])
-    assert (cell.defense, cell.epsilon, cell.status) == ("dp_sgp", run.epsilon, "ok")
+    assert (cell.defense, cell.epsilon, cell.status) == ("dp_sgp", run.epsilon, outcome.OK)
     again = from_run_file(result, cell.epsilon)
     assert dumps(run_file(again)) == dumps({k: v for k, v in result.items() if k != "tuned"})
     # an audit's cell file holds the same record without the run's own details
