@@ -62,7 +62,9 @@ class NotApplicable(Exception):  # noqa: N818 - an outcome, not an error
     """The attack or audit does not apply to this run (the threat model cannot derive what it
     needs, the defense is not private, the run's messages are non-finite); the message says
     why. The one way anything says "not applicable": the dispatch records it as the result's
-    status (`privbench.results.outcome`).
+    status (`privbench.results.outcome`); within the mechanism audit and the leakage map, the
+    function that writes the measured ε or the network-DP record writes it as
+    `"applicable": false` with the reason.
 
     Attributes:
         non_finite: whether the reason is that the run's messages or scores are non-finite

@@ -38,12 +38,12 @@ from privbench.audit.network_dp import NetworkEpsilon, pairwise_epsilon
 from privbench.config import RunConfig, to_dict
 from privbench.engine.loop import train
 from privbench.engine.runner import Built, build, environment
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.errors import ConfigError, NotApplicable, PrivbenchError
 from privbench.plugins import load_plugins
 from privbench.progress import Phase
 from privbench.registry import ATTACKS, DEFENSES
 from privbench.results import outcome
-from privbench.threat.gossip_inversion import BestViews, GossipDiagnostics
+from privbench.threat.gossip_inversion import BestViews, GossipDiagnostics, LinearGossip
 from privbench.threat.observation import (
     Observation,
     ThreatModel,
@@ -160,6 +160,21 @@ MembershipSummary = TypedDict("MembershipSummary", {
 }, total=False)
 
 
+class NetworkRecord(TypedDict, total=False):
+    """A placement's network-DP epsilon as the map writes it: the mean over the victims of
+    `pairwise_epsilon`'s readings, or `applicable` false with the reason."""
+
+    applicable: bool
+    reason: str
+    network_mu: float
+    network_epsilon: float
+    local_full_epsilon: float
+    calibrated_epsilon: float
+    epsilon: float
+    visibility: float
+    assumptions: list[str]
+
+
 class LeakageRow(TypedDict):
     """One placement of one (defense, epsilon)."""
 
@@ -169,7 +184,7 @@ class LeakageRow(TypedDict):
     size: int
     inversion: InversionSummary
     membership: MembershipSummary
-    network_dp: NetworkEpsilon | None
+    network_dp: NetworkRecord | None
 
 
 class LeakageCell(TypedDict):
@@ -332,15 +347,31 @@ def _membership(built: Built, cfg: LeakageConfig, spec: str) -> MembershipSummar
             **{k: res.detail[k] for k in ("n_members", "n_nonmembers", "victims")}}
 
 
-def _network(built: Built, cfg: LeakageConfig, spec: str) -> NetworkEpsilon | None:
-    """Mean over the victims of the pairwise network-DP epsilon (linear-gossip DP defenses)."""
+def _network(built: Built, cfg: LeakageConfig, spec: str) -> NetworkRecord | None:
+    """Mean over the victims of the pairwise network-DP epsilon (linear-gossip DP defenses), or
+    why it does not apply; None for a defense without linear gossip or noise multipliers, or
+    where no victim has the placement."""
     trainer = built.trainer
-    z, out = trainer.release_noise(), []
-    if z is None:
-        return None
-    gossip = type(trainer).linear_gossip(observe(built))
+    z = trainer.release_noise()
+    gossip = None if z is None else type(trainer).linear_gossip(observe(built))
     if gossip is None:
         return None
+    try:
+        out = _pairwise(built, cfg, spec, gossip, z)
+    except NotApplicable as why:
+        return {"applicable": False, "reason": str(why)}
+    if not out:
+        return None
+    keys = ("network_mu", "network_epsilon", "local_full_epsilon", "calibrated_epsilon",
+            "epsilon", "visibility")
+    return {**{k: float(np.mean([o[k] for o in out])) for k in keys},
+            "assumptions": out[0]["assumptions"]}
+
+
+def _pairwise(built: Built, cfg: LeakageConfig, spec: str, gossip: LinearGossip,
+              z: np.ndarray) -> list[NetworkEpsilon]:
+    """`pairwise_epsilon` of each victim that has the placement `spec`."""
+    out = []
     for v in range(cfg.victims):
         try:
             th = _threat(spec, built, v)
@@ -349,12 +380,7 @@ def _network(built: Built, cfg: LeakageConfig, spec: str) -> NetworkEpsilon | No
         cal = claims(built.privacy(), v).get("calibrated", {}).get("epsilon")
         out.append(pairwise_epsilon(gossip, built.ctx.topology, th, v, z, built.ctx.run.delta,
                                     cal))
-    if not out or not out[0].get("applicable"):
-        return out[0] if out else None
-    keys = ("network_mu", "network_epsilon", "local_full_epsilon", "calibrated_epsilon",
-            "epsilon", "visibility")
-    return {**{k: float(np.mean([o[k] for o in out])) for k in keys},
-            "assumptions": out[0]["assumptions"]}
+    return out
 
 
 def _epsilons(built: Built) -> dict[str, float | None]:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -59,6 +60,7 @@ from privbench import progress
 from privbench.audit.mechanism_coverage import coverage, declared_kinds
 from privbench.audit.mechanism_draws import OutsideDraws, reused_finding
 from privbench.audit.mechanism_epsilon import (
+    PartlyMeasured,
     _inv_sqrt,
     ledger_findings,
     measured_epsilon,
@@ -79,7 +81,7 @@ from privbench.audit.mechanism_replay import (
 from privbench.config import RunConfig
 from privbench.engine.messages import RecordPolicy
 from privbench.errors import NotApplicable
-from privbench.results.records import MechanismReport
+from privbench.results.records import MeasuredEpsilon, MechanismEpsilon, MechanismReport
 
 
 def _std_interval(sq_sum: float, d: int, level: float) -> tuple[float, float]:
@@ -280,14 +282,12 @@ def probe_rows(replays: list[RoundReplays], kinds: dict[str, Any], level: float,
     return rows, findings
 
 
-def sensitivity_reading(eps: dict[str, Any]) -> dict[str, Any] | None:
+def sensitivity_reading(eps: MeasuredEpsilon) -> dict[str, Any] | None:
     """Measured sensitivity / the ledger's bound, from the measured ε's reading: a Gaussian
     ledger's noise multiplier over the measured one (the probes' contribution against the
     noise drawn: measured / bound where the noise is the ledger's), with its interval; a
     node-level ledger's largest per-round sensitivity over its bound (or realized S). None where
-    the ledger has no sensitivity to read (randomized response, or nothing measured)."""
-    if not eps.get("applicable"):
-        return None
+    the ledger has no sensitivity to read (randomized response, or findings that void it)."""
     if "z_ratio" in eps:
         lo, hi = eps["z_ratio_interval"]
         return {"measured_over_bound": _ratio(1.0, eps["z_ratio"]),
@@ -307,6 +307,19 @@ def sensitivity_reading(eps: dict[str, Any]) -> dict[str, Any] | None:
             "round": best["round"],
             "basis": "the L1 sensitivity exposed over the ledger's, in the round whose lower "
                      "end is largest"}
+
+
+def epsilon_record(measure: Callable[[], MeasuredEpsilon]
+                   ) -> tuple[MechanismEpsilon, dict[str, Any] | None]:
+    """The measured ε as the report writes it, with its sensitivity reading: the measurement
+    with `applicable` true; where `measure` raises `NotApplicable`, `applicable` false with the
+    reason and what was measured on the way (`PartlyMeasured`), and no reading."""
+    try:
+        eps = measure()
+    except NotApplicable as why:
+        partial = why.measured if isinstance(why, PartlyMeasured) else {}
+        return {"applicable": False, **partial, "reason": str(why)}, None
+    return {"applicable": True, **eps}, sensitivity_reading(eps)
 
 
 def _ratio(a: float, b: float) -> float:
@@ -371,10 +384,10 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
     noise, findings = noise + more, findings + more_findings
     voided = bool(probe_findings or block_findings or fresh["findings"] or inexact
                   or more_findings)
-    eps = (node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
-           if nodes else
-           measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds, voided,
-                            settings.level, run.delta))
+    eps, sensitivity = epsilon_record(
+        lambda: node_level_epsilon(rec.replays, kinds, ledgers, trainer, voided, settings.level)
+        if nodes else measured_epsilon(probes, noise, sampling, ledgers, release, run.rounds,
+                                       voided, settings.level, run.delta))
     return {"applicable": True, "rounds": [r.round for r in rec.replays],
             "diverged_round": res.diverged_round,
             "replay_exact": not inexact if any(r.exact is not None for r in rec.replays) else None,
@@ -382,7 +395,7 @@ def audit_mechanism(run: RunConfig, defense: str, overrides: dict[str, Any],
             "coverage": blocks, "kinds": sent,
             "freshness": {k: v for k, v in fresh.items() if k != "findings"},
             "probes": probes, "sampling": sampling, "sampling_findings": sampling_findings,
-            "epsilon": eps, "sensitivity": sensitivity_reading(eps), "findings": findings,
+            "epsilon": eps, "sensitivity": sensitivity, "findings": findings,
             "request": {"epsilon": run.epsilon, "delta": run.delta, "rounds": run.rounds},
             "ledger_findings": ledger_findings(ledgers, release, run.delta, run.rounds),
             "settings": {"rounds": settings.rounds, "scales": list(settings.scales),

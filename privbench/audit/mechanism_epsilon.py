@@ -14,7 +14,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from privbench.errors import NotApplicable
 from privbench.metrics.audit import clopper_pearson
+from privbench.results.records import MeasuredEpsilon
+
+
+class PartlyMeasured(NotApplicable):
+    """The measured ε does not apply (the message says why), with what was measured on the way
+    to that (`measured`), which the report writes beside the reason."""
+
+    def __init__(self, reason: str, measured: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.measured = measured
 
 
 def _inv_sqrt(x: float) -> float:
@@ -170,15 +181,19 @@ def _claim(led: dict[str, Any] | None) -> float | None:
     return math.inf if led["epsilon"] in ("inf", math.inf) else float(led["epsilon"])
 
 
-def _voided(ledgers: list[dict[str, Any] | None]) -> dict[str, Any]:
+def _voided(ledgers: list[dict[str, Any] | None]) -> MeasuredEpsilon:
     """The findings make every claim void: one sample is exposed without noise, without a bound,
     or under noise that cancels across rounds or nodes; a block of a message carries less noise
-    than the rest; a message declared data-independent changes with the data."""
+    than the rest; a message declared data-independent changes with the data.
+
+    Raises:
+        NotApplicable: no node reports a claim.
+    """
     claims = [(c, i) for i, led in enumerate(ledgers) if (c := _claim(led)) is not None]
     if not claims:
-        return {"applicable": False, "reason": "no node reports a privacy claim"}
+        raise NotApplicable("no node reports a privacy claim")
     claimed, node = max(claims)
-    return {"applicable": True, "node": node, "epsilon": math.inf,
+    return {"node": node, "epsilon": math.inf,
             "interval": [math.inf, math.inf], "claimed": claimed, "ratio": math.inf,
             "ratio_interval": [math.inf, math.inf],
             "basis": "the findings: a sample exposed without noise, without a bound, or under "
@@ -247,31 +262,35 @@ def ledger_findings(ledgers: list[dict[str, Any] | None], release: np.ndarray | 
 def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
                      sampling: list[dict[str, Any]], ledgers: list[dict[str, Any] | None],
                      release_noise: np.ndarray | None, rounds: int, infinite: bool,
-                     level: float, delta: float | None = None) -> dict[str, Any]:
+                     level: float, delta: float | None = None) -> MeasuredEpsilon:
     """The ledger recomposed with what was measured, for the node where it is largest: point,
     interval, the claim and the ledger's own values recomposed. A randomized-response ledger is
     rescaled by the measured flip rate; a Gaussian one (noise multipliers from
     `Trainer.release_noise`, else the reports' `noise_multiplier`) recomposed by dp_accounting
     at `delta` (the run's δ; None: each ledger's own) over the `rounds` the run runs, whatever
-    δ and round count the ledger was stated or calibrated for."""
+    δ and round count the ledger was stated or calibrated for.
+
+    Raises:
+        NotApplicable: the ledger claims no finite ε, declares no noise multiplier or a
+            sampling this audit does not recompose, or no probed message carries its round's
+            sample.
+    """
     if infinite:
         return _voided(ledgers)
     if all(_claim(led) in (None, math.inf) for led in ledgers):
-        return {"applicable": False, "reason": "the ledger claims no finite ε"}
+        raise NotApplicable("the ledger claims no finite ε")
     if any("keep_prob" in (led or {}) for led in ledgers):
         return rr_epsilon(noise, ledgers, level)
     if release_noise is None:
         release_noise = _report_multipliers(ledgers, rounds)
     if release_noise is None:
-        return {"applicable": False,
-                "reason": "the defense declares no per-release noise multiplier "
-                          "(Trainer.release_noise, or `noise_multiplier` in its reports), so "
-                          "its composition cannot be recomposed from what was measured"}
+        raise NotApplicable("the defense declares no per-release noise multiplier "
+                            "(Trainer.release_noise, or `noise_multiplier` in its reports), so "
+                            "its composition cannot be recomposed from what was measured")
     schemes = {(led or {}).get("sampling") for led in ledgers}
     if not schemes <= {"poisson", "fixed_without_replacement"}:
-        return {"applicable": False,
-                "reason": f"the ledger's sampling {sorted(map(str, schemes))} is not a "
-                          "subsampled Gaussian this audit recomposes"}
+        raise NotApplicable(f"the ledger's sampling {sorted(map(str, schemes))} is not a "
+                            "subsampled Gaussian this audit recomposes")
     z = _run_schedule(release_noise, rounds)  # (T, n)
     # measured z against the ledger's z for what the probe reaches; ledger z scaled by it
     z_probe = _report_multipliers(ledgers, rounds, "probe_multiplier")
@@ -296,10 +315,9 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
             best = {"coarse": coarse, "node": i, "ratios": ratios, "q": (q, q_lo, q_hi),
                     "ledger": led, "args": args}
     if best is None:
-        return {"applicable": False,
-                "reason": "no message of a probed round carries that round's sample (the "
-                          "defense releases it in a later round, after mixing: a one-round "
-                          "replay cannot attribute it to one node's noise)"}
+        raise NotApplicable("no message of a probed round carries that round's sample (the "
+                            "defense releases it in a later round, after mixing: a one-round "
+                            "replay cannot attribute it to one node's noise)")
     i, (r, r_lo, r_hi), (q, q_lo, q_hi) = best["node"], best["ratios"], best["q"]
     col, led, args = z[:, i], best["ledger"], best["args"]
 
@@ -308,7 +326,7 @@ def measured_epsilon(probes: list[dict[str, Any]], noise: list[dict[str, Any]],
 
     claimed = float(led["epsilon"])
     point, low, high = eps(r, q), eps(r_hi, q_lo), eps(r_lo, q_hi)
-    return {"applicable": True, "node": i, "epsilon": point, "interval": [low, high],
+    return {"node": i, "epsilon": point, "interval": [low, high],
             "claimed": claimed, "ledger_recomputed": eps(1.0, led["sample_rate"]),
             "ratio": point / claimed, "ratio_interval": [low / claimed, high / claimed],
             "z_ratio": r, "z_ratio_interval": [r_lo, r_hi], "rate": q,
@@ -326,7 +344,7 @@ def _rr_coordinate_epsilon(p: float) -> float:
 
 
 def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None],
-               level: float) -> dict[str, Any]:
+               level: float) -> MeasuredEpsilon:
     """A randomized-response ledger (per-coordinate keep probability, composed linearly over
     coordinates and rounds) rescaled by the measured flip rate: the changed fraction of the
     most-changed message kind among the coordinates both its clean and noisy messages set (a
@@ -334,6 +352,10 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
     pooled over every audited round and every node that claims the same keep probability (the
     flip rate is one quantity of the mechanism; pooling all of them is what resolves a claim
     near 1/2), with its Clopper-Pearson interval.
+
+    Raises:
+        NotApplicable: no node's randomized messages were measured; `PartlyMeasured` (with the
+            flips read) where more coordinates change than the flips can change.
     """
     groups: dict[float, list[int]] = {}
     for i, led in enumerate(ledgers):
@@ -366,7 +388,7 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
                "claimed": claimed}
         rows_.append(row)
     if not rows_:
-        return {"applicable": False, "reason": "no node's randomized messages were measured"}
+        raise NotApplicable("no node's randomized messages were measured")
     best = max(rows_, key=lambda r: r["interval"][0] / r["claimed"])  # the worst node
     claimed = best["claimed"]
     over = [r for r in rows_ if r["flip_interval"][0] > 0.5 >= r["ledger_flip_rate"]]
@@ -374,14 +396,13 @@ def rr_epsilon(noise: list[dict[str, Any]], ledgers: list[dict[str, Any] | None]
         best = over[0]
         # more coordinates change than a keep probability >= 1/2 can flip: the changes are not
         # the flips alone (another use of the noise stream, e.g. a compressor's coordinate choice)
-        return {"applicable": False, "flips": best,
-                "reason": f"the measured change rate {best['flip_rate']:.3g} is above 1/2, "
-                          f"more than the ledger's flips ({best['ledger_flip_rate']:.3g}) can "
-                          "change: the randomized messages change by more than their flips, so "
-                          "the flip rate cannot be read from them"}
+        raise PartlyMeasured(f"the measured change rate {best['flip_rate']:.3g} is above 1/2, "
+                             f"more than the ledger's flips ({best['ledger_flip_rate']:.3g}) "
+                             "can change: the randomized messages change by more than their "
+                             "flips, so the flip rate cannot be read from them", {"flips": best})
     half = (best["flip_interval"][1] - best["flip_interval"][0]) / 2
     resolved = abs(0.5 - best["ledger_flip_rate"]) > half
-    return {"applicable": True, **best, "ratio": best["epsilon"] / claimed,
+    return {**best, "ratio": best["epsilon"] / claimed,
             "ratio_interval": [v / claimed for v in best["interval"]],
             "resolved": resolved,
             **({} if resolved else {

@@ -13,11 +13,14 @@ import torch
 from torch import Tensor
 
 from privbench.audit.mechanism_epsilon import (
+    PartlyMeasured,
     _claim,
     _voided,
 )
 from privbench.audit.mechanism_replay import RoundReplays, _kind, _sent
 from privbench.engine.messages import MessageLog
+from privbench.errors import NotApplicable
+from privbench.results.records import MeasuredEpsilon
 
 
 def _normalised(log: MessageLog, node: int, kinds: dict[str, Any]) -> Tensor | None:
@@ -91,23 +94,27 @@ def _probe_sensitivity(rep: RoundReplays, kinds: dict[str, Any]
 
 def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
                        ledgers: list[dict[str, Any] | None], trainer: Any, voided: bool,
-                       level: float) -> dict[str, Any]:
+                       level: float) -> MeasuredEpsilon:
     """A node-level Laplace ledger recomposed with what was measured: per audited round the
     exposed sensitivity S and the drawn scale b (per-round ε = S / b, Dwork and Roth 2014,
     Thm. 3.6) beside the ledger's own (its S_real / scale, the realized reading); the claim
     scaled by the measured / ledger ratio of the round whose ratio is largest at the lower end
     of its interval (its composition is linear in the per-round ε; the round that resolves the
     most: rounding blurs a probed sensitivity where a release's values are large), with the
-    interval of the scale and of the probed sensitivity."""
+    interval of the scale and of the probed sensitivity.
+
+    Raises:
+        NotApplicable: the ledger reports no sensitivity trace; `PartlyMeasured` (with the
+            rounds read) where no round gives a finite reading or the claim is not finite.
+    """
     if voided:
         return _voided(ledgers)
     trace = trainer.sensitivity_trace() or {}
     real, scale = trace.get("S_real", []), trace.get("scale", [])
     claims = [(c, i) for i, led in enumerate(ledgers) if (c := _claim(led)) is not None]
     if not claims or not real:
-        return {"applicable": False,
-                "reason": "the node-level ledger reports no per-round sensitivity and scale "
-                          "(`sensitivity_trace`) to measure against"}
+        raise NotApplicable("the node-level ledger reports no per-round sensitivity and scale "
+                            "(`sensitivity_trace`) to measure against")
     claimed, node = max(claims)
     # a clip bound is the ledger's S itself (`S_used`), and what one node's data moves its
     # release is measured by the probes; otherwise the realized S_real between two nodes
@@ -138,11 +145,11 @@ def node_level_epsilon(replays: list[RoundReplays], kinds: dict[str, Any],
             if worst is None or (ratio[1], ratio[0]) > (worst[1], worst[0]):
                 worst, at = ratio, row
     if worst is None or not math.isfinite(claimed):
-        return {"applicable": False, "rounds": rounds,
-                "reason": "no audited round released a finite, noised node-level vector with "
-                          "a finite realized sensitivity (a diverged run, or no noise)"
-                          if math.isfinite(claimed) else "the ledger claims no finite ε"}
-    return {"applicable": True, "node": node, "epsilon": claimed * worst[0],
+        raise PartlyMeasured("no audited round released a finite, noised node-level vector "
+                             "with a finite realized sensitivity (a diverged run, or no noise)"
+                             if math.isfinite(claimed) else "the ledger claims no finite ε",
+                             {"rounds": rounds})
+    return {"node": node, "epsilon": claimed * worst[0],
             "interval": [claimed * worst[1], claimed * worst[2]], "claimed": claimed,
             "ratio": worst[0], "ratio_interval": worst[1:], "rounds": rounds,
             "basis": f"round {at['round']}: sensitivity {at['sensitivity']:.4g} vs "

@@ -44,6 +44,7 @@ from typing import TypedDict
 import numpy as np
 
 from privbench.accounting.gdp import gdp_epsilon
+from privbench.errors import NotApplicable
 from privbench.threat.gossip_inversion import LinearGossip, build_system
 from privbench.threat.observation import ThreatModel
 from privbench.topology import Topology
@@ -100,8 +101,6 @@ def network_mu(spec: LinearGossip, pairs: list[tuple[int, int]], victim: int,
 class NetworkEpsilon(TypedDict, total=False):
     """A victim's network-DP epsilon towards a threat model (`pairwise_epsilon`), JSON-ready."""
 
-    applicable: bool
-    reason: str
     network_mu: float
     network_epsilon: float
     local_full_mu: float
@@ -127,16 +126,18 @@ def pairwise_epsilon(spec: LinearGossip, topology: Topology, threat: ThreatModel
         JSON-ready: network_mu / network_epsilon, local_full_epsilon (the same reading for an
         observer of every release: local DP without subsampling), calibrated_epsilon, epsilon
         (min of network and calibrated), visibility, the assumptions.
+
+    Raises:
+        NotApplicable: a release without noise (a multiplier that is 0 or not finite).
     """
     if not np.all(np.isfinite(z)) or np.any(z <= 0):
-        return {"applicable": False, "reason": "a release without noise: no network-DP bound"}
+        raise NotApplicable("a release without noise: no network-DP bound")
     pairs = observed_pairs(topology, threat, spec.releases)
     mu, visible = network_mu(spec, pairs, victim, z)
     mu_local = float(np.sqrt(np.sum(1.0 / z[:, victim] ** 2)))
     net = gdp_epsilon(mu, delta) if mu > 0 else 0.0
-    out: NetworkEpsilon = {"applicable": True, "network_mu": mu, "network_epsilon": net,
-           "local_full_mu": mu_local, "local_full_epsilon": gdp_epsilon(mu_local, delta),
-           "calibrated_epsilon": calibrated, "delta": delta, "visibility": visible,
-           "epsilon": min(net, calibrated) if calibrated is not None else net,
-           "assumptions": list(ASSUMPTIONS)}
-    return out
+    return {"network_mu": mu, "network_epsilon": net, "local_full_mu": mu_local,
+            "local_full_epsilon": gdp_epsilon(mu_local, delta), "calibrated_epsilon": calibrated,
+            "delta": delta, "visibility": visible,
+            "epsilon": min(net, calibrated) if calibrated is not None else net,
+            "assumptions": list(ASSUMPTIONS)}

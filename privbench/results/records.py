@@ -86,12 +86,12 @@ class ThreatRecord(TypedDict, total=False):
     victim: int
 
 
-class MechanismEpsilon(TypedDict, total=False):
-    """The mechanism audit's measured ε against the claim (`privbench.audit.mechanism_epsilon`):
-    measured (`applicable`) or why not, with what it rests on."""
+class MeasuredEpsilon(TypedDict, total=False):
+    """The mechanism audit's measured ε where it applies (`privbench.audit.mechanism_epsilon`,
+    `privbench.audit.mechanism_node`): the node where measured / claimed is largest, its point
+    and interval, the claim, and what the reading rests on (a Gaussian recomposition, a
+    randomized-response flip rate, node-level rounds, or findings that void every claim)."""
 
-    applicable: bool
-    reason: str
     node: int
     epsilon: float
     interval: Interval
@@ -99,17 +99,35 @@ class MechanismEpsilon(TypedDict, total=False):
     ratio: float
     ratio_interval: Interval
     basis: str
+    accountant: str
     note: str
     resolved: bool
     delta: float
+    ledger_delta: float
     composed_rounds: int
+    sampling: str
+    ledger_recomputed: float
     z_ratio: float
+    z_ratio_interval: Interval
     rate: float
     ledger_rate: float
+    nodes: list[int]
     flip_rate: float
     flip_trials: int
     flip_interval: Interval
     ledger_flip_rate: float
+    rounds: list[dict[str, Any]]
+
+
+class MechanismEpsilon(MeasuredEpsilon, total=False):
+    """The measured ε as the mechanism report writes it: the measurement with `applicable`
+    true, or `applicable` false with the reason and what was measured on the way (`flips`: the
+    randomized-response reading that ruled the flip rate out; `rounds`: the node-level rounds
+    read)."""
+
+    applicable: bool
+    reason: str
+    flips: dict[str, Any]
 
 
 class MechanismReport(TypedDict, total=False):

@@ -185,8 +185,8 @@ def test_network_dp_falls_with_distance_and_equals_local_for_an_eavesdropper() -
     assert all(a > b for a, b in itertools.pairwise(mus)), mus
     assert mus[1] < 0.7 * mus[0]  # amplification by decentralization two hops away
     assert eav["epsilon"] == 1.0  # the calibrated guarantee caps the reported epsilon
-    none = pairwise_epsilon(spec, topo, ThreatModel("eavesdropper"), 0, z * 0, delta)
-    assert none["applicable"] is False
+    with pytest.raises(NotApplicable, match="without noise"):
+        pairwise_epsilon(spec, topo, ThreatModel("eavesdropper"), 0, z * 0, delta)
 
 
 # ------------------------------------------------------------------------------ leakage map

@@ -29,7 +29,13 @@ from defenses.defl_vp import privatize_sign, randomized_response
 from defenses.dpps import laplace
 from privbench.audit.mechanism import audit_mechanism
 from privbench.audit.mechanism_coverage import blocks
-from privbench.audit.mechanism_epsilon import gaussian_epsilon, observed_share
+from privbench.audit.mechanism_epsilon import (
+    PartlyMeasured,
+    gaussian_epsilon,
+    measured_epsilon,
+    observed_share,
+    rr_epsilon,
+)
 from privbench.audit.mechanism_replay import MechanismSettings, audited_rounds
 from privbench.engine.trainer import Context
 from privbench.errors import ConfigError, NotApplicable
@@ -423,6 +429,29 @@ def test_gaussian_epsilon_grows_with_less_noise_and_more_sampling():
     assert gaussian_epsilon(z, 0.2, 1e-5, "poisson", 120) > base
     assert gaussian_epsilon(np.zeros(60), 0.1, 1e-5, "poisson", 120) == 0.0  # no release
     assert math.isinf(gaussian_epsilon(np.full(60, np.nan), 0.1, 1e-5, "poisson", 120))
+
+
+def test_a_change_rate_above_one_half_is_not_read_as_a_flip_rate():
+    """Four coordinates in five change where the ledger flips one in ten: the changes are more
+    than the flips, so no ε is read; the flips measured stay with the reason."""
+    noise = [{"node": i, "live": 1000, "kind": "sign", "changed_live": 800} for i in range(3)]
+    ledgers: list[dict | None] = [{"keep_prob": 0.9, "epsilon": 2.0}] * 3
+    with pytest.raises(PartlyMeasured, match="above 1/2") as why:
+        rr_epsilon(noise, ledgers, 0.05)
+    assert why.value.measured["flips"]["flip_rate"] == pytest.approx(0.8)
+    fewer = [{**r, "changed_live": 100} for r in noise]  # the ledger's own flip rate
+    assert rr_epsilon(fewer, ledgers, 0.05)["ratio_interval"][0] <= 1.0
+
+
+def test_a_ledger_without_a_finite_claim_or_multiplier_is_not_measured():
+    sampling = [{"scheme": "poisson", "rate": 0.1, "members": 50}] * 2
+    with pytest.raises(NotApplicable, match="no finite ε"):
+        measured_epsilon([], [], sampling, [None, None], None, 10, False, 0.05)
+    ledgers: list[dict | None] = [{"epsilon": 1.0, "delta": 1e-5, "sampling": "poisson",
+                                   "sample_rate": 0.1}] * 2
+    with pytest.raises(NotApplicable, match="no per-release noise multiplier"):
+        measured_epsilon([], [], sampling, ledgers, None, 10, False, 0.05)
+    assert measured_epsilon([], [], sampling, ledgers, None, 10, True, 0.05)["ratio"] == math.inf
 
 
 def test_a_randomized_response_that_rarely_flips_is_no_false_alarm():
