@@ -10,12 +10,20 @@ float64 reference (the float32 per-sample reference itself is off by up to 1.3e-
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
 
-from privbench.engine.ghost import plan_for
-from privbench.engine.grads import clip_l2, clipped_grad_sum, masked_sum, per_sample_grads
+from privbench.engine.ghost import FastClip, plan_for
+from privbench.engine.grads import (
+    clip_l2,
+    clipped_grad_sum,
+    masked_sum,
+    per_sample_grads,
+    rows_to_dict,
+)
 from privbench.models import FlatModel, build_model
 from privbench.registry import MODELS
 
@@ -200,3 +208,24 @@ def test_conv_norm_way_is_the_cheapest_per_layer():
     module = nn.Sequential(nn.Conv2d(64, 64, 3, stride=4), nn.Flatten(), nn.Linear(256, 10))
     plan = plan_for(module, (64, 8, 8))
     assert conv_norm_way(plan.layers[0]) == "gram"
+
+
+def test_pooled_conv_outputs_are_laid_out_channels_last_with_identical_values():
+    """The layers a MaxPool2d follows are the ones marked; laying their outputs out channels-last
+    changes no captured input or output gradient by a single bit (same windows, same maxima)."""
+    shape = (1, 8, 8)
+    for name, pooled in (("cnn", ["0", "3"]), ("lenet5", ["0", "3"]), ("lenet", [])):
+        plan = plan_for(build_model(name, shape, 10).module, shape)
+        assert [lay.name for lay in plan.layers if lay.pooled] == pooled
+    fm = build_model("cnn", shape, 10)
+    plan = plan_for(fm.module, shape)
+    flat = FastClip([dataclasses.replace(lay, pooled=False) for lay in plan.layers])
+    params, x, y, _, _ = _inputs(fm, shape, m=2, b=4, dtype=torch.float32)
+    x = x.relu() * 0  # all-zero images: every pooling window a tie, the first maximum wins
+    x[0, :2] = torch.randn(2, *shape, generator=torch.Generator().manual_seed(1))
+    pdict = rows_to_dict(fm, params)
+    a, e = plan.capture(fm.module, pdict, x, y)
+    a0, e0 = flat.capture(fm.module, pdict, x, y)
+    assert not a[1].is_contiguous() and a0[1].is_contiguous()  # conv 3's input: pooled, relaid
+    for got, ref in zip(a + e, a0 + e0, strict=True):
+        assert torch.equal(got, ref)
