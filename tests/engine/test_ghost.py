@@ -178,10 +178,13 @@ def test_patch_gram_from_pixel_gram_equals_im2col_gram(g):
     assert _rel(_patch_gram(conv, a.flip(-1), out_hw), ref) > 1e-3  # the map is not symmetric
 
 
+@pytest.mark.parametrize("small_map", [0, 10**6])  # clipped sum: grouped kernel, or patches
 @pytest.mark.parametrize("way", ["formed", "gram", "pixel"])
 @pytest.mark.parametrize("g", GEOMETRIES)
-def test_every_conv_norm_way_equals_per_sample_reference(monkeypatch, way, g):
+def test_every_conv_norm_way_equals_per_sample_reference(monkeypatch, way, g, small_map):
     from privbench.engine import ghost
+
+    monkeypatch.setattr(ghost, "SMALL_MAP", small_map)
 
     module = nn.Sequential(_conv(g), nn.Tanh(), nn.Flatten())
     with torch.no_grad():
