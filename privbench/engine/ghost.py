@@ -219,7 +219,7 @@ def _gram_core(a: Tensor, e: Tensor, weight: str, bias: str | None) -> Contribut
             w = ec.transpose(1, 2) @ a.reshape(m, b * t, p)  # (m, q, p) book-keeping product
         out = {weight: w}
         if bias and eb is not None:
-            out[bias] = _weighted(eb, c)
+            out[bias] = torch.einsum("mbq,mb->mq", eb, c)
         return out
 
     return sq, summed
