@@ -167,7 +167,6 @@ class FastClip:
         return list(a), list(e)
 
 
-
 def _pooled(order: list[str], leaves: dict[str, nn.Module], owners: set[str]) -> set[str]:
     """Parametrised layers whose output reaches a MaxPool2d before the next parametrised layer
     (`order`: the leaf modules' names in the order a forward ran them)."""
