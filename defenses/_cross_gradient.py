@@ -1,5 +1,5 @@
-"""Gradient views from cross-gradient messages (g_ij = grad f_i(x_j), sent to each neighbour j),
-shared by DPDL and DP-CGA."""
+"""Cross-gradients g_ij = grad f_i(x_j), sent by i to each neighbour j, shared by DPDL and DP-CGA:
+the rows a round computes them on, and gradient views from the observed messages."""
 
 from __future__ import annotations
 
@@ -10,6 +10,22 @@ from torch import Tensor
 
 from privbench.errors import NotApplicable
 from privbench.threat.observation import GradientView, Observation
+
+
+def cross_gradient_rows(x_recv: Tensor, x: Tensor, src: Tensor,
+                        dst: Tensor) -> tuple[Tensor, Tensor]:
+    """The round's gradient rows: one per directed edge i -> j (sender i's data at receiver j's
+    model), then one per node (its own data at its own model).
+
+    Args:
+        x_recv: (n, d) the models as received; x: (n, d) the nodes' own models.
+        src, dst: (E,) every edge's sender and receiver.
+
+    Returns:
+        (E + n,) the data owner of every row and (E + n, d) the model it is taken at.
+    """
+    owner = torch.cat([src, torch.arange(x.shape[0], device=src.device)])
+    return owner, torch.cat([x_recv[dst], x])
 
 
 def observed_row(obs: Observation, t: int, kind: str, sender: int) -> Tensor:

@@ -58,6 +58,17 @@ def mixing_matrix(topology: Topology, t: int, weights: str = "cga") -> Tensor:
     return metropolis_hastings(adj)
 
 
+def require_undirected(name: str, topology: Topology) -> None:
+    """Refuse a directed topology: the defense `name` mixes with a symmetric W.
+
+    Raises:
+        ConfigError: naming the defense and the topologies it accepts.
+    """
+    if not topology.undirected:
+        raise ConfigError(f"{name} needs an undirected topology (ring, complete, two_hub, "
+                          "random_out with symmetric=true)")
+
+
 def graph_periods(topology: Topology, weights: str,
                   device: torch.device) -> list[tuple[Tensor, ...]]:
     """Per graph period: W (n, n), message adjacency (n, n) bool ([j, i]: i sends to j), and the

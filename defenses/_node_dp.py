@@ -22,10 +22,12 @@ from privbench.accounting import (
     account,
 )
 from privbench.accounting import calibrate as calibration
+from privbench.config import JSONObject
 from privbench.engine.grads import clipped_grad_sum
-from privbench.engine.planning import report_of
+from privbench.engine.planning import report_of, worst_node
 from privbench.engine.privacy import PlanRequest
 from privbench.engine.trainer import Context
+from privbench.errors import ConfigError
 
 RDP_OPTIONS = AccountantOptions(rdp_orders=INTEGER_RDP_ORDERS)
 
@@ -96,6 +98,24 @@ def sample_round(ctx: Context, t: int, sampling: str, rates: Tensor, counts: Ten
     return x, y, mask, denom
 
 
+def check_gaussian_settings(name: str, clip: float, sigma: float | None,
+                            momentum: float = 0.0) -> None:
+    """A config's clip bound C > 0, noise multiplier sigma >= 0 (None: calibrated), momentum
+    beta in [0, 1); C = inf (no clipping) bounds no sensitivity, so it needs sigma = 0.
+
+    Raises:
+        ConfigError: naming the defense `name`, the field and the accepted values.
+    """
+    if not clip > 0:
+        raise ConfigError(f"{name} clip must be > 0, got {clip}")
+    if not 0 <= momentum < 1:
+        raise ConfigError(f"{name} momentum must be in [0, 1), got {momentum}")
+    if sigma is not None and not sigma >= 0:
+        raise ConfigError(f"{name} sigma must be >= 0, got {sigma}")
+    if math.isinf(clip) and sigma != 0:
+        raise ConfigError(f"{name} clip=inf has unbounded sensitivity: it needs sigma=0")
+
+
 GAUSSIAN_CHOICES = {"accountant": ("rdp", "pld"), "sigma_rule": ("max", "per_node"),
                     "sampling": tuple(SAMPLING_MODELS), "weights": WEIGHTS}
 """The config choices of a gossip trainer with DP-SGD releases (DP-DPSGD, MUFFLIATO)."""
@@ -109,9 +129,9 @@ def node_sigmas(cfg: Any, ctx: Context, rates: Tensor, releases: int) -> Tensor:
     if cfg.sigma is not None:
         sigma = [float(cfg.sigma)] * ctx.n
     else:
-        opts = RDP_OPTIONS if cfg.accountant == "rdp" else AccountantOptions()
         sigma = calibrate_sigmas(cfg.sigma_rule, run.epsilon, run.delta, releases,
-                                 rates.tolist(), [1.0] * ctx.n, cfg.accountant, opts,
+                                 rates.tolist(), [1.0] * ctx.n, cfg.accountant,
+                                 reading_options(cfg.accountant),
                                  cfg.sampling).tolist()
     return torch.tensor(sigma, dtype=torch.float32, device=ctx.device)
 
@@ -130,6 +150,25 @@ def noisy_clipped_mean(ctx: Context, params: Tensor, t: int, cfg: Any, rates: Te
     return {"sums": sums, "noise": noise, "denom": denom, "noisy": (sums + noise) / denom[:, None]}
 
 
+def gaussian_report(z: float, q: float, releases: int, delta: float, accountant: str, mode: str,
+                    sampling: str, note: str, options: AccountantOptions, node: int = 0,
+                    uncovered: tuple[str, ...] = ()) -> EpsilonReport:
+    """Node `node`'s `releases` subsampled Gaussian releases of noise multiplier z at rate q
+    (`sampling`: an accounting sampling model), read by `accountant`; z = 0 (no noise) is
+    reported as epsilon = inf."""
+    if z == 0:
+        return EpsilonReport(math.inf, delta, accountant, mode, "sample-level", uncovered,
+                             note="sigma = 0: no noise", sampling=sampling)
+    ledger = PrivacyLedger(node=node, uncovered=uncovered).record(
+        GaussianEvent(z, q, releases, sampling))
+    return account(ledger, delta, accountant, mode=mode, note=note, options=options)
+
+
+def reading_options(accountant: str) -> AccountantOptions:
+    """RDP over the integer orders 2..256 (the DPDL family's RDP), else the defaults."""
+    return RDP_OPTIONS if accountant == "rdp" else AccountantOptions()
+
+
 def gaussian_node_reports(rates: list[float], sigmas: list[float], delta: float, releases: int,
                           accountant: str, sampling: str, note: str) -> list[dict[str, Any]]:
     """Per node i: `releases` Poisson/fixed-subsampled Gaussian releases of multiplier
@@ -139,14 +178,8 @@ def gaussian_node_reports(rates: list[float], sigmas: list[float], delta: float,
     model = SAMPLING_MODELS[sampling]
     for i, (q, sig) in enumerate(zip(rates, sigmas, strict=True)):
         for mode, acc in (("paper", "rdp"), ("calibrated", accountant)):
-            if sig == 0:
-                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level",
-                                    note="sigma = 0: no noise", sampling=model)
-            else:
-                ledger = PrivacyLedger(node=i).record(GaussianEvent(sig, q, releases, model))
-                rep = account(ledger, delta, acc, mode=mode,
-                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions(),
-                              note=note)
+            rep = gaussian_report(sig, q, releases, delta, acc, mode, model, note,
+                                  reading_options(acc), node=i)
             out.append({**rep.to_dict(), "node": i, "sigma": sig, "sample_rate": q})
     return out
 
@@ -163,3 +196,10 @@ def gaussian_release_plan(req: PlanRequest, cfg: Any, releases: int, note: str,
     reports = gaussian_node_reports([req.sample_rate], [sigma], req.delta, releases,
                                     req.accountant, cfg.sampling, note)
     return sigma, tuple(report_of(r) for r in reports)
+
+
+def worst_node_readings(reports: list[JSONObject]) -> tuple[int, dict[str, JSONObject]]:
+    """The node whose strict epsilon is largest, and its report under every reading (DPDL,
+    DP-CGA: the node a request's graph plan describes)."""
+    worst = worst_node(reports, "strict")
+    return worst, {r["reading"]: r for r in reports if r["node"] == worst}

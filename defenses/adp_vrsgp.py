@@ -66,6 +66,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from defenses._noisy_sum import noisy_clipped_sum
 from defenses._plans import model_message_kinds
 from defenses.dp_sgp import plan_dp_sgp
 from privbench.accounting import (
@@ -90,7 +91,6 @@ from privbench.accounting.plans import (
 )
 from privbench.accounting.validation import check_choice
 from privbench.config import RunConfig
-from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import Mixer, push_sum
 from privbench.engine.planning import node_plans, plan_reports, plan_schedule, sample_rates
@@ -326,10 +326,9 @@ class ADPVRSGP(Trainer):
         ctx, th = self.ctx, self.cfg.vartheta
         z = self.models()  # (n, d)
         x, y, mask = ctx.draw(t, rates=self.rates)  # (n, k, ...), (n, k), (n, k)
-        sums, _ = clipped_grad_sum(ctx.fm, z, x, y, mask, float(self.sched.clip[t]))  # (n, d)
-        u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
-                        dtype=z.dtype)  # (n, d)
-        gbar = (sums + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
+        noisy = noisy_clipped_sum(ctx, z, x, y, mask, float(self.sched.clip[t]),
+                                  self.noise_std(t))  # (n, d)
+        gbar = noisy / ctx.run.batch_size  # (n, d)
         if self.debug_released is not None:
             self.debug_released[t] = gbar.detach().clone()
         self.gtil = gbar if self.sched.reset[t] else (1 - th) * gbar + th * self.gtil  # (n, d)

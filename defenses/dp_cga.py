@@ -112,23 +112,21 @@ import torch
 from torch import Tensor
 
 from defenses._cga_direction import add_combination, block_grams, segments, solve_dual_qp
-from defenses._cross_gradient import cross_gradient_view
-from defenses._graph import WEIGHTS, canonical_weights, graph_periods
+from defenses._cross_gradient import cross_gradient_rows, cross_gradient_view
+from defenses._graph import WEIGHTS, canonical_weights, graph_periods, require_undirected
 from defenses._node_dp import (
-    RDP_OPTIONS,
     SAMPLING_MODELS,
     calibrate_sigmas,
+    check_gaussian_settings,
+    gaussian_report,
     node_rates,
+    reading_options,
     sample_round,
     sampling_rates,
+    worst_node_readings,
 )
 from privbench.accounting import (
-    AccountantOptions,
-    EpsilonReport,
-    GaussianEvent,
-    PrivacyLedger,
     PrivacyPlan,
-    account,
 )
 from privbench.config import check_choices
 from privbench.engine.grads import batch_grads, clip_l2
@@ -139,7 +137,6 @@ from privbench.engine.planning import (
     graph_note,
     report_of,
     request_graph,
-    worst_node,
 )
 from privbench.engine.privacy import BOTH_MODES, Calibration, ClipBound, PlanRequest, PlanSettings
 from privbench.engine.trainer import Context, Trainer
@@ -197,10 +194,7 @@ class DPCGAConfig:
                    "sampling": tuple(SAMPLING_MODELS), "weights": WEIGHTS,
                    "nesterov": (True, False)}
         check_choices("dp_cga", self, choices)
-        if not self.clip > 0:
-            raise ConfigError(f"dp_cga clip must be > 0, got {self.clip}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"dp_cga momentum must be in [0, 1), got {self.momentum}")
+        check_gaussian_settings("dp_cga", self.clip, self.sigma, self.momentum)
         if not (math.isfinite(self.margin) and self.margin >= 0):
             raise ConfigError(f"dp_cga margin must be a finite number >= 0, got {self.margin}")
         if not (math.isfinite(self.qp_eps) and self.qp_eps >= 0):
@@ -208,10 +202,6 @@ class DPCGAConfig:
         if isinstance(self.qp_iters, bool) or not isinstance(self.qp_iters, int) \
                 or self.qp_iters < 1:
             raise ConfigError(f"dp_cga qp_iters must be an integer >= 1, got {self.qp_iters!r}")
-        if self.sigma is not None and not self.sigma >= 0:
-            raise ConfigError(f"dp_cga sigma must be >= 0, got {self.sigma}")
-        if math.isinf(self.clip) and self.sigma != 0:
-            raise ConfigError("dp_cga clip=inf has unbounded sensitivity: it needs sigma=0")
         if self.row_chunk < 0:
             raise ConfigError(f"dp_cga row_chunk must be >= 0, got {self.row_chunk}")
 
@@ -273,9 +263,9 @@ def plan_privacy(cfg: DPCGAConfig, ws: Sequence[Tensor], counts: Sequence[int], 
         sigma = np.full(len(counts), float(cfg.sigma))
     else:
         acc = "rdp" if read == "paper" else cfg.accountant
-        opts = RDP_OPTIONS if acc == "rdp" else AccountantOptions()
         sigma = calibrate_sigmas(cfg.sigma_rule, epsilon, delta, rounds, rates,
-                                 [u[read] for u in unit], acc, opts, cfg.sampling)
+                                 [u[read] for u in unit], acc, reading_options(acc),
+                                 cfg.sampling)
     mult = tuple({r: float(s) * u[r] for r in READINGS} for s, u in zip(sigma, unit, strict=True))
     return DPCGAPrivacy(tuple(float(s) for s in sigma), rates, divisors, releases, mult)
 
@@ -298,14 +288,9 @@ def privacy_reports(plan: DPCGAPrivacy, cfg: DPCGAConfig, delta: float,
         for reading in READINGS:
             mode = "calibrated" if reading == "strict" else "paper"
             acc = "rdp" if reading == "paper" else cfg.accountant
-            if m[reading] == 0:
-                rep = EpsilonReport(math.inf, delta, acc, mode, "sample-level",
-                                    note="sigma = 0: no noise", sampling=model)
-            else:
-                ledger = PrivacyLedger(node=i).record(
-                    GaussianEvent(m[reading], q, rounds, model))
-                rep = account(ledger, delta, acc, mode=mode, note=NOTES[reading],
-                              options=RDP_OPTIONS if acc == "rdp" else AccountantOptions())
+            rep = gaussian_report(m[reading], q, rounds, delta, acc, mode, model,
+                                  NOTES[reading], reading_options(acc), node=i)
+            if m[reading] != 0:
                 rep = replace(rep, approximate=rep.approximate or reading == "paper")
             out.append({**rep.to_dict(), "node": i, "reading": reading,
                         "sigma": plan.sigma[i], "sample_rate": q,
@@ -391,8 +376,7 @@ class DPCGA(Trainer):
         ws = [g[0].cpu() for g in graph_periods(topo, cfg.weights, torch.device("cpu"))]
         plan = plan_privacy(cfg, ws, [size] * topo.n, batch, req.epsilon, req.delta, req.rounds)
         reports = privacy_reports(plan, cfg, req.delta, req.rounds)
-        worst = worst_node(reports, "strict")
-        mine = {r["reading"]: r for r in reports if r["node"] == worst}
+        worst, mine = worst_node_readings(reports)
         sigma = plan.sigma[worst]
         noise = {"sigma": sigma, "noise_std_per_clip_on_mean": sigma / plan.divisors[worst],
                  "batch": plan.divisors[worst], "releases_per_round": plan.releases[worst],
@@ -411,9 +395,7 @@ class DPCGA(Trainer):
 
     def __init__(self, cfg: DPCGAConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        if not ctx.topology.undirected:
-            raise ConfigError("dp_cga needs an undirected topology (ring, complete, two_hub, "
-                              "random_out with symmetric=true)")
+        require_undirected("dp_cga", ctx.topology)
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
         self.edges = [group_edges(g[2], g[3], ctx.n) for g in self.graphs]
         self.blocks = segments(ctx.fm, cfg.qp_scope)
@@ -446,7 +428,7 @@ class DPCGA(Trainer):
 
     def round(self, t: int) -> None:
         """One DP-CGA round for all agents (module docstring, steps 1-4)."""
-        ctx, cfg, n = self.ctx, self.cfg, self.ctx.n
+        ctx, cfg = self.ctx, self.cfg
         period = t % len(self.graphs)
         w, adj = self.graphs[period][:2]  # (n, n), (n, n)
         edges = self.edges[period]
@@ -454,8 +436,7 @@ class DPCGA(Trainer):
         x_recv = ctx.bus.broadcast(t, "model", self.x, adj)  # (n, d) step 1
         xb, yb, mask, denom = sample_round(ctx, t, cfg.sampling, self.rates, self.counts,
                                            self.x.dtype)
-        owner = torch.cat([src, torch.arange(n, device=src.device)])  # (E + n,) data owner
-        params = torch.cat([x_recv[dst], self.x])  # (E + n, d): receiver's model, then own
+        owner, params = cross_gradient_rows(x_recv, self.x, src, dst)  # (E + n,), (E + n, d)
         means = self._grad_means(params, xb[owner], yb[owner], mask[owner], denom[owner])
         clipped, norms = clip_l2(means, cfg.clip)  # (E + n, d) batch-level clipping
         noise, noisy = None, clipped

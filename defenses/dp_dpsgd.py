@@ -33,9 +33,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._graph import canonical_weights, graph_periods, mixing_matrix
+from defenses._graph import canonical_weights, graph_periods, mixing_matrix, require_undirected
 from defenses._node_dp import (
     GAUSSIAN_CHOICES,
+    check_gaussian_settings,
     gaussian_node_reports,
     gaussian_release_plan,
     node_rates,
@@ -48,7 +49,7 @@ from privbench.engine.messages import MessageKind
 from privbench.engine.planning import config_settings, configured
 from privbench.engine.privacy import Calibration, ClipBound, PlanRequest, PlanSettings
 from privbench.engine.trainer import Context, Trainer
-from privbench.errors import ConfigError, NotApplicable
+from privbench.errors import NotApplicable
 from privbench.registry import DEFENSES
 from privbench.threat.gossip_inversion import LinearGossip, gossip_spec
 from privbench.threat.observation import GradientView, Observation
@@ -80,12 +81,7 @@ class DPDPSGDConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "weights", canonical_weights(self.weights))
         check_choices("dp_dpsgd", self, GAUSSIAN_CHOICES)
-        if not self.clip > 0:
-            raise ConfigError(f"dp_dpsgd clip must be > 0, got {self.clip}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"dp_dpsgd momentum must be in [0, 1), got {self.momentum}")
-        if self.sigma is not None and not self.sigma >= 0:
-            raise ConfigError(f"dp_dpsgd sigma must be >= 0, got {self.sigma}")
+        check_gaussian_settings("dp_dpsgd", self.clip, self.sigma, self.momentum)
 
 
 @DEFENSES.register("dp_dpsgd")
@@ -125,8 +121,7 @@ class DPDPSGD(Trainer):
 
     def __init__(self, cfg: DPDPSGDConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        if not ctx.topology.undirected:
-            raise ConfigError("dp_dpsgd needs an undirected topology")
+        require_undirected("dp_dpsgd", ctx.topology)
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
         self.counts, self.rates = node_rates(ctx)  # (n,), (n,)
         self.sigma = node_sigmas(cfg, ctx, self.rates, ctx.run.rounds)  # (n,)

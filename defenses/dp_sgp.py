@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from defenses._noisy_sum import noisy_clipped_sum
 from defenses._plans import model_message_kinds
 from privbench.accounting import (
     DEFAULT_OPTIONS,
@@ -59,7 +60,6 @@ from privbench.accounting.plans import (
     checked_factor,
 )
 from privbench.accounting.validation import check_choice
-from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.mixing import Mixer, push_sum
 from privbench.engine.planning import node_plans, plan_reports, plan_schedule, sample_rates
 from privbench.engine.privacy import (
@@ -194,11 +194,9 @@ class DPSGP(Trainer):
         ctx = self.ctx
         z = self.models()  # (n, d)
         x, y, mask = ctx.draw(t, rates=self.rates)  # Poisson batches, ground truth recorded
-        sums, _ = clipped_grad_sum(ctx.fm, self.gradient_point(z), x, y, mask,
-                                   self.cfg.clip)  # (n, d)
-        u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device,
-                        dtype=z.dtype)  # (n, d)
-        gbar = (sums + self.noise_std(t) * u) / ctx.run.batch_size  # (n, d)
+        noisy = noisy_clipped_sum(ctx, self.gradient_point(z), x, y, mask, self.cfg.clip,
+                                  self.noise_std(t))  # (n, d)
+        gbar = noisy / ctx.run.batch_size  # (n, d)
         self.last_release = gbar
         if self.debug_released is not None:
             self.debug_released[t] = gbar.detach().clone()

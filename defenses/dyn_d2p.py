@@ -87,6 +87,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from defenses._noisy_sum import noisy_clipped_sum
 from privbench.accounting import (
     DEFAULT_OPTIONS,
     AccountantOptions,
@@ -109,7 +110,6 @@ from privbench.accounting.plans import (
     checked_factor,
 )
 from privbench.accounting.validation import check_choice
-from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import Mixer, push_sum
 from privbench.engine.privacy import (
@@ -375,11 +375,9 @@ class DynD2P(Trainer):
         """Noisy clipped local step at z (Alg. 1 lines 3-10), then push-sum (lines 11-14)."""
         ctx = self.ctx
         xb, yb, mask = self._batch(t)
-        total, _ = clipped_grad_sum(ctx.fm, self.models(), xb, yb, mask,
-                                    self.clip[t])  # (n, d) sum_j clip(g_j, C_k)
-        noise = torch.randn(total.shape, generator=ctx.streams.get("noise"), device=ctx.device,
-                            dtype=total.dtype) * self.sigma[t][:, None]  # (n, d)
-        released = (total + noise) / self.expected[:, None]  # (n, d) noisy clipped gradient
+        noisy = noisy_clipped_sum(ctx, self.models(), xb, yb, mask, self.clip[t],
+                                  self.sigma[t][:, None])  # (n, d) sum_j clip(g_j, C_k) + noise
+        released = noisy / self.expected[:, None]  # (n, d) noisy clipped gradient
         if self.cfg.record_released:
             self.released[t] = released.detach().cpu().clone()
         x_half = self.x - ctx.run.lr * released  # (n, d) x_i^{k+1/2}

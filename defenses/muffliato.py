@@ -50,9 +50,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._graph import canonical_weights, graph_periods, mixing_matrix
+from defenses._graph import canonical_weights, graph_periods, mixing_matrix, require_undirected
 from defenses._node_dp import (
     GAUSSIAN_CHOICES,
+    check_gaussian_settings,
     gaussian_node_reports,
     gaussian_release_plan,
     node_rates,
@@ -99,14 +100,11 @@ class MuffliatoConfig:
         object.__setattr__(self, "weights", canonical_weights(self.weights))
         check_choices("muffliato", self,
                       {**GAUSSIAN_CHOICES, "acceleration": ("chebyshev", "none")})
-        if not self.clip > 0:
-            raise ConfigError(f"muffliato clip must be > 0, got {self.clip}")
+        check_gaussian_settings("muffliato", self.clip, self.sigma)
         if isinstance(self.gossip_steps, bool) or not isinstance(self.gossip_steps, int) \
                 or self.gossip_steps < 0:
             raise ConfigError(f"muffliato gossip_steps must be an integer >= 0 (0: from the "
                               f"spectral gap), got {self.gossip_steps!r}")
-        if self.sigma is not None and not self.sigma >= 0:
-            raise ConfigError(f"muffliato sigma must be >= 0, got {self.sigma}")
 
 
 def second_eigenvalue(ws: list[Tensor]) -> float:
@@ -197,9 +195,7 @@ class Muffliato(Trainer):
 
     def __init__(self, cfg: MuffliatoConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        if not ctx.topology.undirected:
-            raise ConfigError("muffliato needs an undirected topology (ring, complete, two_hub, "
-                              "or random_out with symmetric=true)")
+        require_undirected("muffliato", ctx.topology)
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
         self.mu, self.steps, self.omega = gossip_constants(cfg, [g[0] for g in self.graphs])
         self.releases = math.ceil(ctx.run.rounds / self.steps)  # gradient steps in the run

@@ -87,7 +87,6 @@ the typeset math), and deviations:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -96,14 +95,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._cross_gradient import cross_gradient_view, observed_row
-from defenses._graph import WEIGHTS, canonical_weights, graph_periods, mixing_matrix
+from defenses._cross_gradient import cross_gradient_rows, cross_gradient_view, observed_row
+from defenses._graph import (
+    WEIGHTS,
+    canonical_weights,
+    graph_periods,
+    mixing_matrix,
+    require_undirected,
+)
 from defenses._node_dp import (
-    RDP_OPTIONS,
     SAMPLING_MODELS,
+    check_gaussian_settings,
     node_rates,
+    reading_options,
     sample_round,
     sampling_rates,
+    worst_node_readings,
 )
 from defenses.dpdl.privacy import (
     DPDL_READINGS,
@@ -115,7 +122,7 @@ from defenses.dpdl.privacy import (
     plan_dpdl,
     plan_dpdl_nodes,
 )
-from privbench.accounting import AccountantOptions, PrivacyPlan
+from privbench.accounting import PrivacyPlan
 from privbench.config import check_choices
 from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.messages import MessageKind
@@ -124,7 +131,6 @@ from privbench.engine.planning import (
     graph_note,
     report_of,
     request_graph,
-    worst_node,
 )
 from privbench.engine.privacy import (
     BOTH_MODES,
@@ -190,16 +196,9 @@ class DPDLConfig:
                    "accountant": ("rdp", "pld"), "sampling": tuple(SAMPLING_MODELS),
                    "weights": WEIGHTS, "self_weight": ("clean", "noisy")}
         check_choices("dpdl", self, choices)
-        if not self.clip > 0:
-            raise ConfigError(f"dpdl clip must be > 0, got {self.clip}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"dpdl momentum must be in [0, 1), got {self.momentum}")
-        if self.sigma is not None and not self.sigma >= 0:
-            raise ConfigError(f"dpdl sigma must be >= 0, got {self.sigma}")
+        check_gaussian_settings("dpdl", self.clip, self.sigma, self.momentum)
         if self.alpha is not None and not self.alpha >= 0:
             raise ConfigError(f"dpdl alpha must be >= 0, got {self.alpha}")
-        if math.isinf(self.clip) and self.sigma != 0:
-            raise ConfigError("dpdl clip=inf has unbounded sensitivity: it needs sigma=0")
         if self.row_chunk < 0:
             raise ConfigError(f"dpdl row_chunk must be >= 0, got {self.row_chunk}")
 
@@ -255,12 +254,8 @@ def plan_privacy(cfg: DPDLConfig, ws: list[Tensor], counts: list[int], batch_siz
     acc = "rdp" if cfg.calibrate_with == "paper" else cfg.accountant
     return plan_dpdl_nodes(accounting_graph(cfg, ws, alpha), sampling_rates(counts, batch_size),
                            epsilon, delta, rounds, reading=cfg.calibrate_with, accountant=acc,
-                           options=_options(acc), sampling=SAMPLING_MODELS[cfg.sampling],
+                           options=reading_options(acc), sampling=SAMPLING_MODELS[cfg.sampling],
                            sigma=cfg.sigma, sigma_rule=cfg.sigma_rule)
-
-
-def _options(accountant: str) -> AccountantOptions:
-    return RDP_OPTIONS if accountant == "rdp" else AccountantOptions()
 
 
 def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
@@ -274,7 +269,7 @@ def privacy_reports(plan: DPDLPrivacy, cfg: DPDLConfig, delta: float,
     for i, (q, m) in enumerate(zip(plan.sample_rates, plan.multipliers, strict=True)):
         for reading in READINGS:
             acc = "rdp" if reading == "paper" else cfg.accountant
-            rep = dpdl_report(m[reading], q, rounds, delta, reading, acc, _options(acc),
+            rep = dpdl_report(m[reading], q, rounds, delta, reading, acc, reading_options(acc),
                               SAMPLING_MODELS[cfg.sampling],
                               ("cross_grad",) if reading == "paper" else (), i, approx)
             out.append({**rep.to_dict(), "node": i, "reading": reading,
@@ -336,8 +331,7 @@ class DPDL(Trainer):
         plan = plan_privacy(cfg, ws, [MILLION] * topo.n, batch, req.epsilon, req.delta,
                             req.rounds, default_alpha(cfg, topo.name))
         reports = privacy_reports(plan, cfg, req.delta, req.rounds)
-        worst = worst_node(reports, "strict")
-        mine = {r["reading"]: r for r in reports if r["node"] == worst}
+        worst, mine = worst_node_readings(reports)
         return PrivacyPlan(
             "dpdl", {"sigma": plan.sigma[worst], "node": worst, "nodes": topo.n},
             tuple(report_of(mine[r]) for r in ("paper", "strict", "full")), mode, req.epsilon,
@@ -351,9 +345,7 @@ class DPDL(Trainer):
 
     def __init__(self, cfg: DPDLConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        if not ctx.topology.undirected:
-            raise ConfigError("dpdl needs an undirected topology (ring, complete, two_hub, "
-                              "random_out with symmetric=true)")
+        require_undirected("dpdl", ctx.topology)
         self.graphs = graph_periods(ctx.topology, cfg.weights, ctx.device)
         self.alpha = default_alpha(cfg, ctx.topology.name)
         run = ctx.run
@@ -391,8 +383,7 @@ class DPDL(Trainer):
         e = src.numel()
         x_recv = ctx.bus.broadcast(t, "model", self.x, adj)  # (n, d) step 1
         xb, yb, mask, denom = self._batch(t)
-        owner = torch.cat([src, torch.arange(n, device=src.device)])  # (E + n,) data owner
-        params = torch.cat([x_recv[dst], self.x])  # (E + n, d): receiver's model, then own
+        owner, params = cross_gradient_rows(x_recv, self.x, src, dst)  # (E + n,), (E + n, d)
         sums = self._clipped_sums(params, xb[owner], yb[owner], mask[owner])  # (E + n, d)
         noise = torch.zeros_like(sums)
         if bool((self.sigma > 0).any()):

@@ -12,15 +12,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 from torch import Tensor
 
+from defenses._node_dp import gaussian_report
 from privbench.accounting import (
     DEFAULT_OPTIONS,
     SAMPLINGS,
     AccountantOptions,
     EpsilonReport,
-    GaussianEvent,
-    PrivacyLedger,
     PrivacyPlan,
-    account,
 )
 from privbench.accounting.calibrate import calibrate_max_node
 from privbench.accounting.plans import (
@@ -236,13 +234,10 @@ def dpdl_report(z: float, q: float, rounds: int, delta: float, reading: str, acc
     `note` appended to the reading's note, which makes the report approximate); z = 0: no
     noise, epsilon infinite."""
     mode = "calibrated" if reading == "strict" else "paper"
+    rep = gaussian_report(z, q, rounds, delta, accountant, mode, sampling,
+                          DPDL_NOTES[reading] + note, options, node, uncovered)
     if z == 0:
-        return EpsilonReport(math.inf, delta, accountant, mode, "sample-level", uncovered,
-                             note="sigma = 0: no noise", sampling=sampling)
-    ledger = PrivacyLedger(node=node, uncovered=uncovered).record(
-        GaussianEvent(z, q, rounds, sampling))
-    rep = account(ledger, delta, accountant, mode=mode, note=DPDL_NOTES[reading] + note,
-                  options=options)
+        return rep
     return replace(rep, approximate=rep.approximate or bool(note) or reading == "full")
 
 

@@ -363,7 +363,7 @@ def test_randomized_response_flip_rate_is_measured_and_its_absence_caught():
 
 
 def test_an_unbounded_contribution_voids_the_claim():
-    import defenses.dp_sgp as module
+    import defenses._noisy_sum as module
 
     clipped = module.clipped_grad_sum
 

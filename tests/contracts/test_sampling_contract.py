@@ -19,6 +19,7 @@ import torch
 import defenses.dpdl as dpdl_module
 from privbench.config import RunConfig
 from privbench.data.datasets import NodeData
+from privbench.engine.grads import clipped_grad_sum
 from privbench.engine.runner import build
 from privbench.plugins import load_plugins
 from privbench.registry import DEFENSES
@@ -183,7 +184,7 @@ def test_a_trainer_bypassing_the_sampling_path_is_caught(monkeypatch):
             ctx = self.ctx
             slots, mask = ctx.data.poisson(self.rates, ctx.streams.get("batch"))
             x, y = ctx.data.gather(slots)
-            sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
+            sums, _ = clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
             noise = torch.randn(self.x.shape, generator=ctx.streams.get("noise"))
             x_half = self.x - ctx.run.lr * (sums + self.noise_std(t) * noise) / ctx.run.batch_size
             self.x, self.w = dp_sgp.push_sum(ctx.bus, self.mixer, t, x_half, self.w)

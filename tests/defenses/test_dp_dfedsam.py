@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import defenses.dp_sgp as dp_sgp_module
+import defenses._noisy_sum as noisy_sum_module
 from defenses.dp_dfedsam import DPDFedSAM, DPDFedSAMConfig, sam_shift
 from privbench.config import RunConfig
 from privbench.engine.loop import train
@@ -46,13 +46,13 @@ def test_gradient_is_taken_at_the_sam_point_of_the_previous_release(monkeypatch)
     tr = b.trainer
     tr.debug_released = {}
     points = []
-    real = dp_sgp_module.clipped_grad_sum
+    real = noisy_sum_module.clipped_grad_sum
 
     def spy(fm, params, *args, **kw):
         points.append(params.clone())
         return real(fm, params, *args, **kw)
 
-    monkeypatch.setattr(dp_sgp_module, "clipped_grad_sum", spy)
+    monkeypatch.setattr(noisy_sum_module, "clipped_grad_sum", spy)
     models = []
     for t in range(3):
         models.append(tr.models().clone())

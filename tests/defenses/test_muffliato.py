@@ -223,11 +223,18 @@ def test_learns_without_noise_and_trains_with_it() -> None:
     {"clip": 0.0}, {"gossip_steps": -1}, {"gossip_steps": 2.5}, {"gossip_steps": True},
     {"acceleration": "nesterov"}, {"sigma": -1.0}, {"sigma_rule": "min"},
     {"accountant": "gdp"}, {"sampling": "one_sample"}, {"weights": "uniform"},
+    {"clip": math.inf},
 ])
 def test_bad_config_values_raise_one_line_errors(bad: dict) -> None:
     with pytest.raises(ConfigError) as err:
         MuffliatoConfig(**bad)
     assert "muffliato" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_no_clipping_is_accepted_only_without_noise() -> None:
+    assert math.isinf(MuffliatoConfig(clip=math.inf, sigma=0.0).clip)
+    with pytest.raises(ConfigError, match="unbounded sensitivity"):
+        MuffliatoConfig(clip=math.inf, sigma=1.0)
 
 
 def test_directed_topology_is_refused() -> None:

@@ -94,19 +94,19 @@ _SIGN = ("the message is a randomized sign vector: its sensitivity is fixed by t
 _NODE_LAPLACE = ("no clip bound by default: the Laplace noise is scaled to the node-level "
                  "sensitivity S(t) ({}), not to a clip")
 MECHANISMS: dict[str, Mechanism] = {
-    "adp_vrsgp": Mechanism("gaussian", "defenses.adp_vrsgp:clipped_grad_sum"),
-    "const_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
+    "adp_vrsgp": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
+    "const_d2p": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
     "d_psgd_rr": Mechanism("rr", None, _SIGN, epoch=True),
     "defl_vp": Mechanism("rr", None, _SIGN, epoch=True),
     "dp_cga": Mechanism("gaussian", "defenses.dp_cga:clip_l2"),  # batch-level clipping
-    "dp_dfedsam": Mechanism("gaussian", "defenses.dp_sgp:clipped_grad_sum"),
+    "dp_dfedsam": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
     "dp_dpsgd": Mechanism("gaussian", "defenses._node_dp:clipped_grad_sum"),
-    "dp_sgp": Mechanism("gaussian", "defenses.dp_sgp:clipped_grad_sum"),
+    "dp_sgp": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
     "dpdl": Mechanism("gaussian", "defenses.dpdl:clipped_grad_sum"),
     "dpps": Mechanism("laplace", "defenses.dpps:clip_l1", sampled=False),
-    "dyn_c_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
-    "dyn_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
-    "dyn_mu_d2p": Mechanism("gaussian", "defenses.dyn_d2p:clipped_grad_sum"),
+    "dyn_c_d2p": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
+    "dyn_d2p": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
+    "dyn_mu_d2p": Mechanism("gaussian", "defenses._noisy_sum:clipped_grad_sum"),
     "muffliato": Mechanism("gaussian", "defenses._node_dp:clipped_grad_sum"),
     "partpsp": Mechanism("laplace", "defenses.dpps:clip_l1", sampled=False),
     "pedfl": Mechanism("laplace", None, _NODE_LAPLACE.format("the models' real distance"),

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 load_plugins()
 
-from defenses import dp_sgp  # noqa: E402  (registered by load_plugins)
+from defenses import _noisy_sum, dp_sgp  # noqa: E402  (registered by load_plugins)
 
 
 def quick_audit(out: Path, defenses: tuple[str, ...] = ("dp_sgp",)) -> dict:
@@ -80,7 +80,7 @@ class UnnoisedMessage(dp_sgp.DPSGP):
     def round(self, t: int) -> None:
         ctx = self.ctx
         x, y, mask = ctx.draw(t, rates=self.rates)
-        sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
+        sums, _ = _noisy_sum.clipped_grad_sum(ctx.fm, self.models(), x, y, mask, self.cfg.clip)
         ctx.bus.broadcast(t, "clean_gradient", sums / ctx.run.batch_size,
                           self.mixer.adjacency(t))
         super().round(t)
@@ -93,19 +93,19 @@ class FixedBatches(dp_sgp.DPSGP):
         ctx = self.ctx
         z = self.models()
         x, y, mask = self.sample_batch(t)
-        sums, _ = dp_sgp.clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)
+        sums, _ = _noisy_sum.clipped_grad_sum(ctx.fm, z, x, y, mask, self.cfg.clip)
         u = torch.randn(z.shape, generator=ctx.streams.get("noise"), device=ctx.device)
         x_half = self.x - ctx.run.lr * (sums + self.noise_std(t) * u) / ctx.run.batch_size
         self.x, self.w = dp_sgp.push_sum(ctx.bus, self.mixer, t, x_half, self.w)
 
 
 def no_clipping(monkeypatch) -> None:
-    real = dp_sgp.clipped_grad_sum
+    real = _noisy_sum.clipped_grad_sum
 
     def unclipped(fm, params, x, y, mask, bound, *args, **kwargs):
         return real(fm, params, x, y, mask, math.inf, *args, **kwargs)
 
-    monkeypatch.setattr(dp_sgp, "clipped_grad_sum", unclipped)
+    monkeypatch.setattr(_noisy_sum, "clipped_grad_sum", unclipped)
 
 
 @pytest.fixture(scope="module")
@@ -173,9 +173,9 @@ def table() -> None:  # pragma: no cover - prints the README's table; run by han
     def registered(cls: type) -> contextlib.AbstractContextManager:
         return mock.patch.dict(DEFENSES._items, {"dp_sgp": cls})
 
-    real = dp_sgp.clipped_grad_sum
+    real = _noisy_sum.clipped_grad_sum
     unclipped = mock.patch.object(
-        dp_sgp, "clipped_grad_sum",
+        _noisy_sum, "clipped_grad_sum",
         lambda fm, params, x, y, mask, bound, *a, **k: real(fm, params, x, y, mask, math.inf,
                                                             *a, **k))
     mutants = {"correct": contextlib.nullcontext(), "noise x 0.3": registered(scaled_noise(0.3)),
