@@ -28,15 +28,6 @@ def cross_gradient_rows(x_recv: Tensor, x: Tensor, src: Tensor,
     return owner, torch.cat([x_recv[dst], x])
 
 
-def observed_row(obs: Observation, t: int, kind: str, sender: int) -> Tensor:
-    rec = obs.log.get(t, kind)
-    row = rec.sent_by(sender) if rec is not None else None
-    if row is None:
-        raise NotApplicable(f"node {sender}'s round-{t} {kind} message is not observed by the "
-                            f"{obs.threat.kind} threat model (or not recorded)")
-    return row
-
-
 def cross_gradient_view(obs: Observation, victim: int, t: int,
                         source: Callable[[int, int], str]) -> GradientView:
     """The victim's round-t cross-gradient message as a gradient view at the receiver's model.

@@ -1,6 +1,6 @@
 """Per-node Gaussian DP shared by the DPDL family (DPDL, DP-DPSGD, DP-CGA, MUFFLIATO): sample rates
-and sampling per node, noise multipliers calibrated per node or to the worst node, and their
-reports."""
+and sampling per node, the checks of the clip bound and noise multiplier, noise multipliers
+calibrated per node or to the worst node, and their reports."""
 
 from __future__ import annotations
 

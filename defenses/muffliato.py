@@ -69,6 +69,7 @@ from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import observed_row
 
 
 @dataclass(frozen=True)
@@ -265,12 +266,7 @@ class Muffliato(Trainer):
         _, steps, omega = gossip_constants(cfg, ws)
 
         def sent(t: int, k: int) -> Tensor:
-            kind = "model" if t % steps == 0 else "gossip"
-            rec = obs.log.get(t, kind)
-            row = rec.sent_by(k) if rec is not None else None
-            if row is None:
-                raise NotApplicable(f"node {k}'s round-{t} {kind} message is not observed")
-            return row
+            return observed_row(obs, t, "model" if t % steps == 0 else "gossip", k)
 
         def start(t: int) -> Tensor:  # x_i^t, the model the release of round t is taken at
             if t == 0:

@@ -121,6 +121,7 @@ from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, LocalSteps, Observation
+from privbench.threat.rebuild import observed_row
 
 VIEWS = ("control_variate", "sign", "model_difference")
 
@@ -550,15 +551,6 @@ def _config_of(obs: Observation, cls: type) -> DeFLVPConfig:
     return replace_checked(cls.Config(), dict(c or {}), where="defense")
 
 
-def _sent(obs: Observation, t: int, kind: str, node: int) -> Tensor:
-    rec = obs.log.get(t, kind)
-    out = rec.sent_by(node) if rec is not None else None
-    if out is None:
-        raise NotApplicable(f"node {node}'s round-{t} {kind!r} message is not observed by the "
-                            f"{obs.threat.kind} threat model (or not recorded)")
-    return out
-
-
 def _epoch_steps(obs: Observation, cfg: DeFLVPConfig, victim: int) -> LocalSteps | None:
     """G2's local epoch as the attacker knows it: momentum SGD from x_i^t over the victim's
     members in consecutive batches of the run's size, released as (x_i^t - x̂_i) / local_lr
@@ -571,7 +563,7 @@ def _epoch_steps(obs: Observation, cfg: DeFLVPConfig, victim: int) -> LocalSteps
 
 def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -> GradientView:
     """One round's view (see DeFLVP.gradient_views); G2 views carry the epoch's steps."""
-    params = _sent(obs, t, "model", victim)  # (d,) x_i^t
+    params = observed_row(obs, t, "model", victim)  # (d,) x_i^t
     b = obs.run.batch_size
     g2 = cfg.gradient == "G2"
     local = _epoch_steps(obs, cfg, victim)
@@ -580,8 +572,8 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
         if not cfg.vr:
             raise NotApplicable("no control variates are exchanged (vr=false)")
         a = cfg.alpha_cv
-        h0, h1 = _sent(obs, t, "control_variate", victim), _sent(obs, t + 1, "control_variate",
-                                                                   victim)
+        h0 = observed_row(obs, t, "control_variate", victim)
+        h1 = observed_row(obs, t + 1, "control_variate", victim)
         g = (h1 - (1.0 - a) * h0) / a
         kind = "sign" if cfg.protects else "gradient"
         what = "a_i^t = RR(sign(g))/(2p-1)" if cfg.protects else "raw g_i^t"
@@ -590,7 +582,7 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
                             local_epoch=g2, local=local)
     eta = cfg.eta_sign if cfg.signed else cfg.local_lr
     if view == "sign":
-        q = _sent(obs, t, "update", victim)
+        q = observed_row(obs, t, "update", victim)
         mask = q != 0 if cfg.compressor == "rand_k" else None
         kind = "sign" if cfg.signed else ("partial" if mask is not None else "gradient")
         return GradientView(victim, t, params, q, kind, mask, b,
@@ -599,8 +591,8 @@ def _view(obs: Observation, cfg: DeFLVPConfig, victim: int, t: int, view: str) -
     w = obs.topology.mixing(t, "doubly")
     mix = w[victim, victim] * params
     for j in obs.topology.in_neighbours(t, victim):
-        mix = mix + w[victim, j] * _sent(obs, t, "model", j)
-    g = (mix - _sent(obs, t + 1, "model", victim)) / eta
+        mix = mix + w[victim, j] * observed_row(obs, t, "model", j)
+    g = (mix - observed_row(obs, t + 1, "model", victim)) / eta
     return GradientView(victim, t, params, g, "sign" if cfg.signed else "gradient", None, b,
                         "(sum_j w_ij x_j^t - x_i^(t+1)) / eta = sum_j w_ij q_j^t "
                         f"(neighbourhood-mixed update){epoch}", exact=False, local_epoch=g2,

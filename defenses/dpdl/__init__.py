@@ -95,7 +95,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from defenses._cross_gradient import cross_gradient_rows, cross_gradient_view, observed_row
+from defenses._cross_gradient import cross_gradient_rows, cross_gradient_view
 from defenses._graph import (
     WEIGHTS,
     canonical_weights,
@@ -145,6 +145,7 @@ from privbench.engine.trainer import Context, Trainer
 from privbench.errors import ConfigError, NotApplicable
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, Observation
+from privbench.threat.rebuild import observed_row
 
 READINGS = DPDL_READINGS
 MILLION = 10**6

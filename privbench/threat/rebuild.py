@@ -11,6 +11,20 @@ from privbench.errors import NotApplicable
 from privbench.threat.observation import Observation
 
 
+def observed_row(obs: Observation, t: int, kind: str, sender: int) -> Tensor:
+    """Node `sender`'s round-t message of `kind` as the threat model observes it.
+
+    Raises:
+        NotApplicable: when that message is not observed (or not recorded).
+    """
+    rec = obs.log.get(t, kind)
+    row = rec.sent_by(sender) if rec is not None else None
+    if row is None:
+        raise NotApplicable(f"node {sender}'s round-{t} {kind!r} message is not observed by the "
+                            f"{obs.threat.kind} threat model (or not recorded)")
+    return row
+
+
 def push_sum_pre_step(obs: Observation, victim: int, t: int, model_kind: str = "model",
                       weight_kind: str = "weight") -> tuple[Tensor, Tensor]:
     """Reconstruct a victim's push-sum state (x_i^t, w_i^t) before its round-t local step.
@@ -69,11 +83,7 @@ def push_sum_release(obs: Observation, victim: int, t: int, lr: float,
         NotApplicable: when any of these messages is not observed.
     """
     x_pre, w_pre = push_sum_pre_step(obs, victim, t, model_kind)
-    rec = obs.log.get(t, model_kind)
-    x_half = rec.sent_by(victim) if rec is not None else None
-    if x_half is None:
-        raise NotApplicable(f"node {victim}'s round-{t} {model_kind} message is not observed "
-                            f"by the {obs.threat.kind} threat model")
+    x_half = observed_row(obs, t, model_kind, victim)
     return (x_pre - x_half) / lr, x_pre / w_pre
 
 

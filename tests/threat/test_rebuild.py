@@ -12,6 +12,7 @@ from privbench.engine.runner import build
 from privbench.errors import NotApplicable
 from privbench.threat.observation import Observation, ThreatModel
 from privbench.threat.rebuild import (
+    observed_row,
     push_sum_message_difference,
     push_sum_pre_step,
     push_sum_release,
@@ -80,3 +81,18 @@ def test_what_the_observer_cannot_see_is_not_applicable(run) -> None:
     lone = ThreatModel("neighbour", (blind[0],))
     with pytest.raises(NotApplicable, match="not observed"):
         push_sum_release(_observation(run, lone), victim, 2, run[1].lr)
+
+
+def test_an_observed_row_is_the_sent_payload_and_a_missing_one_names_its_kind(run) -> None:
+    built = run[0]
+    assert torch.equal(observed_row(_observation(run), 2, "model", 3),
+                       built.ctx.bus.log.get(2, "model").sent_by(3))
+    victim = 0
+    topo = built.ctx.topology
+    blind = [k for k in range(6) if k != victim and k not in topo.out_neighbours(1, victim)]
+    lone = _observation(run, ThreatModel("neighbour", (blind[0],)))
+    with pytest.raises(NotApplicable, match="round-1 'model' message is not observed by the "
+                                            "neighbour threat model"):
+        observed_row(lone, 1, "model", victim)
+    with pytest.raises(NotApplicable, match="'gossip' message"):
+        observed_row(_observation(run), 1, "gossip", victim)
