@@ -333,11 +333,13 @@ def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
                          m * b).reshape(m, b, *mod.weight.shape)
         grads = {weight: g} | ({bias: e3.sum(dim=2).reshape(m, b, q)} if bias else {})
         return _formed(grads)
-    if way == "gram":
-        u = _unfolded(mod, a4)  # (m·B, T, p)
+    small = ho * wo <= SMALL_MAP  # the clipped sum over im2col patches (`SMALL_MAP`)
+    u = _unfolded(mod, a4) if way == "gram" or small else None  # (m·B, T, p), unfolded once
+    if way == "gram" and u is not None:
         gram_a = u @ u.transpose(1, 2)
     else:
         gram_a = _patch_gram(mod, a4, (ho, wo))
+    patches = u.reshape(m, b * ho * wo, -1) if small and u is not None else None  # (m, B·T, p)
     sq = (gram_a * (e3.transpose(1, 2) @ e3)).sum(dim=(1, 2)).reshape(m, b)  # ghost norm
     eb = e3.sum(dim=2).reshape(m, b, q) if bias else None  # (m, B, q) bias gradients
     if eb is not None:
@@ -345,8 +347,7 @@ def _conv2d(lay: Layer, a: Tensor, e: Tensor) -> Contribution:
 
     def summed(c: Tensor) -> dict[str, Tensor]:
         ec = e * c[:, :, None, None, None]  # (m, B, q, Ho, Wo)
-        if ho * wo <= SMALL_MAP:  # book-keeping over the im2col patches: (c E)^T U per row
-            patches = _unfolded(mod, a4).reshape(m, b * ho * wo, -1)  # (m, B·T, p)
+        if patches is not None:  # book-keeping over the im2col patches: (c E)^T U per row
             dw = ec.flatten(start_dim=3).transpose(2, 3).reshape(m, -1, q).transpose(1, 2) @ patches
         else:  # rows as convolution groups: input (B, m·C, H, W), output gradient (B, m·q, Ho, Wo)
             dw = _weight_grad(mod, a.transpose(0, 1).reshape(b, -1, *a.shape[3:]),
