@@ -151,7 +151,7 @@ from privbench.errors import ConfigError, NotApplicable
 from privbench.models import FlatModel
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, Observation
-from privbench.threat.rebuild import observed_mix
+from privbench.threat.rebuild import observed_mix, observed_row
 from privbench.topology import column_stochastic, complete
 
 # --------------------------------------------------------------- model and topology (Sec. 2.1, 5.4)
@@ -581,10 +581,7 @@ class DPPS(Trainer):
         views = []
         for t in rounds:
             s_pre, a_pre = _pre_step(obs, victim, t, cfg, mask)
-            rec = obs.log.get(t, "shared")
-            msg = rec.sent_by(victim) if rec is not None else None
-            if msg is None:
-                raise NotApplicable(f"node {victim}'s round-{t} shared message is not observed")
+            msg = observed_row(obs, t, "shared", victim)  # (d,) the victim's shared message
             gs = rates(cfg, obs.run.lr, t)[0]
             grad = torch.zeros_like(obs.x0)
             grad[mask] = (s_pre - msg.to(s_pre)) / gs
