@@ -109,7 +109,7 @@ def test_render_states_n_and_what_it_can_claim(tmp_path):
     assert "| dp_sgp | gaussian | n/a: x |" in text
 
 
-@pytest.mark.parametrize("argv", [["nope"], ["--seeds", "0"]])
+@pytest.mark.parametrize("argv", [["nope"], ["--seeds", "0"], ["--jobs", "0"]])
 def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path):
     code = power.main([*argv, "--json", str(tmp_path / "p.json"), "--out",
                        str(tmp_path / "p.md")])
