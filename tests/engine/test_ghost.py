@@ -83,6 +83,24 @@ def test_fast_path_is_exact_on_28x28_cnn_and_in_row_chunks():
         assert _rel(got, ref) < 1e-5
 
 
+def test_the_clipped_sum_is_differentiable_in_the_parameters_in_any_chunking():
+    fm = build_model("lenet", (1, 8, 8), 10)
+    fm.module.double()
+    params, x, y, mask, bound = _inputs(fm, (1, 8, 8))
+    weights = torch.randn(fm.d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def grad_of(fn) -> torch.Tensor:
+        p = params.clone().requires_grad_(True)
+        (fn(p) @ weights).sum().backward()
+        return p.grad
+
+    ref = grad_of(lambda p: _reference(fm, p, x, y, mask, bound)[0])
+    for max_bytes in (None, 1):  # one chunk, one row per chunk
+        got = grad_of(lambda p, mb=max_bytes: clipped_grad_sum(fm, p, x, y, mask, bound,
+                                                                max_bytes=mb)[0])
+        assert _rel(got, ref) < 1e-5
+
+
 def test_dead_rows_and_clipping_that_binds_or_not():
     fm = build_model("lenet", (1, 8, 8), 10)
     fm.module.double()
