@@ -232,8 +232,8 @@ def summary(store: dict[str, Any], seeds: int) -> str:
 SUMMARY = ("<!-- power-summary:begin -->", "<!-- power-summary:end -->")
 
 
-def render(store: dict[str, Any], seeds: int) -> str:
-    """The markdown report."""
+def render(store: dict[str, Any], seeds: int, jobs: int = 1) -> str:
+    """The markdown report (`jobs`: the defenses the command measured at once)."""
     lines = [
         "# Detection power of the shipped gate",
         "",
@@ -252,12 +252,14 @@ def render(store: dict[str, Any], seeds: int) -> str:
         + (": each factor shown is caught with probability at least 0.95, at 95 % confidence."
            if lower_bound(seeds) >= 0.95 else "; a 95 % catch rate itself needs 59 of 59."),
         "",
-        "The command that makes it (each defense in its own process with one thread, two at a "
-        "time; the seconds per defense are in the JSON):",
+        "The command that makes it (one thread per defense, "
+        + (f"{jobs} defenses at a time in worker processes" if jobs > 1 else "one at a time")
+        + "; the seconds per defense are in the JSON):",
         "",
         "<!-- illustrative -->",
         "```bash",
-        f"python -m tests.mechanism.power --seeds {seeds} --jobs 2",
+        f"python -m tests.mechanism.power --seeds {seeds}"
+        + (f" --jobs {jobs}" if jobs > 1 else ""),
         "```",
         "",
         "## Summary",
@@ -277,6 +279,12 @@ def render(store: dict[str, Any], seeds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _refuse(what: str) -> int:
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"error: {what}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mechanism.power",
                                      description="The shipped gate's detection power.")
@@ -290,12 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only render the JSON")
     args = parser.parse_args(argv)
     unknown = [d for d in args.defenses if d not in MECHANISMS]
-    bad = ([f"unknown DP defense {', '.join(unknown)} (accepted: {' '.join(DP_DEFENSES)})"]
-           * bool(unknown) + [f"--seeds must be >= 1, got {args.seeds}"] * (args.seeds < 1)
-           + [f"--jobs must be >= 1, got {args.jobs}"] * (args.jobs < 1))
-    if bad:
-        print(f"error: {bad[0]}", file=sys.stderr)
-        return 2
+    if unknown:
+        return _refuse(f"unknown DP defense {', '.join(unknown)} (accepted: "
+                       f"{' '.join(DP_DEFENSES)})")
+    if args.seeds < 1:
+        return _refuse(f"--seeds must be >= 1, got {args.seeds}")
+    if args.jobs < 1:
+        return _refuse(f"--jobs must be >= 1, got {args.jobs}")
     store = json.loads(args.json.read_text()) if args.json.exists() else {}
     if store and store.get("seeds", args.seeds) != args.seeds:
         store = {}  # another n: measured again
@@ -305,9 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(store, indent=1) + "\n")
-        args.out.write_text(render(rows, args.seeds))
+        args.out.write_text(render(rows, args.seeds, store.get("jobs", 1)))
 
     if not args.render:
+        store["jobs"] = args.jobs
         measure(tuple(args.defenses) or DP_DEFENSES, args.seeds, rows, save, args.jobs)
     save()
     return 0

@@ -155,4 +155,4 @@ def test_the_readme_quotes_the_committed_reports():
     assert table.splitlines()[0].startswith("| defense | ε | correct |")
     assert table in mutants
     stored = json.loads((ROOT / "reports/mechanism/power.json").read_text(encoding="utf-8"))
-    assert power.render(stored["defenses"], stored["seeds"]) == report
+    assert power.render(stored["defenses"], stored["seeds"], stored["jobs"]) == report
