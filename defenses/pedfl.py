@@ -56,10 +56,10 @@ from privbench.engine.messages import MessageKind
 from privbench.engine.mixing import push_sum
 from privbench.engine.privacy import PlanFunction
 from privbench.engine.trainer import Context
-from privbench.errors import ConfigError, NotApplicable
+from privbench.errors import ConfigError
 from privbench.registry import DEFENSES
 from privbench.threat.observation import GradientView, Observation
-from privbench.threat.rebuild import observed_mix
+from privbench.threat.rebuild import observed_mix, observed_row
 
 
 @dataclass(frozen=True)
@@ -135,13 +135,9 @@ class PEDFL(DPPS):
         for t in rounds:
             mixed, _ = observed_mix(obs, victim, t, *mixing_into(obs, cfg, t, victim),
                                     "shared", "weight")
-            m_now = obs.log.get(t, "shared").sent_by(victim)  # observed: the victim mixes it
-            a_now = obs.log.get(t, "weight").sent_by(victim)
-            nxt = obs.log.get(t + 1, "shared")
-            m_next = nxt.sent_by(victim) if nxt is not None else None
-            if m_next is None:
-                raise NotApplicable(f"node {victim}'s round-{t + 1} shared message is not "
-                                    f"observed by the {obs.threat.kind} threat model")
+            m_now = observed_row(obs, t, "shared", victim)  # (d,) the victim mixes its own
+            a_now = observed_row(obs, t, "weight", victim)  # (1,)
+            m_next = observed_row(obs, t + 1, "shared", victim)  # (d,)
             gs = rates(cfg, obs.run.lr, t)[0]
             views.append(GradientView(
                 victim, t, m_now / a_now[0], (mixed - m_next.to(mixed)) / gs, "gradient", None,
